@@ -1,0 +1,93 @@
+# swarmrl: two commands from a clean clone.
+#   make demo   set everything up, then run a whole local swarm on the embedded defaults
+#   make test   set everything up, then run every check CI runs
+# Everything is pinned (requirements.lock, Cargo.lock) and rebuilt only when its inputs change.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+DEPS_STAMP := $(VENV)/.deps-installed
+BENCH_STAMP := $(VENV)/.bench-deps-installed
+NATIVE := swarmrl/_native.abi3.so
+NATIVE_SOURCES := Cargo.toml Cargo.lock native/Cargo.toml $(shell find native/src -name '*.rs')
+# What the build needs from Debian: a C toolchain and linker (cargo, blake3's SIMD
+# code, the toploc reference's C++ extension).
+SYSTEM_PACKAGES := build-essential
+
+export CARGO_TERM_QUIET := true
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help test demo bench bench-deps setup system lint fmt lock clean
+
+help:
+	@echo "make demo    set up and run a local swarm on the embedded defaults"
+	@echo "make test    set up and run lint, Rust tests and the Python test suite"
+	@echo "make bench   run the benchmarks against their references (see benchmarks/BENCHMARKS.md)"
+	@echo "make lock    re-resolve requirements.lock from pyproject.toml"
+
+setup: system $(NATIVE)
+
+# Installs what is missing only, so re-runs cost one dpkg query.
+system:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages: $$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS_STAMP): requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install -q -r requirements.lock
+	touch $@
+
+# An editable install: Python edits need no rebuild, Rust edits rebuild only the crate.
+$(NATIVE): $(DEPS_STAMP) pyproject.toml $(NATIVE_SOURCES)
+	$(BIN)/maturin develop --release --locked > $(VENV)/native-build.log 2>&1 \
+		|| { cat $(VENV)/native-build.log; exit 1; }
+	touch $@
+
+lint: $(DEPS_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+
+test: setup lint
+	cargo test --workspace --locked
+	$(BIN)/pytest
+
+demo: setup
+	$(BIN)/swarmrl demo
+
+# The reference TOPLOC. Its PyPI wheel does not import against current torch, so
+# it is built from the sdist against the installed torch (a few minutes, CPU only).
+$(BENCH_STAMP): $(DEPS_STAMP)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --no-binary toploc toploc==0.1.6
+	touch $@
+
+bench-deps: $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
+	$(BIN)/swarmrl bench all
+
+fmt: $(DEPS_STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+	cargo fmt --all
+
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install -q uv==0.13.8
+	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--extra dev pyproject.toml -o requirements.lock
+
+clean:
+	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .hypothesis

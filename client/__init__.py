@@ -1,0 +1,1 @@
+"""The volunteer node app: node loop, wallet CLI, TUI and hardware detection."""

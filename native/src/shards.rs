@@ -1,0 +1,1 @@
+//! Checkpoint shards (filled in by the shards work).

@@ -1,0 +1,1 @@
+//! TOPLOC (filled in next).

@@ -1,0 +1,1 @@
+"""The coordinator daemon: scheduler, validator, tasks and verifiers, GRPO trainer, ledger."""
