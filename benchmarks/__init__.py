@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against named references; figures in BENCHMARKS.md."""

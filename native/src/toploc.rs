@@ -1,1 +1,0 @@
-//! TOPLOC (filled in next).

@@ -1,0 +1,134 @@
+//! Top-k selection of bf16 values by magnitude.
+//!
+//! Clearing a bf16's sign bit leaves a 15-bit integer that orders the values by
+//! absolute value (NaNs above infinities, as torch orders them), so the whole
+//! selection runs on integers. Ties are broken towards the lower index, which
+//! makes the selected set a pure function of the input.
+
+/// Elements per block. Pass one keeps only each block's largest magnitude,
+/// a branch-free reduction the compiler vectorises.
+const BLOCK: usize = 32;
+
+/// Block maxima are bucketed by their top 12 bits (of 15) to find a threshold.
+const BUCKET_SHIFT: u32 = 3;
+
+#[inline(always)]
+fn magnitude(bits: u16) -> u16 {
+    bits & 0x7FFF
+}
+
+/// A candidate packed so that the natural `u64` order is (magnitude desc,
+/// index asc) when sorted descending: magnitude in the high half, inverted
+/// index in the low half.
+#[inline(always)]
+fn pack(mag: u16, index: usize) -> u64 {
+    ((mag as u64) << 32) | (u32::MAX - index as u32) as u64
+}
+
+#[inline(always)]
+fn unpack_index(packed: u64) -> usize {
+    (u32::MAX - packed as u32) as usize
+}
+
+/// A magnitude that at least `k` of `maxima` reach (0 when there are fewer
+/// than `k`): the lower edge of the bucket holding the k-th largest.
+fn lower_bound_of_kth(maxima: &[u16], k: usize) -> u16 {
+    if maxima.len() < k {
+        return 0;
+    }
+    let mut counts = [0u32; 1 << (15 - BUCKET_SHIFT)];
+    for &m in maxima {
+        counts[usize::from(m >> BUCKET_SHIFT)] += 1;
+    }
+    let mut seen = 0;
+    for bucket in (0..counts.len()).rev() {
+        seen += counts[bucket] as usize;
+        if seen >= k {
+            return (bucket as u16) << BUCKET_SHIFT;
+        }
+    }
+    0
+}
+
+/// Indices of the `k` values of largest magnitude in `values` (in no
+/// particular order). Requires `1 <= k <= values.len()` and fewer than 2^32
+/// values. Inlined so that it is compiled along with its AVX2 callers.
+///
+/// The k largest block maxima are k distinct values, so the k-th largest value
+/// is at least the k-th largest block maximum, and so at least the threshold
+/// found from them. Only blocks whose maximum reaches that threshold can hold
+/// a winner: typically a few hundred of the 4096 blocks of a 32 x 4096 chunk.
+#[inline(always)]
+pub fn top_k_indices(values: &[u16], k: usize) -> Vec<usize> {
+    assert!(k >= 1 && k <= values.len() && values.len() < u32::MAX as usize);
+    // A plain loop rather than `collect`, which would be a separate function
+    // compiled without the caller's AVX2.
+    let mut maxima = vec![0u16; values.len().div_ceil(BLOCK)];
+    for (m, block) in maxima.iter_mut().zip(values.chunks(BLOCK)) {
+        *m = block.iter().fold(0, |acc, &v| acc.max(magnitude(v)));
+    }
+    let threshold = lower_bound_of_kth(&maxima, k);
+
+    let mut candidates: Vec<u64> = Vec::with_capacity(4 * k);
+    for (b, _) in maxima.iter().enumerate().filter(|&(_, &m)| m >= threshold) {
+        let base = b * BLOCK;
+        for (i, &v) in values[base..values.len().min(base + BLOCK)].iter().enumerate() {
+            if magnitude(v) >= threshold {
+                candidates.push(pack(magnitude(v), base + i));
+            }
+        }
+    }
+    if candidates.len() > k {
+        candidates.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+        candidates.truncate(k);
+    }
+    candidates.into_iter().map(unpack_index).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The obviously correct version: sort everything.
+    fn naive(values: &[u16], k: usize) -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..values.len()).collect();
+        idx.sort_by_key(|&i| (std::cmp::Reverse(magnitude(values[i])), i));
+        idx.truncate(k);
+        idx.sort_unstable();
+        idx
+    }
+
+    fn sorted(mut v: Vec<usize>) -> Vec<usize> {
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn sign_is_ignored_and_ties_go_to_lower_index() {
+        // -2.0 (0xC000) beats 1.5 (0x3FC0); the two 1.0s (0x3F80) tie.
+        let v = [0x3F80, 0xC000, 0x3FC0, 0xBF80, 0x0000];
+        assert_eq!(sorted(top_k_indices(&v, 3)), vec![0, 1, 2]);
+        assert_eq!(sorted(top_k_indices(&v, 4)), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn all_zeros_pick_the_first_k() {
+        let v = vec![0u16; 1000];
+        assert_eq!(sorted(top_k_indices(&v, 7)), (0..7).collect::<Vec<_>>());
+    }
+
+    proptest! {
+        #[test]
+        fn matches_a_full_sort(values in prop::collection::vec(any::<u16>(), 1..3000), k in 1usize..300) {
+            let k = k.min(values.len());
+            prop_assert_eq!(sorted(top_k_indices(&values, k)), naive(&values, k));
+        }
+
+        #[test]
+        fn matches_a_full_sort_with_many_ties(values in prop::collection::vec(0u16..4, 1..3000), k in 1usize..300) {
+            let k = k.min(values.len());
+            prop_assert_eq!(sorted(top_k_indices(&values, k)), naive(&values, k));
+        }
+    }
+}
