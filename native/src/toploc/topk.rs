@@ -5,11 +5,16 @@
 //! selection runs on integers. Ties are broken towards the lower index, which
 //! makes the selected set a pure function of the input.
 
-/// Elements per block. Pass one keeps only each block's largest magnitude,
-/// a branch-free reduction the compiler vectorises.
-const BLOCK: usize = 32;
+/// Pass one splits the values into this many interleaved groups (value `i`
+/// belongs to group `i mod GROUPS`) and takes each group's largest magnitude:
+/// a vertical maximum over rows of `GROUPS` values, which the compiler turns
+/// into plain SIMD with no horizontal reductions.
+const GROUPS: usize = 2048;
 
-/// Block maxima are bucketed by their top 12 bits (of 15) to find a threshold.
+/// Pass two tests blocks of this many values at once for any candidate.
+const BLOCK: usize = 16;
+
+/// Group maxima are bucketed by their top 12 bits (of 15) to find a threshold.
 const BUCKET_SHIFT: u32 = 3;
 
 #[inline(always)]
@@ -30,14 +35,26 @@ fn unpack_index(packed: u64) -> usize {
     (u32::MAX - packed as u32) as usize
 }
 
-/// A magnitude that at least `k` of `maxima` reach (0 when there are fewer
-/// than `k`): the lower edge of the bucket holding the k-th largest.
-fn lower_bound_of_kth(maxima: &[u16], k: usize) -> u16 {
-    if maxima.len() < k {
+/// A magnitude that the k-th largest value is sure to reach.
+///
+/// The k largest group maxima are k distinct values, so the k-th largest value
+/// is at least the k-th largest group maximum, and so at least the lower edge
+/// of the bucket that maximum falls in. With fewer than k groups there is no
+/// such bound and every value is a candidate.
+#[inline(always)]
+fn kth_lower_bound(values: &[u16], k: usize) -> u16 {
+    let groups = GROUPS.min(values.len() / 4);
+    if groups < k {
         return 0;
     }
+    let mut maxima = vec![0u16; groups];
+    for row in values.chunks(groups) {
+        for (m, &v) in maxima.iter_mut().zip(row) {
+            *m = (*m).max(magnitude(v));
+        }
+    }
     let mut counts = [0u32; 1 << (15 - BUCKET_SHIFT)];
-    for &m in maxima {
+    for &m in &maxima {
         counts[usize::from(m >> BUCKET_SHIFT)] += 1;
     }
     let mut seen = 0;
@@ -54,30 +71,31 @@ fn lower_bound_of_kth(maxima: &[u16], k: usize) -> u16 {
 /// particular order). Requires `1 <= k <= values.len()` and fewer than 2^32
 /// values. Inlined so that it is compiled along with its AVX2 callers.
 ///
-/// The k largest block maxima are k distinct values, so the k-th largest value
-/// is at least the k-th largest block maximum, and so at least the threshold
-/// found from them. Only blocks whose maximum reaches that threshold can hold
-/// a winner: typically a few hundred of the 4096 blocks of a 32 x 4096 chunk.
+/// Two passes: one bounds the k-th largest magnitude from below (see
+/// [`kth_lower_bound`]); the other collects the values that reach the bound,
+/// typically a few hundred of the 131072 in a 32 x 4096 chunk, and the best k
+/// of those are selected.
 #[inline(always)]
 pub fn top_k_indices(values: &[u16], k: usize) -> Vec<usize> {
     assert!(k >= 1 && k <= values.len() && values.len() < u32::MAX as usize);
-    // A plain loop rather than `collect`, which would be a separate function
-    // compiled without the caller's AVX2.
-    let mut maxima = vec![0u16; values.len().div_ceil(BLOCK)];
-    for (m, block) in maxima.iter_mut().zip(values.chunks(BLOCK)) {
-        *m = block.iter().fold(0, |acc, &v| acc.max(magnitude(v)));
-    }
-    let threshold = lower_bound_of_kth(&maxima, k);
+    let threshold = kth_lower_bound(values, k);
 
     let mut candidates: Vec<u64> = Vec::with_capacity(4 * k);
-    for (b, _) in maxima.iter().enumerate().filter(|&(_, &m)| m >= threshold) {
-        let base = b * BLOCK;
-        for (i, &v) in values[base..values.len().min(base + BLOCK)].iter().enumerate() {
+    let mut collect = |base: usize, block: &[u16]| {
+        for (i, &v) in block.iter().enumerate() {
             if magnitude(v) >= threshold {
                 candidates.push(pack(magnitude(v), base + i));
             }
         }
+    };
+    let mut blocks = values.chunks_exact(BLOCK);
+    for (b, block) in blocks.by_ref().enumerate() {
+        if block.iter().fold(false, |hit, &v| hit | (magnitude(v) >= threshold)) {
+            collect(b * BLOCK, block);
+        }
     }
+    collect(values.len() - blocks.remainder().len(), blocks.remainder());
+
     if candidates.len() > k {
         candidates.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
         candidates.truncate(k);
