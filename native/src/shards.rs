@@ -1,1 +1,0 @@
-//! Checkpoint shards (filled in by the shards work).
