@@ -6,6 +6,7 @@
 //! The Python bindings live in `python/` behind the `python` feature, so that
 //! `cargo test` exercises the kernels as plain Rust.
 
+mod pool;
 pub mod shards;
 pub mod toploc;
 

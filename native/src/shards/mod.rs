@@ -16,10 +16,9 @@ mod hash;
 mod merkle;
 mod stream;
 
-use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 pub use files::{hash_file, missing_shards, reassemble, shard_file_name, split, store_shard};
 pub use hash::{hash_shard, verify_shard};
@@ -163,21 +162,9 @@ impl Expected {
     }
 }
 
-/// A pool of `n` workers (0: rayon's default, all cores or `RAYON_NUM_THREADS`),
-/// started once per distinct `n` and kept: a pool costs more to start than
-/// hashing a small shard.
+/// The shared pool of `n` workers, or why it could not start.
 fn pool(n: usize) -> Result<Arc<rayon::ThreadPool>, ShardError> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = pools.get(&n) {
-        return Ok(p.clone());
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("swarmrl-shards-{i}"))
-        .build()
-        .map_err(|_| ShardError::Threads(n))?;
-    Ok(pools.entry(n).or_insert(Arc::new(p)).clone())
+    crate::pool::pool(n).map_err(|_| ShardError::Threads(n))
 }
 
 #[cfg(test)]

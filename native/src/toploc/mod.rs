@@ -13,10 +13,9 @@ mod field;
 pub mod proof;
 mod topk;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-
 use rayon::prelude::*;
+
+use crate::pool::pool;
 
 pub use proof::{Discrepancy, Proof, ProofFormatError};
 
@@ -105,22 +104,6 @@ impl Verdict {
     }
 }
 
-/// A pool of `n` workers, started once per distinct `n` and kept: starting
-/// threads costs more than proving a short completion.
-fn pool(n: usize) -> Result<Arc<rayon::ThreadPool>, ToplocError> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = pools.get(&n) {
-        return Ok(p.clone());
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("swarmrl-toploc-{i}"))
-        .build()
-        .map_err(|_| ToplocError::Threads(n))?;
-    Ok(pools.entry(n).or_insert(Arc::new(p)).clone())
-}
-
 /// Runs `f` over the items on `threads` workers: `None` means rayon's global
 /// pool (all cores, or `RAYON_NUM_THREADS`), 1 means this thread alone.
 fn run_parallel<T: Sync, R: Send>(
@@ -131,7 +114,9 @@ fn run_parallel<T: Sync, R: Send>(
     match threads {
         Some(1) => Ok(items.iter().map(f).collect()),
         None | Some(0) => Ok(items.par_iter().map(f).collect()),
-        Some(n) => Ok(pool(n)?.install(|| items.par_iter().map(f).collect())),
+        Some(n) => Ok(pool(n)
+            .map_err(|_| ToplocError::Threads(n))?
+            .install(|| items.par_iter().map(f).collect())),
     }
 }
 

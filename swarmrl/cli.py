@@ -1,0 +1,96 @@
+"""The `swarmrl` command.
+
+Every failure the user can cause ends in one sentence on stderr and a non-zero
+exit: 1 for bad input or a failed check, 2 for a malformed command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+import swarmrl
+
+app = typer.Typer(
+    help="swarmrl: decentralized RL of language models on a swarm of volunteer GPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(
+    help="Benchmarks against their named references (run from a source checkout).",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+BENCHMARKS = ("toploc", "shards")
+
+
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"swarmrl {swarmrl.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """swarmrl: decentralized RL of language models on a swarm of volunteer GPUs."""
+
+
+def _run_benchmark(name: str, runs: int | None) -> None:
+    try:
+        module = importlib.import_module(f"benchmarks.{name}")
+    except ModuleNotFoundError as e:
+        raise ValueError(
+            "benchmarks run from a source checkout (make bench); this install has none"
+        ) from e
+    if runs is None:
+        module.main()
+    else:
+        module.main(runs)
+
+
+@bench_app.command("toploc")
+def bench_toploc(
+    runs: int = typer.Option(9, min=9, help="Timed runs per figure (median)."),
+) -> None:
+    """TOPLOC build and verify vs. toploc 0.1.6 (1024 x 4096 bf16, k = 128)."""
+    _run_benchmark("toploc", runs)
+
+
+@bench_app.command("shards")
+def bench_shards(
+    runs: int = typer.Option(5, min=1, help="Timed runs per figure (median)."),
+) -> None:
+    """Checkpoint shard hashing throughput vs. the blake3 PyPI package."""
+    _run_benchmark("shards", runs)
+
+
+@bench_app.command("all")
+def bench_all() -> None:
+    """Every benchmark, one after the other, with default settings."""
+    for name in BENCHMARKS:
+        _run_benchmark(name, None)
+        typer.echo()
+
+
+@app.command()
+def demo() -> None:
+    """Run a whole local swarm on the embedded defaults."""
+    from swarmrl.demo import run
+
+    run()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except (ValueError, OSError) as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise SystemExit(1) from None
