@@ -1,0 +1,19 @@
+"""`swarmrl demo` end to end, as `make demo` runs it."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_demo_runs_every_available_stage():
+    swarmrl = Path(sys.executable).with_name("swarmrl")
+    out = subprocess.run([swarmrl, "demo"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "32/32 chunks accepted" in out.stdout
+    assert "16/16 chunks before accepted, 16/16 after rejected" in out.stdout
+    assert "refused (shard 2 does not match its expected hash)" in out.stdout
+    assert "whole-file check passed, identical=True" in out.stdout
+    assert "not yet available" in out.stdout
