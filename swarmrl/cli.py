@@ -57,7 +57,7 @@ def _run_benchmark(name: str, runs: int | None) -> None:
 
 @bench_app.command("toploc")
 def bench_toploc(
-    runs: int = typer.Option(9, min=9, help="Timed runs per figure (median)."),
+    runs: int = typer.Option(21, min=9, help="Timed runs per figure (median)."),
 ) -> None:
     """TOPLOC build and verify vs. toploc 0.1.6 (1024 x 4096 bf16, k = 128)."""
     _run_benchmark("toploc", runs)
