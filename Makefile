@@ -14,14 +14,16 @@ DEPS_STAMP := $(VENV)/.deps-installed
 BENCH_STAMP := $(VENV)/.bench-deps-installed
 NATIVE := swarmrl/_native.abi3.so
 NATIVE_SOURCES := Cargo.toml Cargo.lock native/Cargo.toml $(shell find native/src -name '*.rs')
+NODE_STAMP := contracts/node_modules/.installed
 # What the build needs from Debian: a C toolchain and linker (cargo, blake3's SIMD
-# code, the toploc reference's C++ extension).
+# code, the toploc reference's C++ extension), and node with npm for the
+# contract toolchain (any node >= 18 on PATH will do, so it is checked by command).
 SYSTEM_PACKAGES := build-essential
 
 export CARGO_TERM_QUIET := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help test demo bench bench-deps setup system lint fmt lock clean
+.PHONY: help test demo bench bench-deps setup system lint fmt lock clean contracts contracts-test
 
 help:
 	@echo "make demo    set up and run a local swarm on the embedded defaults"
@@ -29,12 +31,13 @@ help:
 	@echo "make bench   run the benchmarks against their references (see benchmarks/BENCHMARKS.md)"
 	@echo "make lock    re-resolve requirements.lock from pyproject.toml"
 
-setup: system $(NATIVE)
+setup: system $(NATIVE) $(NODE_STAMP)
 
 # Installs what is missing only, so re-runs cost one dpkg query.
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done; \
+		command -v npm >/dev/null || echo nodejs npm); \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages: $$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -54,6 +57,19 @@ $(NATIVE): $(DEPS_STAMP) pyproject.toml $(NATIVE_SOURCES)
 		|| { cat $(VENV)/native-build.log; exit 1; }
 	touch $@
 
+# solc-js, forge and anvil come pinned from npm (contracts/package-lock.json).
+$(NODE_STAMP): contracts/package.json contracts/package-lock.json
+	cd contracts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Rebuilds the committed ABIs and bytecode in contracts/out.
+contracts: $(NODE_STAMP)
+	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs
+
+contracts-test: $(NODE_STAMP)
+	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs --check
+	cd contracts && node_modules/.bin/forge test
+
 lint: $(DEPS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -61,7 +77,7 @@ lint: $(DEPS_STAMP)
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-test: setup lint
+test: setup lint contracts-test
 	cargo test --workspace --locked
 	$(BIN)/pytest
 
@@ -90,4 +106,4 @@ lock: | $(BIN)/python
 		--extra dev pyproject.toml -o requirements.lock
 
 clean:
-	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .hypothesis contracts/node_modules contracts/build
