@@ -24,6 +24,16 @@ bench_app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 
+
+def _register_apps() -> None:
+    """The one place swarmrl reaches into the apps: their command groups."""
+    from client.wallet import app as wallet_app
+
+    app.add_typer(wallet_app, name="wallet")
+
+
+_register_apps()
+
 BENCHMARKS = ("toploc", "shards")
 
 
