@@ -67,6 +67,64 @@ fn kth_lower_bound(values: &[u16], k: usize) -> u16 {
     0
 }
 
+/// Appends every value whose magnitude reaches `threshold`, packed.
+#[inline(always)]
+fn collect_run(base: usize, run: &[u16], threshold: u16, out: &mut Vec<u64>) {
+    for (i, &v) in run.iter().enumerate() {
+        if magnitude(v) >= threshold {
+            out.push(pack(magnitude(v), base + i));
+        }
+    }
+}
+
+#[inline(always)]
+fn collect_portable(values: &[u16], threshold: u16, out: &mut Vec<u64>) {
+    let mut blocks = values.chunks_exact(BLOCK);
+    for (b, block) in blocks.by_ref().enumerate() {
+        if block.iter().fold(false, |hit, &v| hit | (magnitude(v) >= threshold)) {
+            collect_run(b * BLOCK, block, threshold, out);
+        }
+    }
+    collect_run(values.len() - blocks.remainder().len(), blocks.remainder(), threshold, out);
+}
+
+/// The same scan with explicit AVX2: 64 values per step are compared at once
+/// and only steps holding a candidate look at single values, through the
+/// comparison's bit mask.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn collect_avx2(values: &[u16], threshold: u16, out: &mut Vec<u64>) {
+    use std::arch::x86_64::*;
+    const STEP: usize = 64;
+    // Magnitudes fit in i16, so a signed compare against threshold - 1 is >=.
+    let below = _mm256_set1_epi16(threshold as i16 - 1);
+    let mask = _mm256_set1_epi16(0x7FFF);
+    let mut steps = values.chunks_exact(STEP);
+    for (s, step) in steps.by_ref().enumerate() {
+        let ptr = step.as_ptr() as *const __m256i;
+        // SAFETY: `step` holds exactly 64 u16 = four unaligned 256-bit loads.
+        let hits: [__m256i; 4] = std::array::from_fn(|j| unsafe {
+            _mm256_cmpgt_epi16(_mm256_and_si256(_mm256_loadu_si256(ptr.add(j)), mask), below)
+        });
+        let any =
+            _mm256_or_si256(_mm256_or_si256(hits[0], hits[1]), _mm256_or_si256(hits[2], hits[3]));
+        if _mm256_testz_si256(any, any) == 1 {
+            continue;
+        }
+        for (j, hit) in hits.iter().enumerate() {
+            // Two mask bits per 16-bit lane; keep the low one of each pair.
+            let mut bits = (_mm256_movemask_epi8(*hit) as u32) & 0x5555_5555;
+            while bits != 0 {
+                let lane = bits.trailing_zeros() as usize / 2;
+                let index = s * STEP + j * 16 + lane;
+                out.push(pack(magnitude(values[index]), index));
+                bits &= bits - 1;
+            }
+        }
+    }
+    collect_run(values.len() - steps.remainder().len(), steps.remainder(), threshold, out);
+}
+
 /// Indices of the `k` values of largest magnitude in `values` (in no
 /// particular order). Requires `1 <= k <= values.len()` and fewer than 2^32
 /// values. Inlined so that it is compiled along with its AVX2 callers.
@@ -81,20 +139,15 @@ pub fn top_k_indices(values: &[u16], k: usize) -> Vec<usize> {
     let threshold = kth_lower_bound(values, k);
 
     let mut candidates: Vec<u64> = Vec::with_capacity(4 * k);
-    let mut collect = |base: usize, block: &[u16]| {
-        for (i, &v) in block.iter().enumerate() {
-            if magnitude(v) >= threshold {
-                candidates.push(pack(magnitude(v), base + i));
-            }
-        }
-    };
-    let mut blocks = values.chunks_exact(BLOCK);
-    for (b, block) in blocks.by_ref().enumerate() {
-        if block.iter().fold(false, |hit, &v| hit | (magnitude(v) >= threshold)) {
-            collect(b * BLOCK, block);
-        }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        unsafe { collect_avx2(values, threshold, &mut candidates) };
+    } else {
+        collect_portable(values, threshold, &mut candidates);
     }
-    collect(values.len() - blocks.remainder().len(), blocks.remainder());
+    #[cfg(not(target_arch = "x86_64"))]
+    collect_portable(values, threshold, &mut candidates);
 
     if candidates.len() > k {
         candidates.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
@@ -141,6 +194,21 @@ mod tests {
         fn matches_a_full_sort(values in prop::collection::vec(any::<u16>(), 1..3000), k in 1usize..300) {
             let k = k.min(values.len());
             prop_assert_eq!(sorted(top_k_indices(&values, k)), naive(&values, k));
+        }
+
+        #[test]
+        fn portable_and_simd_scans_agree(values in prop::collection::vec(any::<u16>(), 0..700), threshold in any::<u16>()) {
+            let threshold = threshold & 0x7FFF;
+            let mut portable = Vec::new();
+            collect_portable(&values, threshold, &mut portable);
+            prop_assert!(portable.iter().all(|&p| (p >> 32) as u16 >= threshold));
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut simd = Vec::new();
+                // SAFETY: the CPU has AVX2, checked just above.
+                unsafe { collect_avx2(&values, threshold, &mut simd) };
+                prop_assert_eq!(simd, portable);
+            }
         }
 
         #[test]
