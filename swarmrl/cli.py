@@ -28,8 +28,10 @@ app.add_typer(bench_app, name="bench")
 def _register_apps() -> None:
     """The one place swarmrl reaches into the apps: their command groups."""
     from client.wallet import app as wallet_app
+    from swarmrl.chain.cli import chain_app  # light: web3 loads inside the commands
 
     app.add_typer(wallet_app, name="wallet")
+    app.add_typer(chain_app, name="chain")
 
 
 _register_apps()

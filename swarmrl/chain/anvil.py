@@ -1,0 +1,281 @@
+"""A local anvil chain for development, the demo and tests.
+
+anvil runs as a subprocess bound to 127.0.0.1 only, on a port it picks itself
+(``--port 0``): no race between finding a free port and binding it. It always
+uses the well-known dev mnemonic, so account *i* has the same key everywhere.
+Its output goes to a log file, never a pipe: anvil logs every RPC call, and an
+undrained pipe would eventually block it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from web3 import HTTPProvider, Web3
+
+from swarmrl.chain.errors import ChainConfigError, ChainError, RpcUnavailableError
+
+DEV_MNEMONIC = "test test test test test test test test test test test junk"
+DEV_CHAIN_ID = 31337
+DEV_ACCOUNTS = 10
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ANVIL = REPO_ROOT / "contracts" / "node_modules" / ".bin" / "anvil"
+_LISTENING = re.compile(rb"Listening on 127\.0\.0\.1:(\d+)")
+
+
+def find_anvil() -> Path:
+    """$SWARMRL_ANVIL, else the repository's pinned anvil, else `anvil` on PATH."""
+    if env := os.environ.get("SWARMRL_ANVIL"):
+        path = Path(env)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ChainConfigError(f"$SWARMRL_ANVIL is {env}, which is not an executable file")
+        return path
+    if REPO_ANVIL.is_file() and os.access(REPO_ANVIL, os.X_OK):
+        return REPO_ANVIL
+    if found := shutil.which("anvil"):
+        return Path(found)
+    raise ChainConfigError(
+        "anvil not found: run `make setup`, put anvil on PATH, or set $SWARMRL_ANVIL"
+    )
+
+
+def dev_accounts(count: int = DEV_ACCOUNTS) -> list[LocalAccount]:
+    """anvil's dev accounts: keys derived from the dev mnemonic, m/44'/60'/0'/0/i."""
+    Account.enable_unaudited_hdwallet_features()
+    return [
+        Account.from_mnemonic(DEV_MNEMONIC, account_path=f"m/44'/60'/0'/0/{i}")
+        for i in range(count)
+    ]
+
+
+def connect(rpc_url: str, *, timeout: float = 10.0) -> Web3:
+    """A Web3 for `rpc_url` with a request timeout (the sender does its own retries)."""
+    return Web3(
+        HTTPProvider(
+            rpc_url,
+            request_kwargs={"timeout": timeout},
+            exception_retry_configuration=None,
+        )
+    )
+
+
+def wait_for_rpc(rpc_url: str, *, timeout: float = 30.0, process: Any = None) -> None:
+    """Polls eth_chainId until it answers; fails early if `process` (a Popen) exits."""
+    w3 = connect(rpc_url, timeout=2.0)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if w3.eth.chain_id:
+                return
+        except Exception as e:  # connection refused while anvil starts
+            if process is not None and process.poll() is not None:
+                raise ChainError(f"anvil exited with code {process.returncode}") from None
+            if time.monotonic() > deadline:
+                raise RpcUnavailableError(f"{rpc_url} did not answer in {timeout:g} s") from e
+            time.sleep(0.05)
+
+
+def _wait_for_port(log_path: Path, process: subprocess.Popen, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        match = _LISTENING.search(log_path.read_bytes())
+        if match:
+            return int(match.group(1))
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            raise ChainError(
+                f"anvil exited with code {process.returncode} before listening"
+                + (f": {tail[0]}" if tail else "")
+            )
+        if time.monotonic() > deadline:
+            raise ChainError(f"anvil did not start listening within {timeout:g} s")
+        time.sleep(0.02)
+
+
+class Anvil:
+    """A running anvil process; use as a context manager or call `stop()`."""
+
+    def __init__(self, process: subprocess.Popen, rpc_url: str, log_path: Path) -> None:
+        self.process = process
+        self.rpc_url = rpc_url
+        self.log_path = log_path
+        self.chain_id = DEV_CHAIN_ID
+        self._owns_log = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        chain_id: int = DEV_CHAIN_ID,
+        log_path: Path | None = None,
+        detached: bool = False,
+        timeout: float = 30.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> Anvil:
+        """Starts anvil on 127.0.0.1 and returns once it answers RPC.
+
+        `detached` puts anvil in its own session so it outlives this process
+        (for `swarmrl chain up`); otherwise it shares our process group.
+        """
+        binary = find_anvil()
+        owns_log = log_path is None
+        if log_path is None:
+            fd, name = tempfile.mkstemp(prefix="swarmrl-anvil-", suffix=".log")
+            os.close(fd)
+            log_path = Path(name)
+        args = [
+            str(binary),
+            "--host",
+            HOST,
+            "--port",
+            "0",
+            "--chain-id",
+            str(chain_id),
+            "--mnemonic",
+            DEV_MNEMONIC,
+            "--accounts",
+            str(DEV_ACCOUNTS),
+            *extra_args,
+        ]
+        log: IO[bytes]
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=detached,
+            )
+        try:
+            port = _wait_for_port(log_path, process, timeout)
+            rpc_url = f"http://{HOST}:{port}"
+            wait_for_rpc(rpc_url, timeout=timeout, process=process)
+        except BaseException:
+            _terminate(process)
+            if owns_log:
+                log_path.unlink(missing_ok=True)
+            raise
+        anvil = cls(process, rpc_url, log_path)
+        anvil.chain_id = chain_id
+        anvil._owns_log = owns_log
+        return anvil
+
+    def web3(self) -> Web3:
+        return connect(self.rpc_url)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminates anvil (SIGTERM, then SIGKILL) and reaps it: no zombie."""
+        _terminate(self.process, timeout)
+        if self._owns_log:
+            self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Anvil:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate(process: subprocess.Popen, timeout: float = 5.0) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def stop_pid(pid: int, timeout: float = 5.0) -> bool:
+    """Stops an anvil we did not start in this process (from a pid file).
+
+    Returns False if no such process is running. Checks /proc that the pid is
+    really anvil, so a stale pid file never kills an unrelated process.
+    """
+    if not is_anvil_pid(pid):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it has stopped for every purpose here.
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def is_anvil_pid(pid: int) -> bool:
+    """Whether `pid` is a live process whose executable is named anvil."""
+    if pid <= 0 or not _alive(pid):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():  # no /proc (macOS): trust the pid file
+        return True
+    try:
+        argv0 = cmdline.read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return Path(argv0.decode(errors="replace")).name == "anvil"
+
+
+# Test helpers: anvil's own RPC methods for time travel and state snapshots.
+
+
+def increase_time(w3: Web3, seconds: int) -> int:
+    """Moves the chain clock forward and mines a block; returns its timestamp."""
+    _rpc(w3, "evm_increaseTime", [int(seconds)])
+    mine(w3)
+    return int(w3.eth.get_block("latest")["timestamp"])
+
+
+def mine(w3: Web3, blocks: int = 1) -> None:
+    for _ in range(blocks):
+        _rpc(w3, "evm_mine", [])
+
+
+def snapshot(w3: Web3) -> str:
+    """Saves the whole chain state; `revert` restores it (and consumes the snapshot)."""
+    return str(_rpc(w3, "evm_snapshot", []))
+
+
+def revert(w3: Web3, snapshot_id: str) -> None:
+    if not _rpc(w3, "evm_revert", [snapshot_id]):
+        raise ChainError(f"anvil could not revert to snapshot {snapshot_id}")
+
+
+def _rpc(w3: Web3, method: str, params: list[Any]) -> Any:
+    response = w3.provider.make_request(method, params)  # type: ignore[arg-type]
+    if "error" in response:
+        raise ChainError(f"{method} failed: {response['error'].get('message', response['error'])}")
+    return response.get("result")

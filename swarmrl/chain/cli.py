@@ -1,0 +1,167 @@
+"""`swarmrl chain`: a local development chain with the protocol deployed.
+
+`up` starts anvil detached from this process (its pid file and log live in the
+state directory), deploys every contract with the dev accounts in their roles,
+and writes deployment.json; `down` stops it; `status` says whether it runs.
+Heavy imports (web3) happen inside the commands so `swarmrl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+chain_app = typer.Typer(
+    help="A local development chain (anvil) with the protocol deployed.",
+    no_args_is_help=True,
+)
+
+PID_FILE = "anvil.pid"
+LOG_FILE = "anvil.log"
+DEPLOYMENT_FILE = "deployment.json"
+# Dev roles by anvil account index; the rest are providers and nodes with tokens.
+ADMIN, RECORDER, VALIDATOR, TREASURY = 0, 1, 2, 3
+DEV_TOKENS = 10_000
+DEV_POOL_FUNDING = 100_000
+
+StateDir = typer.Option(
+    None,
+    "--state-dir",
+    help="Where the pid file, log and deployment.json live "
+    "[default: $SWARMRL_CHAIN_DIR or $XDG_DATA_HOME/swarmrl/chain].",
+)
+
+
+def default_state_dir() -> Path:
+    if env := os.environ.get("SWARMRL_CHAIN_DIR"):
+        return Path(env)
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "swarmrl" / "chain"
+
+
+@contextmanager
+def _one_sentence_errors() -> Iterator[None]:
+    """ChainError and OSError end as one sentence on stderr and exit code 1."""
+    from swarmrl.chain.errors import ChainError
+
+    try:
+        yield
+    except (ChainError, OSError) as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
+
+
+def _read_pid(state_dir: Path) -> int | None:
+    try:
+        return int((state_dir / PID_FILE).read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+
+
+def _running_pid(state_dir: Path) -> int | None:
+    from swarmrl.chain.anvil import is_anvil_pid
+
+    pid = _read_pid(state_dir)
+    return pid if pid is not None and is_anvil_pid(pid) else None
+
+
+@chain_app.command()
+def up(
+    state_dir: Path | None = StateDir,
+    run: str = typer.Option("dev", "--run", help="Run name or 0x-prefixed bytes32 run id."),
+) -> None:
+    """Start anvil in the background on 127.0.0.1 and deploy the protocol."""
+    state_dir = state_dir or default_state_dir()
+    with _one_sentence_errors():
+        from swarmrl.chain.anvil import Anvil, dev_accounts, stop_pid
+        from swarmrl.chain.deploy import TOKEN, deploy, run_id_from_name, write_deployment
+        from swarmrl.chain.errors import ChainError
+
+        if (pid := _running_pid(state_dir)) is not None:
+            raise ChainError(
+                f"a chain is already running from {state_dir} (pid {pid}); "
+                "run `swarmrl chain down` first"
+            )
+        state_dir.mkdir(parents=True, exist_ok=True)
+        anvil = Anvil.start(log_path=state_dir / LOG_FILE, detached=True)
+        try:
+            (state_dir / PID_FILE).write_text(f"{anvil.pid}\n")
+            accounts = dev_accounts()
+            deployment = deploy(
+                anvil.web3(),
+                accounts[ADMIN],
+                rpc_url=anvil.rpc_url,
+                run_id=run_id_from_name(run),
+                recorders=[accounts[RECORDER].address],
+                validators=[accounts[VALIDATOR].address],
+                treasury=accounts[TREASURY].address,
+                mint_to={a.address: DEV_TOKENS * TOKEN for a in accounts[TREASURY + 1 :]},
+                pool_funding=DEV_POOL_FUNDING * TOKEN,
+            )
+            path = state_dir / DEPLOYMENT_FILE
+            write_deployment(path, deployment)
+        except BaseException:
+            stop_pid(anvil.pid)
+            (state_dir / PID_FILE).unlink(missing_ok=True)
+            raise
+        typer.echo(f"chain up: {anvil.rpc_url} (chain id {deployment.chain_id}, pid {anvil.pid})")
+        typer.echo(f"deployment: {path}")
+
+
+@chain_app.command()
+def down(state_dir: Path | None = StateDir) -> None:
+    """Stop the chain started by `swarmrl chain up`."""
+    state_dir = state_dir or default_state_dir()
+    with _one_sentence_errors():
+        from swarmrl.chain.anvil import stop_pid
+
+        pid = _read_pid(state_dir)
+        stopped = pid is not None and stop_pid(pid)
+        (state_dir / PID_FILE).unlink(missing_ok=True)
+        if stopped:
+            typer.echo(f"chain stopped (pid {pid})")
+        else:
+            typer.echo(f"no chain running from {state_dir}")
+
+
+@chain_app.command()
+def status(
+    state_dir: Path | None = StateDir,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Say whether the local chain runs, where, and at which block. Exit 1 if not."""
+    state_dir = state_dir or default_state_dir()
+    with _one_sentence_errors():
+        from swarmrl.chain.anvil import connect
+        from swarmrl.chain.deploy import load_deployment
+        from swarmrl.chain.errors import ChainError
+        from swarmrl.chain.tx import with_rpc_retries
+
+        pid = _running_pid(state_dir)
+        if pid is None:
+            raise ChainError(f"no chain running from {state_dir}: run `swarmrl chain up`")
+        deployment = load_deployment(state_dir / DEPLOYMENT_FILE)
+        w3 = connect(deployment.rpc_url)
+        block = with_rpc_retries(lambda: w3.eth.block_number, what="eth_blockNumber", retries=2)
+        info = {
+            "running": True,
+            "pid": pid,
+            "rpc_url": deployment.rpc_url,
+            "chain_id": deployment.chain_id,
+            "block": block,
+            "deployment": str(state_dir / DEPLOYMENT_FILE),
+            "contracts": deployment.contracts.model_dump(),
+        }
+        if as_json:
+            typer.echo(json.dumps(info))
+            return
+        typer.echo(f"chain running: {deployment.rpc_url} (chain id {deployment.chain_id})")
+        typer.echo(f"pid {pid}, block {block}")
+        typer.echo(f"deployment: {state_dir / DEPLOYMENT_FILE}")
+        for name, address in deployment.contracts.model_dump().items():
+            typer.echo(f"  {name:18} {address}")

@@ -1,0 +1,255 @@
+"""Deploying the protocol and the deployment file that tells everyone where it is.
+
+`deploy` puts StakeToken, ProviderRegistry, StakeManager and one ComputePool
+(for one run id) on any chain the deployer's key can pay for: anvil locally,
+Base Sepolia publicly. Nothing here assumes chain 31337; only the dev defaults
+in `swarmrl chain up` do. The deployment file is the one input every other
+process needs besides an RPC URL and a key; it is written atomically (temp
+file, fsync, rename) so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+from eth_account.signers.local import LocalAccount
+from eth_utils import is_address, keccak, to_checksum_address
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from web3 import Web3
+
+from swarmrl.chain.artifacts import CONTRACTS, load_artifact
+from swarmrl.chain.errors import ChainConfigError
+from swarmrl.chain.revert import RevertDecoder
+from swarmrl.chain.tx import TxSender, TxSettings
+
+DEPLOYMENT_VERSION = 1
+TOKEN = 10**18  # StakeToken has 18 decimals
+
+
+def _address(value: str) -> str:
+    if not is_address(value):
+        raise ValueError(f"{value!r} is not an Ethereum address")
+    return to_checksum_address(value)
+
+
+def _bytes32_hex(value: str) -> str:
+    raw = value.removeprefix("0x")
+    if len(raw) != 64 or any(c not in "0123456789abcdefABCDEF" for c in raw):
+        raise ValueError(f"{value!r} is not 32 bytes of hex")
+    return "0x" + raw.lower()
+
+
+Address = Annotated[str, AfterValidator(_address)]
+Bytes32Hex = Annotated[str, AfterValidator(_bytes32_hex)]
+
+
+class ContractAddresses(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stake_token: Address
+    provider_registry: Address
+    stake_manager: Address
+    compute_pool: Address
+
+    def by_name(self) -> dict[str, str]:
+        """Addresses keyed by contract name, as in contracts/out."""
+        return dict(zip(CONTRACTS, self.model_dump().values(), strict=True))
+
+
+class ProtocolParams(BaseModel):
+    """The numbers the contracts were deployed with (token amounts in wei)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_stake_per_node: int = Field(100 * TOKEN, ge=0)
+    unbonding_period: int = Field(3600, ge=0)  # seconds
+    invalidation_window: int = Field(600, ge=0)  # seconds
+    reward_per_unit: int = Field(TOKEN // 10, ge=0)
+    slash_penalty: int = Field(50 * TOKEN, ge=0)
+    quorum: int = Field(1, ge=1)
+
+
+class Deployment(BaseModel):
+    """Where one deployment of the protocol lives; the content of deployment.json."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = DEPLOYMENT_VERSION
+    chain_id: int = Field(gt=0)
+    rpc_url: str
+    run_id: Bytes32Hex
+    deploy_block: int = Field(ge=0)
+    admin: Address
+    treasury: Address
+    recorders: list[Address]
+    validators: list[Address]
+    contracts: ContractAddresses
+    params: ProtocolParams
+
+    @property
+    def run_id_bytes(self) -> bytes:
+        return bytes.fromhex(self.run_id[2:])
+
+
+def run_id_from_name(name: str) -> str:
+    """A run id for a human name: keccak256 of it, or the value itself if already bytes32."""
+    try:
+        return _bytes32_hex(name)
+    except ValueError:
+        return "0x" + keccak(text=name).hex()
+
+
+def write_deployment(path: Path, deployment: Deployment) -> None:
+    """Writes the file atomically: readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = deployment.model_dump_json(indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_deployment(path: Path) -> Deployment:
+    """Reads and validates a deployment file; errors are one sentence."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ChainConfigError(f"no deployment file at {path}: run `swarmrl chain up`") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ChainConfigError(f"cannot read deployment file {path}: {e}") from None
+    try:
+        return Deployment.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise ChainConfigError(
+            f"deployment file {path} is invalid at {where}: {first['msg']}"
+        ) from None
+
+
+def decoder() -> RevertDecoder:
+    """A revert decoder knowing every protocol contract's errors."""
+    return RevertDecoder({name: load_artifact(name).abi for name in CONTRACTS})
+
+
+def _deploy_contract(sender: TxSender, w3: Web3, name: str, *args: Any) -> str:
+    artifact = load_artifact(name)
+    factory = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
+    receipt = sender.transact(factory.constructor(*args), name)  # type: ignore[arg-type]
+    return to_checksum_address(receipt["contractAddress"])
+
+
+def deploy(
+    w3: Web3,
+    admin: LocalAccount,
+    *,
+    rpc_url: str,
+    run_id: str,
+    recorders: list[str],
+    validators: list[str],
+    treasury: str,
+    params: ProtocolParams | None = None,
+    mint_to: dict[str, int] | None = None,
+    pool_funding: int = 0,
+    settings: TxSettings | None = None,
+) -> Deployment:
+    """Deploys and wires the protocol; `admin` pays gas and holds every admin role.
+
+    `mint_to` mints tokens to accounts (a dev or test-net faucet), and
+    `pool_funding` is minted to the admin and added to the pool's reward budget.
+    """
+    params = params or ProtocolParams()
+    run_id = _bytes32_hex(run_id)
+    sender = TxSender(w3, admin, decoder(), settings)
+    chain_id = sender.chain_id()
+    deploy_block = w3.eth.block_number
+
+    token = _deploy_contract(sender, w3, "StakeToken", admin.address)
+    registry = _deploy_contract(sender, w3, "ProviderRegistry")
+    stake_manager = _deploy_contract(
+        sender,
+        w3,
+        "StakeManager",
+        token,
+        registry,
+        admin.address,
+        params.min_stake_per_node,
+        params.unbonding_period,
+        to_checksum_address(treasury),
+    )
+    pool = _deploy_contract(
+        sender,
+        w3,
+        "ComputePool",
+        bytes.fromhex(run_id[2:]),
+        token,
+        registry,
+        stake_manager,
+        admin.address,
+        params.invalidation_window,
+        params.reward_per_unit,
+        params.slash_penalty,
+        params.quorum,
+    )
+    addresses = ContractAddresses(
+        stake_token=token,
+        provider_registry=registry,
+        stake_manager=stake_manager,
+        compute_pool=pool,
+    )
+
+    contracts = {
+        name: w3.eth.contract(address=addr, abi=load_artifact(name).abi)
+        for name, addr in addresses.by_name().items()
+    }
+    manager_c, pool_c, token_c = (
+        contracts["StakeManager"],
+        contracts["ComputePool"],
+        contracts["StakeToken"],
+    )
+    # The pool slashes through the stake manager; the recorder and validators act on the pool.
+    grants = [(manager_c, "StakeManager", manager_c.functions.SLASHER_ROLE().call(), pool)]
+    recorder_role = pool_c.functions.RECORDER_ROLE().call()
+    validator_role = pool_c.functions.VALIDATOR_ROLE().call()
+    grants += [(pool_c, "ComputePool", recorder_role, r) for r in recorders]
+    grants += [(pool_c, "ComputePool", validator_role, v) for v in validators]
+    for contract, name, role, account in grants:
+        sender.transact(contract.functions.grantRole(role, to_checksum_address(account)), name)
+
+    for account, amount in (mint_to or {}).items():
+        if amount:
+            sender.transact(
+                token_c.functions.mint(to_checksum_address(account), amount), "StakeToken"
+            )
+    if pool_funding:
+        sender.transact(token_c.functions.mint(admin.address, pool_funding), "StakeToken")
+        sender.transact(token_c.functions.approve(pool, pool_funding), "StakeToken")
+        sender.transact(pool_c.functions.fund(pool_funding), "ComputePool")
+
+    return Deployment(
+        chain_id=chain_id,
+        rpc_url=rpc_url,
+        run_id=run_id,
+        deploy_block=deploy_block,
+        admin=admin.address,
+        treasury=treasury,
+        recorders=recorders,
+        validators=validators,
+        contracts=addresses,
+        params=params,
+    )

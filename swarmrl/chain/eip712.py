@@ -1,0 +1,254 @@
+"""EIP-712 messages of the protocol and the Merkle commitment over them.
+
+Shared by the node (which signs) and the orchestrator (which verifies, commits
+and proves). Digests are computed here directly from the type strings, and the
+tests check them against the contracts' own `consentDigest` and
+`submissionDigest` views, so Python and Solidity cannot drift apart silently.
+Every domain binds chain id and contract address: a signature is good for one
+deployment on one chain only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eth_abi import encode as abi_encode
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from eth_utils import keccak, to_checksum_address
+
+DOMAIN_TYPE = "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
+REGISTRY_DOMAIN_NAME = "SwarmRL ProviderRegistry"
+POOL_DOMAIN_NAME = "SwarmRL ComputePool"
+DOMAIN_VERSION = "1"
+NODE_CONSENT_TYPE = "NodeConsent(address provider,address node,uint256 nonce,uint256 deadline)"
+SUBMISSION_TYPE = "Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)"
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    chain_id: int
+    verifying_contract: str
+    version: str = DOMAIN_VERSION
+
+    def separator(self) -> bytes:
+        return keccak(
+            abi_encode(
+                ["bytes32", "bytes32", "bytes32", "uint256", "address"],
+                [
+                    keccak(text=DOMAIN_TYPE),
+                    keccak(text=self.name),
+                    keccak(text=self.version),
+                    self.chain_id,
+                    to_checksum_address(self.verifying_contract),
+                ],
+            )
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "chainId": self.chain_id,
+            "verifyingContract": to_checksum_address(self.verifying_contract),
+        }
+
+
+def registry_domain(chain_id: int, registry: str) -> Domain:
+    return Domain(REGISTRY_DOMAIN_NAME, chain_id, registry)
+
+
+def pool_domain(chain_id: int, pool: str) -> Domain:
+    return Domain(POOL_DOMAIN_NAME, chain_id, pool)
+
+
+def typed_digest(domain: Domain, struct_hash: bytes) -> bytes:
+    """keccak256("\\x19\\x01" || domainSeparator || structHash)."""
+    return keccak(b"\x19\x01" + domain.separator() + struct_hash)
+
+
+@dataclass(frozen=True)
+class NodeConsent:
+    """A node's consent to be run by `provider`; `nonce` is the registry's consentNonce."""
+
+    provider: str
+    node: str
+    nonce: int
+    deadline: int
+
+    def struct_hash(self) -> bytes:
+        return keccak(
+            abi_encode(
+                ["bytes32", "address", "address", "uint256", "uint256"],
+                [
+                    keccak(text=NODE_CONSENT_TYPE),
+                    to_checksum_address(self.provider),
+                    to_checksum_address(self.node),
+                    self.nonce,
+                    self.deadline,
+                ],
+            )
+        )
+
+    def digest(self, domain: Domain) -> bytes:
+        return typed_digest(domain, self.struct_hash())
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a node signs for one rollout file: run, node, policy step, file digest."""
+
+    run_id: bytes
+    node: str
+    step: int
+    rollout_digest: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.run_id) != 32 or len(self.rollout_digest) != 32:
+            raise ValueError("run_id and rollout_digest must be 32 bytes each")
+        if not 0 <= self.step < 2**64:
+            raise ValueError(f"step {self.step} does not fit in uint64")
+
+    def struct_hash(self) -> bytes:
+        return keccak(
+            abi_encode(
+                ["bytes32", "bytes32", "address", "uint64", "bytes32"],
+                [
+                    keccak(text=SUBMISSION_TYPE),
+                    self.run_id,
+                    to_checksum_address(self.node),
+                    self.step,
+                    self.rollout_digest,
+                ],
+            )
+        )
+
+    def digest(self, domain: Domain) -> bytes:
+        return typed_digest(domain, self.struct_hash())
+
+    def as_tuple(self) -> tuple[bytes, str, int, bytes]:
+        """The ABI tuple IComputePool.Submission, for contract calls."""
+        return (self.run_id, to_checksum_address(self.node), self.step, self.rollout_digest)
+
+
+def sign_digest(account: LocalAccount, digest: bytes) -> bytes:
+    """A 65-byte r || s || v signature (v = 27 or 28), as OpenZeppelin's ECDSA expects."""
+    return bytes(account.unsafe_sign_hash(digest).signature)
+
+
+def recover(digest: bytes, signature: bytes) -> str:
+    """The address that signed `digest`."""
+    return Account._recover_hash(digest, signature=signature)
+
+
+def sign_consent(account: LocalAccount, consent: NodeConsent, domain: Domain) -> bytes:
+    if to_checksum_address(consent.node) != account.address:
+        raise ValueError("a consent must be signed by the node's own key")
+    return sign_digest(account, consent.digest(domain))
+
+
+def sign_submission(account: LocalAccount, submission: Submission, domain: Domain) -> bytes:
+    if to_checksum_address(submission.node) != account.address:
+        raise ValueError("a submission must be signed by the node's own key")
+    return sign_digest(account, submission.digest(domain))
+
+
+# The work commitment: OpenZeppelin MerkleProof semantics (keccak256, each pair
+# sorted before hashing, so a proof is just the list of siblings).
+
+
+def leaf_hash(digest: bytes) -> bytes:
+    """A commitment leaf: keccak256(abi.encode(digest)) for a submission's EIP-712 digest."""
+    return keccak(abi_encode(["bytes32"], [digest]))
+
+
+def hash_pair(a: bytes, b: bytes) -> bytes:
+    return keccak(a + b if a < b else b + a)
+
+
+def process_proof(proof: Sequence[bytes], leaf: bytes) -> bytes:
+    node = leaf
+    for sibling in proof:
+        node = hash_pair(node, sibling)
+    return node
+
+
+def verify_proof(proof: Sequence[bytes], root: bytes, leaf: bytes) -> bool:
+    """MerkleProof.verify: whether `leaf` is in the tree whose root is `root`."""
+    return process_proof(proof, leaf) == root
+
+
+class MerkleTree:
+    """A tree over leaf hashes; an odd node at the end of a level moves up unpaired."""
+
+    def __init__(self, leaves: Sequence[bytes]) -> None:
+        if not leaves:
+            raise ValueError("a Merkle tree needs at least one leaf")
+        if any(len(leaf) != 32 for leaf in leaves):
+            raise ValueError("Merkle leaves must be 32-byte hashes")
+        levels = [list(leaves)]
+        while len(levels[-1]) > 1:
+            below = levels[-1]
+            above = [hash_pair(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)]
+            if len(below) % 2:
+                above.append(below[-1])
+            levels.append(above)
+        self.levels = levels
+
+    @classmethod
+    def from_digests(cls, digests: Sequence[bytes]) -> MerkleTree:
+        """The commitment over submissions' EIP-712 digests, in the given order."""
+        return cls([leaf_hash(d) for d in digests])
+
+    @property
+    def leaves(self) -> list[bytes]:
+        return self.levels[0]
+
+    @property
+    def root(self) -> bytes:
+        return self.levels[-1][0]
+
+    def proof(self, index: int) -> list[bytes]:
+        if not 0 <= index < len(self.leaves):
+            raise IndexError(f"leaf {index} out of range 0..{len(self.leaves) - 1}")
+        proof = []
+        for level in self.levels[:-1]:
+            sibling = index ^ 1
+            if sibling < len(level):
+                proof.append(level[sibling])
+            index //= 2
+        return proof
+
+
+PERMIT_TYPE = "Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)"
+
+
+@dataclass(frozen=True)
+class Permit:
+    """An ERC-2612 permit; its domain is the token's (name from `name()`, version "1")."""
+
+    owner: str
+    spender: str
+    value: int
+    nonce: int
+    deadline: int
+
+    def struct_hash(self) -> bytes:
+        return keccak(
+            abi_encode(
+                ["bytes32", "address", "address", "uint256", "uint256", "uint256"],
+                [
+                    keccak(text=PERMIT_TYPE),
+                    to_checksum_address(self.owner),
+                    to_checksum_address(self.spender),
+                    self.value,
+                    self.nonce,
+                    self.deadline,
+                ],
+            )
+        )
+
+    def digest(self, domain: Domain) -> bytes:
+        return typed_digest(domain, self.struct_hash())

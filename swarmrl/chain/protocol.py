@@ -1,0 +1,394 @@
+"""The protocol as typed Python calls: one object per (deployment, account).
+
+Providers register, take nodes (with the node's signed consent) and stake;
+nodes join the run's pool; the orchestrator records work; validators
+invalidate and slash; providers claim. Writes go through a `TxSender`, so every
+failure is a `ChainError` with one decoded sentence. Reads need no account.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+from eth_utils import to_checksum_address
+from web3 import Web3
+from web3.contract import Contract
+from web3.types import TxReceipt
+
+from swarmrl.chain import eip712
+from swarmrl.chain.anvil import connect
+from swarmrl.chain.artifacts import load_artifact
+from swarmrl.chain.deploy import Deployment, decoder
+from swarmrl.chain.errors import ChainConfigError, ChainError
+from swarmrl.chain.revert import revert_data_of
+from swarmrl.chain.tx import TxSender, TxSettings, with_rpc_retries
+
+LOG_CHUNK_BLOCKS = 10_000  # public RPCs cap eth_getLogs ranges
+
+
+@dataclass(frozen=True)
+class WorkRecord:
+    units: int
+    recorded_at: int
+    invalidated: bool
+    claimed: bool
+    commitment: bytes
+    reward: int
+
+
+@dataclass(frozen=True)
+class Unbonding:
+    total: int
+    withdrawable: int
+
+
+@dataclass(frozen=True)
+class ChainEvent:
+    block: int
+    log_index: int
+    tx_hash: str
+    contract: str
+    name: str
+    args: dict[str, Any]
+
+
+class Protocol:
+    """Bound contracts of one deployment; writes act as `account` if one is given."""
+
+    def __init__(
+        self,
+        w3: Web3,
+        deployment: Deployment,
+        account: LocalAccount | None = None,
+        settings: TxSettings | None = None,
+    ) -> None:
+        self.w3 = w3
+        self.deployment = deployment
+        self.account = account
+        self.settings = settings
+        self.decoder = decoder()
+        self.contracts: dict[str, Contract] = {
+            name: w3.eth.contract(address=addr, abi=load_artifact(name).abi)
+            for name, addr in deployment.contracts.by_name().items()
+        }
+        self.token = self.contracts["StakeToken"]
+        self.registry = self.contracts["ProviderRegistry"]
+        self.stake_manager = self.contracts["StakeManager"]
+        self.pool = self.contracts["ComputePool"]
+        self._sender = TxSender(w3, account, self.decoder, settings) if account else None
+
+    @classmethod
+    def connect(
+        cls,
+        deployment: Deployment,
+        account: LocalAccount | None = None,
+        *,
+        rpc_url: str | None = None,
+        settings: TxSettings | None = None,
+    ) -> Protocol:
+        """Connects to `rpc_url` (default: the deployment's) and checks the chain id."""
+        w3 = connect(rpc_url or deployment.rpc_url)
+        chain_id = with_rpc_retries(lambda: w3.eth.chain_id, what="eth_chainId")
+        if chain_id != deployment.chain_id:
+            raise ChainConfigError(
+                f"the RPC endpoint serves chain {chain_id}, "
+                f"but the deployment is on chain {deployment.chain_id}"
+            )
+        return cls(w3, deployment, account, settings)
+
+    def as_account(self, account: LocalAccount) -> Protocol:
+        """The same deployment and connection, acting as another account."""
+        return Protocol(self.w3, self.deployment, account, self.settings)
+
+    @property
+    def address(self) -> str:
+        return self._require_sender().address
+
+    @property
+    def sender(self) -> TxSender:
+        return self._require_sender()
+
+    def _require_sender(self) -> TxSender:
+        if self._sender is None:
+            raise ChainError("this operation needs an account to sign with")
+        return self._sender
+
+    def _send(self, contract: str, fn: Any) -> TxReceipt:
+        return self._require_sender().transact(fn, contract)
+
+    def _call(self, contract: str, fn: Any) -> Any:
+        if self._sender is not None:
+            return self._sender.call(fn, contract)
+        try:
+            return with_rpc_retries(fn.call, what="eth_call")
+        except Exception as e:
+            data = revert_data_of(e)
+            if data is None:
+                raise
+            raise self.decoder.decode(data, contract) from None
+
+    # Domains: chain id and contract address of this deployment.
+
+    def registry_domain(self) -> eip712.Domain:
+        return eip712.registry_domain(self.deployment.chain_id, self.registry.address)
+
+    def pool_domain(self) -> eip712.Domain:
+        return eip712.pool_domain(self.deployment.chain_id, self.pool.address)
+
+    # Tokens.
+
+    def token_balance(self, account: str) -> int:
+        return self._call("StakeToken", self.token.functions.balanceOf(_cs(account)))
+
+    def eth_balance(self, account: str) -> int:
+        return with_rpc_retries(lambda: self.w3.eth.get_balance(_cs(account)), what="balance")
+
+    def allowance(self, owner: str, spender: str) -> int:
+        return self._call("StakeToken", self.token.functions.allowance(_cs(owner), _cs(spender)))
+
+    def approve(self, spender: str, amount: int) -> TxReceipt:
+        return self._send("StakeToken", self.token.functions.approve(_cs(spender), amount))
+
+    def transfer(self, to: str, amount: int) -> TxReceipt:
+        return self._send("StakeToken", self.token.functions.transfer(_cs(to), amount))
+
+    def mint(self, to: str, amount: int) -> TxReceipt:
+        """Mints tokens (needs MINTER_ROLE on the token)."""
+        return self._send("StakeToken", self.token.functions.mint(_cs(to), amount))
+
+    def _ensure_allowance(self, spender: str, amount: int) -> None:
+        if self.allowance(self.address, spender) < amount:
+            self.approve(spender, amount)
+
+    # Provider registry.
+
+    def register_provider(self) -> TxReceipt:
+        return self._send("ProviderRegistry", self.registry.functions.registerProvider())
+
+    def is_provider(self, account: str) -> bool:
+        return self._call("ProviderRegistry", self.registry.functions.isProvider(_cs(account)))
+
+    def provider_of(self, node: str) -> str | None:
+        provider = self._call("ProviderRegistry", self.registry.functions.providerOf(_cs(node)))
+        return None if int(provider, 16) == 0 else to_checksum_address(provider)
+
+    def nodes_of(self, provider: str) -> list[str]:
+        nodes = self._call("ProviderRegistry", self.registry.functions.nodesOf(_cs(provider)))
+        return [to_checksum_address(n) for n in nodes]
+
+    def consent_nonce(self, node: str) -> int:
+        return self._call("ProviderRegistry", self.registry.functions.consentNonce(_cs(node)))
+
+    def node_consent(
+        self, node: LocalAccount, provider: str, *, deadline: int | None = None, ttl: int = 3600
+    ) -> tuple[eip712.NodeConsent, bytes]:
+        """Run by the node: its consent to `provider`, signed with the current nonce."""
+        if deadline is None:
+            deadline = self.chain_time() + ttl
+        consent = eip712.NodeConsent(
+            provider=_cs(provider),
+            node=node.address,
+            nonce=self.consent_nonce(node.address),
+            deadline=deadline,
+        )
+        return consent, eip712.sign_consent(node, consent, self.registry_domain())
+
+    def add_node(self, node: str, deadline: int, signature: bytes) -> TxReceipt:
+        """Run by the provider, with the node's consent signature."""
+        fn = self.registry.functions.addNode(_cs(node), deadline, signature)
+        return self._send("ProviderRegistry", fn)
+
+    def remove_node(self, node: str) -> TxReceipt:
+        return self._send("ProviderRegistry", self.registry.functions.removeNode(_cs(node)))
+
+    # Stake.
+
+    def stake(self, amount: int, *, permit: bool = False, ttl: int = 3600) -> TxReceipt:
+        """Stakes `amount`: approve + stake, or one transaction with an ERC-2612 permit."""
+        manager = self.stake_manager.address
+        if not permit:
+            self._ensure_allowance(manager, amount)
+            return self._send("StakeManager", self.stake_manager.functions.stake(amount))
+        owner = self._require_sender().account
+        deadline = self.chain_time() + ttl
+        message = eip712.Permit(
+            owner=owner.address,
+            spender=manager,
+            value=amount,
+            nonce=self._call("StakeToken", self.token.functions.nonces(owner.address)),
+            deadline=deadline,
+        )
+        domain = eip712.Domain(
+            name=self._call("StakeToken", self.token.functions.name()),
+            chain_id=self.deployment.chain_id,
+            verifying_contract=self.token.address,
+        )
+        signed = owner.unsafe_sign_hash(message.digest(domain))
+        fn = self.stake_manager.functions.stakeWithPermit(
+            amount, deadline, signed.v, signed.r.to_bytes(32, "big"), signed.s.to_bytes(32, "big")
+        )
+        return self._send("StakeManager", fn)
+
+    def request_unbond(self, amount: int) -> TxReceipt:
+        return self._send("StakeManager", self.stake_manager.functions.requestUnbond(amount))
+
+    def withdraw(self) -> int:
+        """Withdraws every released unbonding entry; returns the amount paid out."""
+        receipt = self._send("StakeManager", self.stake_manager.functions.withdraw())
+        events = self.stake_manager.events.Withdrawn().process_receipt(receipt)
+        return sum(int(e["args"]["amount"]) for e in events)
+
+    def stake_of(self, provider: str) -> int:
+        return self._call("StakeManager", self.stake_manager.functions.stakeOf(_cs(provider)))
+
+    def unbonding_of(self, provider: str) -> Unbonding:
+        total, withdrawable = self._call(
+            "StakeManager", self.stake_manager.functions.unbondingOf(_cs(provider))
+        )
+        return Unbonding(total=total, withdrawable=withdrawable)
+
+    def total_staked(self) -> int:
+        return self._call("StakeManager", self.stake_manager.functions.totalStaked())
+
+    def treasury(self) -> str:
+        return to_checksum_address(
+            self._call("StakeManager", self.stake_manager.functions.treasury())
+        )
+
+    # Compute pool.
+
+    def join_pool(self, node: str) -> TxReceipt:
+        return self._send("ComputePool", self.pool.functions.joinPool(_cs(node)))
+
+    def leave_pool(self, node: str) -> TxReceipt:
+        return self._send("ComputePool", self.pool.functions.leavePool(_cs(node)))
+
+    def is_joined(self, node: str) -> bool:
+        return self._call("ComputePool", self.pool.functions.isJoined(_cs(node)))
+
+    def fund(self, amount: int) -> TxReceipt:
+        """Adds `amount` of the caller's tokens to the reward budget (approves first)."""
+        self._ensure_allowance(self.pool.address, amount)
+        return self._send("ComputePool", self.pool.functions.fund(amount))
+
+    def available_rewards(self) -> int:
+        return self._call("ComputePool", self.pool.functions.availableRewards())
+
+    def reserved_rewards(self) -> int:
+        return self._call("ComputePool", self.pool.functions.reservedRewards())
+
+    def submission(self, node: str, step: int, rollout_digest: bytes) -> eip712.Submission:
+        """The Submission a node signs for one rollout file of this run."""
+        return eip712.Submission(
+            run_id=self.deployment.run_id_bytes,
+            node=_cs(node),
+            step=step,
+            rollout_digest=rollout_digest,
+        )
+
+    def sign_submission(self, node: LocalAccount, submission: eip712.Submission) -> bytes:
+        """Run by the node: its signature over `submission` in this pool's domain."""
+        return eip712.sign_submission(node, submission, self.pool_domain())
+
+    def submit_work(self, epoch: int, node: str, units: int, commitment: bytes) -> TxReceipt:
+        """Run by the recorder: `units` of work for `epoch`, committed by a Merkle root."""
+        fn = self.pool.functions.submitWork(epoch, _cs(node), units, commitment)
+        return self._send("ComputePool", fn)
+
+    def invalidate(self, epoch: int, node: str) -> TxReceipt:
+        return self._send("ComputePool", self.pool.functions.invalidate(epoch, _cs(node)))
+
+    def slash(
+        self,
+        epoch: int,
+        submission: eip712.Submission,
+        signature: bytes,
+        proof: Sequence[bytes],
+    ) -> TxReceipt:
+        """A validator's slash vote, with the node's signed submission as evidence."""
+        fn = self.pool.functions.slash(epoch, submission.as_tuple(), signature, list(proof))
+        return self._send("ComputePool", fn)
+
+    def claim(self, node: str, epochs: Sequence[int]) -> int:
+        """Run by the provider: claims rewards of `epochs`; returns the amount paid."""
+        receipt = self._send("ComputePool", self.pool.functions.claim(_cs(node), list(epochs)))
+        events = self.pool.events.RewardClaimed().process_receipt(receipt)
+        return sum(int(e["args"]["amount"]) for e in events)
+
+    def work_of(self, epoch: int, node: str) -> WorkRecord:
+        record = self._call("ComputePool", self.pool.functions.workOf(epoch, _cs(node)))
+        return WorkRecord(*record)
+
+    def submission_digest(self, submission: eip712.Submission) -> bytes:
+        """The pool's own EIP-712 digest (a cross-check of eip712.Submission.digest)."""
+        return bytes(
+            self._call("ComputePool", self.pool.functions.submissionDigest(submission.as_tuple()))
+        )
+
+    def consent_digest(self, consent: eip712.NodeConsent) -> bytes:
+        fn = self.registry.functions.consentDigest(
+            _cs(consent.provider), _cs(consent.node), consent.nonce, consent.deadline
+        )
+        return bytes(self._call("ProviderRegistry", fn))
+
+    # Chain state and history.
+
+    def chain_time(self) -> int:
+        """The latest block's timestamp (on anvil it moves with time travel, not the clock)."""
+        block = with_rpc_retries(lambda: self.w3.eth.get_block("latest"), what="latest block")
+        return int(block["timestamp"])
+
+    def history(self, account: str, *, from_block: int | None = None) -> list[ChainEvent]:
+        """Every protocol event naming `account` in any address argument, oldest first."""
+        account = _cs(account)
+        topics: dict[bytes, tuple[str, Any]] = {}
+        for name, contract in self.contracts.items():
+            for item in contract.abi:
+                if item.get("type") != "event":
+                    continue
+                event = contract.events[item["name"]]()
+                topics[bytes(event.topic)] = (name, event)
+        start = self.deployment.deploy_block if from_block is None else from_block
+        end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
+        found: list[ChainEvent] = []
+        addresses = [c.address for c in self.contracts.values()]
+        for lo in range(start, end + 1, LOG_CHUNK_BLOCKS):
+            hi = min(end, lo + LOG_CHUNK_BLOCKS - 1)
+            logs = with_rpc_retries(
+                lambda lo=lo, hi=hi: self.w3.eth.get_logs(
+                    {"fromBlock": lo, "toBlock": hi, "address": addresses}
+                ),
+                what="eth_getLogs",
+            )
+            for log in logs:
+                if not log["topics"] or bytes(log["topics"][0]) not in topics:
+                    continue
+                contract, event = topics[bytes(log["topics"][0])]
+                decoded = event.process_log(log)
+                args = dict(decoded["args"])
+                if not any(isinstance(v, str) and v == account for v in args.values()):
+                    continue
+                found.append(
+                    ChainEvent(
+                        block=log["blockNumber"],
+                        log_index=log["logIndex"],
+                        tx_hash="0x" + bytes(log["transactionHash"]).hex(),
+                        contract=contract,
+                        name=decoded["event"],
+                        args=args,
+                    )
+                )
+        return sorted(found, key=lambda e: (e.block, e.log_index))
+
+    def wait_until(self, timestamp: int, *, poll: float = 1.0) -> None:
+        """Blocks until the chain's time reaches `timestamp` (real chains only move forward)."""
+        while self.chain_time() < timestamp:
+            time.sleep(poll)
+
+
+def _cs(address: str) -> str:
+    return to_checksum_address(address)

@@ -1,0 +1,269 @@
+"""Sending transactions from a local key: nonces, gas, fees, receipts, retries, reverts.
+
+One `TxSender` per account and process. It keeps the nonce itself (seeded
+from the pending nonce, so several transactions can be in flight) and
+resynchronises it whenever the node says it is wrong. Transient RPC failures
+(connection refused, timeouts, 429/5xx) are retried with exponential backoff;
+a revert is never retried: it is decoded into one sentence and raised.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import requests
+from eth_account.signers.local import LocalAccount
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.contract.contract import ContractFunction
+from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound, Web3RPCError
+from web3.types import TxReceipt
+
+from swarmrl.chain.errors import (
+    ChainError,
+    NonceError,
+    RevertedError,
+    RpcUnavailableError,
+    TxTimeoutError,
+)
+from swarmrl.chain.revert import RevertDecoder, revert_data_of
+
+__all__ = [
+    "ChainError",
+    "NonceError",
+    "RevertedError",
+    "RpcUnavailableError",
+    "TxSender",
+    "TxSettings",
+    "TxTimeoutError",
+    "with_rpc_retries",
+]
+
+T = TypeVar("T")
+
+_TRANSIENT_HTTP = {408, 425, 429, 500, 502, 503, 504}
+_NONCE_MESSAGES = ("nonce too low", "nonce too high", "invalid nonce", "replacement transaction")
+
+
+@dataclass(frozen=True)
+class TxSettings:
+    gas_margin: float = 1.25  # estimates move with state between estimate and inclusion
+    receipt_timeout: float = 120.0
+    poll_interval: float = 0.05
+    rpc_retries: int = 5
+    backoff: float = 0.25  # seconds; doubles on every retry
+    nonce_retries: int = 3
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, requests.HTTPError):
+        status = exc.response.status_code if exc.response is not None else None
+        return status in _TRANSIENT_HTTP
+    return isinstance(
+        exc,
+        requests.ConnectionError | requests.Timeout | ConnectionError | TimeoutError,
+    )
+
+
+def with_rpc_retries(
+    call: Callable[[], T], *, what: str, retries: int = 5, backoff: float = 0.25
+) -> T:
+    """Runs `call`, retrying transient RPC failures; then RpcUnavailableError."""
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except Exception as e:
+            if not _is_transient(e):
+                raise
+            if attempt == retries:
+                reason = type(e).__name__
+                if isinstance(e, requests.ConnectionError):
+                    reason = "connection refused or reset"
+                elif isinstance(e, requests.Timeout | TimeoutError):
+                    reason = "timed out"
+                raise RpcUnavailableError(
+                    f"the RPC endpoint did not answer {what} "
+                    f"after {retries + 1} attempts ({reason})"
+                ) from None
+            time.sleep(backoff * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _rpc_message(exc: Web3RPCError) -> str:
+    response = getattr(exc, "rpc_response", None) or {}
+    error = response.get("error") if isinstance(response, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return str(getattr(exc, "user_message", None) or exc)
+
+
+class TxSender:
+    """Signs and sends transactions for one account, decoding reverts via `decoder`."""
+
+    def __init__(
+        self,
+        w3: Web3,
+        account: LocalAccount,
+        decoder: RevertDecoder,
+        settings: TxSettings | None = None,
+    ) -> None:
+        self.w3 = w3
+        self.account = account
+        self.decoder = decoder
+        self.settings = settings or TxSettings()
+        self._lock = threading.Lock()
+        self._nonce: int | None = None
+        self._chain_id: int | None = None
+
+    @property
+    def address(self) -> str:
+        return self.account.address
+
+    def _retry(self, call: Callable[[], T], what: str) -> T:
+        s = self.settings
+        return with_rpc_retries(call, what=what, retries=s.rpc_retries, backoff=s.backoff)
+
+    def chain_id(self) -> int:
+        if self._chain_id is None:
+            self._chain_id = self._retry(lambda: self.w3.eth.chain_id, "eth_chainId")
+        return self._chain_id
+
+    def resync_nonce(self) -> int:
+        """Forgets the local nonce and reads the pending one from the node."""
+        self._nonce = self._retry(
+            lambda: self.w3.eth.get_transaction_count(self.address, "pending"),
+            "eth_getTransactionCount",
+        )
+        return self._nonce
+
+    def call(self, fn: ContractFunction, contract: str, *, block: Any = "latest") -> Any:
+        """An eth_call from this account, reverts decoded."""
+        try:
+            return self._retry(
+                lambda: fn.call({"from": self.address}, block_identifier=block), "eth_call"
+            )
+        except (ContractLogicError, Web3RPCError) as e:
+            raise self._reverted(e, contract) from None
+
+    def fees(self) -> dict[str, int]:
+        """EIP-1559 fees: twice the latest base fee plus the node's suggested tip."""
+        block = self._retry(lambda: self.w3.eth.get_block("latest"), "eth_getBlockByNumber")
+        base = block.get("baseFeePerGas")
+        if base is None:  # a pre-London chain: legacy pricing
+            return {"gasPrice": self._retry(lambda: self.w3.eth.gas_price, "eth_gasPrice")}
+        try:
+            tip = self._retry(lambda: self.w3.eth.max_priority_fee, "eth_maxPriorityFeePerGas")
+        except Web3RPCError:
+            tip = 10**9
+        return {"maxFeePerGas": 2 * int(base) + int(tip), "maxPriorityFeePerGas": int(tip)}
+
+    def transact(self, fn: ContractFunction, contract: str, *, value: int = 0) -> TxReceipt:
+        """Estimates, signs, sends and waits for `fn`; returns the successful receipt.
+
+        Raises RevertedError (decoded) if it would revert or did revert,
+        TxTimeoutError if no receipt arrives in time, RpcUnavailableError if
+        the node stops answering.
+        """
+        params: dict[str, Any] = {"from": self.address, "value": value}
+        try:
+            estimate = self._retry(lambda: fn.estimate_gas(params), "eth_estimateGas")
+        except (ContractLogicError, Web3RPCError) as e:
+            raise self._reverted(e, contract) from None
+        params["gas"] = int(estimate * self.settings.gas_margin)
+        params["chainId"] = self.chain_id()
+        params.update(self.fees())
+
+        tx_hash = self._send(fn, params)
+        receipt = self.wait(tx_hash)
+        if receipt["status"] != 1:
+            raise self._mined_revert(params, receipt, fn, contract)
+        return receipt
+
+    def _send(self, fn: ContractFunction, params: dict[str, Any]) -> HexBytes:
+        with self._lock:
+            for _ in range(self.settings.nonce_retries + 1):
+                if self._nonce is None:
+                    self.resync_nonce()
+                assert self._nonce is not None
+                tx = fn.build_transaction({**params, "nonce": self._nonce})
+                signed = self.account.sign_transaction(tx)
+                try:
+                    tx_hash = self._retry(
+                        lambda s=signed: self.w3.eth.send_raw_transaction(s.raw_transaction),
+                        "eth_sendRawTransaction",
+                    )
+                except RpcUnavailableError:
+                    self._nonce = None  # unknown whether it went through
+                    raise
+                except Web3RPCError as e:
+                    message = _rpc_message(e)
+                    if "already known" in message.lower() or self._known(signed.hash):
+                        self._nonce += 1  # a retried send that had reached the node
+                        return HexBytes(signed.hash)
+                    if any(m in message.lower() for m in _NONCE_MESSAGES):
+                        self._nonce = None
+                        continue
+                    raise ChainError(f"the node rejected the transaction: {message}") from None
+                self._nonce += 1
+                return HexBytes(tx_hash)
+        raise NonceError(
+            f"the node rejected the nonce of {self.address} "
+            f"{self.settings.nonce_retries + 1} times; is another process using this key?"
+        )
+
+    def _known(self, tx_hash: bytes) -> bool:
+        try:
+            self.w3.eth.get_transaction(HexBytes(tx_hash))
+            return True
+        except (TransactionNotFound, Web3RPCError):
+            return False
+
+    def wait(self, tx_hash: HexBytes) -> TxReceipt:
+        """The receipt of `tx_hash`, polling until the configured timeout."""
+        s = self.settings
+        try:
+            return self._retry(
+                lambda: self.w3.eth.wait_for_transaction_receipt(
+                    tx_hash, timeout=s.receipt_timeout, poll_latency=s.poll_interval
+                ),
+                "eth_getTransactionReceipt",
+            )
+        except TimeExhausted:
+            raise TxTimeoutError(
+                f"transaction 0x{bytes(tx_hash).hex()} had no receipt after "
+                f"{s.receipt_timeout:g} s; it may still be mined"
+            ) from None
+
+    def _reverted(self, exc: Exception, contract: str) -> ChainError:
+        data = revert_data_of(exc)
+        if data is not None:
+            return self.decoder.decode(data, contract)
+        if isinstance(exc, Web3RPCError):
+            return ChainError(f"{contract}: the node rejected the call: {_rpc_message(exc)}")
+        message = getattr(exc, "message", None) or str(exc)
+        return RevertedError(f"{contract} reverted: {message}", contract=contract)
+
+    def _mined_revert(
+        self, params: dict[str, Any], receipt: TxReceipt, fn: ContractFunction, contract: str
+    ) -> ChainError:
+        """Replays a transaction that reverted on chain to learn why."""
+        tx_hash = "0x" + bytes(receipt["transactionHash"]).hex()
+        try:
+            fn.call(
+                {k: v for k, v in params.items() if k in ("from", "value", "gas")},
+                block_identifier=receipt["blockNumber"] - 1,
+            )
+        except (ContractLogicError, Web3RPCError) as e:
+            error = self._reverted(e, contract)
+            error.args = (f"{error} (transaction {tx_hash})",)
+            return error
+        except Exception:
+            pass
+        return RevertedError(
+            f"{contract} reverted in transaction {tx_hash} (gas used {receipt['gasUsed']})",
+            contract=contract,
+        )

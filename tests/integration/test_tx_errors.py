@@ -1,0 +1,90 @@
+"""Revert decoding and RPC retries, without the protocol contracts."""
+
+import pytest
+import requests
+from eth_abi import encode
+from web3 import Web3
+
+from swarmrl.chain import tx as tx_mod
+from swarmrl.chain.errors import RevertedError, RpcUnavailableError
+from swarmrl.chain.revert import RevertDecoder, selector
+
+ABI = [
+    {
+        "type": "error",
+        "name": "InsufficientStake",
+        "inputs": [
+            {"name": "available", "type": "uint256"},
+            {"name": "requested", "type": "uint256"},
+        ],
+    },
+    {"type": "error", "name": "NotProvider", "inputs": [{"name": "account", "type": "address"}]},
+    {"type": "error", "name": "NothingToWithdraw", "inputs": []},
+]
+OTHER = [{"type": "error", "name": "BadSignature", "inputs": []}]
+DECODER = RevertDecoder({"StakeManager": ABI, "ComputePool": OTHER})
+
+
+def test_custom_error_by_name_and_arguments():
+    data = selector("InsufficientStake(uint256,uint256)") + encode(["uint256", "uint256"], [0, 5])
+    error = DECODER.decode(data, "StakeManager")
+    assert str(error) == "StakeManager reverted: InsufficientStake(available=0, requested=5)"
+    assert error.error == "InsufficientStake"
+    assert error.args_by_name == {"available": 0, "requested": 5}
+
+
+def test_addresses_are_checksummed_and_nested_errors_found():
+    who = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"
+    data = selector("NotProvider(address)") + encode(["address"], [who])
+    assert str(DECODER.decode(data, "ComputePool")) == (
+        f"ComputePool reverted: NotProvider(account={Web3.to_checksum_address(who)})"
+    )
+
+
+def test_error_string_panic_empty_and_unknown():
+    data = bytes.fromhex("08c379a0") + encode(["string"], ["not allowed"])
+    assert str(DECODER.decode(data, "X")) == "X reverted: not allowed"
+    panic = bytes.fromhex("4e487b71") + encode(["uint256"], [0x11])
+    assert str(DECODER.decode(panic, "X")) == (
+        "X reverted: Panic(0x11: arithmetic overflow or underflow)"
+    )
+    assert str(DECODER.decode(b"", "X")) == "X reverted without a reason"
+    assert "unknown error 0xdeadbeef" in str(DECODER.decode(bytes.fromhex("deadbeef"), "X"))
+    assert str(DECODER.decode(selector("NothingToWithdraw()"), None)) == (
+        "the call reverted: NothingToWithdraw()"
+    )
+    assert isinstance(DECODER.decode(b"", "X"), RevertedError)
+
+
+def test_transient_errors_are_retried_with_backoff(monkeypatch):
+    calls = []
+    sleeps = []
+    monkeypatch.setattr(tx_mod.time, "sleep", sleeps.append)
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise requests.ConnectionError("refused")
+        return 42
+
+    assert tx_mod.with_rpc_retries(flaky, what="x", retries=5, backoff=0.1) == 42
+    assert sleeps == [0.1, 0.2]
+
+
+def test_an_unreachable_rpc_is_one_sentence(monkeypatch):
+    monkeypatch.setattr(tx_mod.time, "sleep", lambda s: None)
+    w3 = Web3(Web3.HTTPProvider("http://127.0.0.1:9", exception_retry_configuration=None))
+    with pytest.raises(RpcUnavailableError, match=r"did not answer eth_chainId after 3 attempts"):
+        tx_mod.with_rpc_retries(lambda: w3.eth.chain_id, what="eth_chainId", retries=2)
+
+
+def test_non_transient_errors_are_not_retried():
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise ValueError("bad")
+
+    with pytest.raises(ValueError, match="bad"):
+        tx_mod.with_rpc_retries(broken, what="x")
+    assert len(calls) == 1
