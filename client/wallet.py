@@ -2,19 +2,29 @@
 
 Keys live in encrypted JSON V3 keystores (see `client.keystore`). The password
 comes from --password-file, else $SWARMRL_PASSWORD (for daemons), else a
-prompt. Every failure is one sentence on stderr and exit code 1, and changes
-nothing.
+prompt. Commands that touch the chain read the deployment file that `swarmrl
+chain up` writes (or --deployment, for Base Sepolia or any other network).
+Every failure is one sentence on stderr and exit code 1, and changes nothing.
+Amounts are in tokens (18 decimals), e.g. 2.5.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation, localcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+from eth_account.signers.local import LocalAccount
 
 from client import keystore
+
+if TYPE_CHECKING:
+    from swarmrl.chain.protocol import Protocol
 
 app = typer.Typer(
     help="Keys, stake and rewards: stake, unstake and claim from an encrypted keystore.",
@@ -27,6 +37,40 @@ KeystoreDir = typer.Option(
 PasswordFile = typer.Option(
     None, "--password-file", help="Read the password from this file (first line)."
 )
+DeploymentFile = typer.Option(
+    None,
+    "--deployment",
+    help="The deployment file [default: $SWARMRL_DEPLOYMENT, else the one `chain up` wrote].",
+)
+RpcUrl = typer.Option(None, "--rpc-url", help="Override the deployment's RPC URL.")
+UNIT = 10**18
+
+
+def parse_amount(text: str) -> int:
+    """Tokens as written by a person ("2.5") to base units; positive, at most 18 decimals."""
+    if len(text) > 100:
+        raise ValueError("that amount is too long to be an amount of tokens")
+    with localcontext() as ctx:
+        # Exact for every uint256 amount; the default 28 digits would round.
+        ctx.prec = 100
+        try:
+            tokens = Decimal(text)
+        except InvalidOperation:
+            raise ValueError(f"{text!r} is not an amount of tokens") from None
+        if tokens.is_finite() and tokens.adjusted() > 60:
+            raise ValueError(f"{text!r} is more tokens than can exist")
+        value = tokens * UNIT
+        if not value.is_finite() or value <= 0 or value != value.to_integral_value():
+            raise ValueError(f"{text!r} must be a positive amount with at most 18 decimals")
+        if value >= 2**256:
+            raise ValueError(f"{text!r} is more tokens than can exist")
+        return int(value)
+
+
+def format_amount(units: int) -> str:
+    """Base units as tokens, without trailing zeros."""
+    whole, frac = divmod(units, UNIT)
+    return f"{whole}.{frac:018d}".rstrip("0").rstrip(".")
 
 
 def _dir(path: Path | None) -> Path:
@@ -95,3 +139,142 @@ def address(
 ) -> None:
     """Print a key's address (no password needed)."""
     typer.echo(keystore.info(_dir(keystore_dir), name).address)
+
+
+@contextmanager
+def _chain_errors() -> Iterator[None]:
+    """Chain failures end like every other: one sentence and exit code 1."""
+    from swarmrl.chain.errors import ChainError
+
+    try:
+        yield
+    except ChainError as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
+
+
+def _protocol(
+    deployment: Path | None, rpc_url: str | None, account: LocalAccount | None = None
+) -> Protocol:
+    from swarmrl.chain.cli import DEPLOYMENT_FILE, default_state_dir
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.chain.protocol import Protocol
+
+    path = deployment or Path(
+        os.environ.get("SWARMRL_DEPLOYMENT") or default_state_dir() / DEPLOYMENT_FILE
+    )
+    return Protocol.connect(load_deployment(path), account, rpc_url=rpc_url)
+
+
+def _signer(name: str, keystore_dir: Path | None, password_file: Path | None) -> LocalAccount:
+    return keystore.unlock(_dir(keystore_dir), name, _password(password_file, confirm=False))
+
+
+@app.command()
+def balance(
+    name: str = typer.Argument(..., help="The key's name."),
+    keystore_dir: Path | None = KeystoreDir,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Token and gas balances, active stake and unbonding stake (no password needed)."""
+    account = keystore.info(_dir(keystore_dir), name).address
+    with _chain_errors():
+        chain = _protocol(deployment, rpc_url)
+        unbonding = chain.unbonding_of(account)
+        typer.echo(f"address      {account}")
+        typer.echo(f"tokens       {format_amount(chain.token_balance(account))}")
+        typer.echo(f"gas (ETH)    {format_amount(chain.eth_balance(account))}")
+        typer.echo(f"staked       {format_amount(chain.stake_of(account))}")
+        typer.echo(
+            f"unbonding    {format_amount(unbonding.total)} "
+            f"({format_amount(unbonding.withdrawable)} withdrawable now)"
+        )
+
+
+@app.command()
+def stake(
+    name: str = typer.Argument(..., help="The key's name (the provider)."),
+    amount: str = typer.Argument(..., help="Tokens to stake, e.g. 100 or 2.5."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Stake tokens as a provider (registering as one first if needed)."""
+    units = parse_amount(amount)
+    signer = _signer(name, keystore_dir, password_file)
+    with _chain_errors():
+        chain = _protocol(deployment, rpc_url, signer)
+        have = chain.token_balance(chain.address)
+        if have < units:
+            raise ValueError(f"insufficient balance: {format_amount(have)} tokens, {amount} needed")
+        if not chain.is_provider(chain.address):
+            chain.register_provider()
+        chain.stake(units, permit=True)
+        typer.echo(f"staked {amount}; now {format_amount(chain.stake_of(chain.address))} staked")
+
+
+@app.command()
+def unstake(
+    name: str = typer.Argument(..., help="The key's name (the provider)."),
+    amount: str = typer.Argument(..., help="Tokens to start unbonding."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Start unbonding stake; it stays slashable until the unbonding period ends."""
+    units = parse_amount(amount)
+    signer = _signer(name, keystore_dir, password_file)
+    with _chain_errors():
+        chain = _protocol(deployment, rpc_url, signer)
+        chain.request_unbond(units)
+        typer.echo(f"unbonding {amount}; withdraw it after the unbonding period")
+
+
+@app.command()
+def withdraw(
+    name: str = typer.Argument(..., help="The key's name (the provider)."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Withdraw every unbonded amount whose unbonding period has passed."""
+    signer = _signer(name, keystore_dir, password_file)
+    with _chain_errors():
+        chain = _protocol(deployment, rpc_url, signer)
+        typer.echo(f"withdrew {format_amount(chain.withdraw())}")
+
+
+@app.command()
+def claim(
+    name: str = typer.Argument(..., help="The key's name (the node's provider)."),
+    node: str = typer.Option(..., "--node", help="The node whose rewards to claim."),
+    epochs: list[int] = typer.Option(..., "--epoch", help="An epoch to claim; repeat for more."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Claim a node's rewards for epochs whose invalidation window has passed."""
+    signer = _signer(name, keystore_dir, password_file)
+    with _chain_errors():
+        chain = _protocol(deployment, rpc_url, signer)
+        typer.echo(f"claimed {format_amount(chain.claim(node, epochs))}")
+
+
+@app.command()
+def history(
+    name: str = typer.Argument(..., help="The key's name."),
+    keystore_dir: Path | None = KeystoreDir,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Every protocol event that names this key's address, oldest first."""
+    account = keystore.info(_dir(keystore_dir), name).address
+    with _chain_errors():
+        for event in _protocol(deployment, rpc_url).history(account):
+            args = ", ".join(f"{k}={v}" for k, v in event.args.items())
+            typer.echo(f"block {event.block}  {event.contract}.{event.name}({args})")
