@@ -15,8 +15,10 @@ from typing import Any
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
+from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
+from web3.logs import DISCARD
 from web3.types import TxReceipt
 
 from swarmrl.chain import eip712
@@ -239,7 +241,7 @@ class Protocol:
     def withdraw(self) -> int:
         """Withdraws every released unbonding entry; returns the amount paid out."""
         receipt = self._send("StakeManager", self.stake_manager.functions.withdraw())
-        events = self.stake_manager.events.Withdrawn().process_receipt(receipt)
+        events = self.stake_manager.events.Withdrawn().process_receipt(receipt, errors=DISCARD)
         return sum(int(e["args"]["amount"]) for e in events)
 
     def stake_of(self, provider: str) -> int:
@@ -316,7 +318,7 @@ class Protocol:
     def claim(self, node: str, epochs: Sequence[int]) -> int:
         """Run by the provider: claims rewards of `epochs`; returns the amount paid."""
         receipt = self._send("ComputePool", self.pool.functions.claim(_cs(node), list(epochs)))
-        events = self.pool.events.RewardClaimed().process_receipt(receipt)
+        events = self.pool.events.RewardClaimed().process_receipt(receipt, errors=DISCARD)
         return sum(int(e["args"]["amount"]) for e in events)
 
     def work_of(self, epoch: int, node: str) -> WorkRecord:
@@ -351,7 +353,7 @@ class Protocol:
                 if item.get("type") != "event":
                     continue
                 event = contract.events[item["name"]]()
-                topics[bytes(event.topic)] = (name, event)
+                topics[bytes(HexBytes(event.topic))] = (name, event)
         start = self.deployment.deploy_block if from_block is None else from_block
         end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
         found: list[ChainEvent] = []

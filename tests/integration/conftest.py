@@ -32,3 +32,42 @@ def w3(anvil):
     snap = anvil_mod.snapshot(web3)
     yield web3
     anvil_mod.revert(web3, snap)
+
+
+# Who is who on the dev chain (anvil account indexes), as `swarmrl chain up` sets it.
+ADMIN, RECORDER, VALIDATOR, TREASURY = 0, 1, 2, 3
+PROVIDER_A, NODE_A, PROVIDER_B, NODE_B, OUTSIDER = 4, 5, 6, 7, 8
+
+
+@pytest.fixture(scope="session")
+def deployment(anvil, accounts):
+    """The protocol deployed once per session (the tests revert to a snapshot after it)."""
+    from swarmrl.chain.deploy import TOKEN, ProtocolParams, deploy, run_id_from_name
+
+    return deploy(
+        anvil.web3(),
+        accounts[ADMIN],
+        rpc_url=anvil.rpc_url,
+        run_id=run_id_from_name("integration"),
+        recorders=[accounts[RECORDER].address],
+        validators=[accounts[VALIDATOR].address],
+        treasury=accounts[TREASURY].address,
+        params=ProtocolParams(
+            min_stake_per_node=100 * TOKEN,
+            unbonding_period=3600,
+            invalidation_window=600,
+            reward_per_unit=TOKEN // 10,
+            slash_penalty=50 * TOKEN,
+            quorum=1,
+        ),
+        mint_to={a.address: 1_000 * TOKEN for a in accounts[PROVIDER_A:]},
+        pool_funding=10_000 * TOKEN,
+    )
+
+
+@pytest.fixture
+def protocol(deployment, w3):
+    """A read-only Protocol on a fresh snapshot; `.as_account(...)` to act."""
+    from swarmrl.chain.protocol import Protocol
+
+    return Protocol(w3, deployment)

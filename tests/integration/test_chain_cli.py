@@ -1,0 +1,69 @@
+"""`swarmrl chain up|status|down` as a user runs them: separate processes."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from swarmrl.chain.anvil import connect, is_anvil_pid
+from swarmrl.chain.deploy import load_deployment
+
+SWARMRL = Path(sys.executable).with_name("swarmrl")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SWARMRL, "chain", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_up_status_down(tmp_path):
+    state = str(tmp_path / "chain")
+    up = run("up", "--state-dir", state)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "chain up: http://127.0.0.1:" in up.stdout
+        deployment = load_deployment(tmp_path / "chain" / "deployment.json")
+        assert f"deployment: {tmp_path / 'chain' / 'deployment.json'}" in up.stdout
+        assert deployment.chain_id == 31337
+        pid = int((tmp_path / "chain" / "anvil.pid").read_text())
+        assert connect(deployment.rpc_url).eth.get_code(deployment.contracts.compute_pool)
+
+        status = run("status", "--state-dir", state, "--json")
+        assert status.returncode == 0, status.stderr
+        info = json.loads(status.stdout)
+        assert info["pid"] == pid
+        assert info["rpc_url"] == deployment.rpc_url
+        assert info["block"] > 0
+
+        again = run("up", "--state-dir", state)
+        assert again.returncode == 1
+        assert "already running" in again.stderr
+        assert len(again.stderr.strip().splitlines()) == 1
+    finally:
+        down = run("down", "--state-dir", state)
+    assert down.returncode == 0
+    assert down.stdout.strip() == f"chain stopped (pid {pid})"
+    # anvil was orphaned when `up` exited; init reaps it, maybe a moment after it died.
+    assert not is_anvil_pid(pid)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}")
+    assert not (tmp_path / "chain" / "anvil.pid").exists()
+
+    status = run("status", "--state-dir", state)
+    assert status.returncode == 1
+    assert "no chain running" in status.stderr
+    assert run("down", "--state-dir", state).stdout.startswith("no chain running")
+
+
+def test_down_ignores_a_stale_pid_file(tmp_path):
+    (tmp_path / "anvil.pid").write_text(f"{os.getpid()}\n")  # alive, but not anvil
+    down = run("down", "--state-dir", str(tmp_path))
+    assert down.returncode == 0
+    assert "no chain running" in down.stdout
+    assert not (tmp_path / "anvil.pid").exists()

@@ -1,0 +1,228 @@
+"""The protocol end to end on a real anvil: the whole story, then each rejection.
+
+Every revert is checked by its decoded sentence, as a user would read it.
+"""
+
+import pytest
+from eth_utils import keccak
+
+from swarmrl.chain import anvil as anvil_mod
+from swarmrl.chain import eip712
+from swarmrl.chain.deploy import TOKEN
+from swarmrl.chain.errors import RevertedError
+from swarmrl.chain.tx import TxSender
+
+from .conftest import (
+    NODE_A,
+    NODE_B,
+    OUTSIDER,
+    PROVIDER_A,
+    PROVIDER_B,
+    RECORDER,
+    TREASURY,
+    VALIDATOR,
+)
+
+
+def _provider_with_node(protocol, provider, node, stake):
+    """Provider registers, node consents, provider adds it, stakes, and joins it to the pool."""
+    p = protocol.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.stake(stake)
+    p.join_pool(node.address)
+    return p
+
+
+def _signed_epoch(protocol, node, steps):
+    """The node signs one submission per step; the orchestrator commits to them."""
+    subs = [protocol.submission(node.address, s, keccak(text=f"rollout-{s}")) for s in steps]
+    sigs = [protocol.sign_submission(node, s) for s in subs]
+    tree = eip712.MerkleTree.from_digests([s.digest(protocol.pool_domain()) for s in subs])
+    return subs, sigs, tree
+
+
+def test_the_whole_story(protocol, accounts, w3, deployment):
+    params = deployment.params
+    provider_a, node_a = accounts[PROVIDER_A], accounts[NODE_A]
+    provider_b, node_b = accounts[PROVIDER_B], accounts[NODE_B]
+    _provider_with_node(protocol, provider_a, node_a, 100 * TOKEN)
+    b = _provider_with_node(protocol, provider_b, node_b, 150 * TOKEN)
+    assert protocol.provider_of(node_a.address) == provider_a.address
+    assert protocol.nodes_of(provider_b.address) == [node_b.address]
+    assert protocol.stake_of(provider_b.address) == 150 * TOKEN
+    assert protocol.is_joined(node_a.address)
+    assert protocol.is_joined(node_b.address)
+
+    recorder = protocol.as_account(accounts[RECORDER])
+    validator = protocol.as_account(accounts[VALIDATOR])
+    subs_a, sigs_a, tree_a = _signed_epoch(protocol, node_a, [10, 11, 12])
+    recorder.submit_work(1, node_a.address, 3, tree_a.root)
+    recorder.submit_work(2, node_a.address, 3, tree_a.root)
+    _, _, tree_b = _signed_epoch(protocol, node_b, [10, 11])
+    recorder.submit_work(1, node_b.address, 2, tree_b.root)
+    record = protocol.work_of(1, node_b.address)
+    assert (record.units, record.commitment, record.reward) == (
+        2,
+        tree_b.root,
+        2 * params.reward_per_unit,
+    )
+    assert not record.invalidated
+    assert not record.claimed
+
+    # A validator drops node A's epoch 2 within the window.
+    validator.invalidate(2, node_a.address)
+    assert protocol.work_of(2, node_a.address).invalidated
+
+    # ... and slashes node A for epoch 1 with its own signed submission as evidence.
+    treasury_before = protocol.token_balance(accounts[TREASURY].address)
+    validator_before = protocol.token_balance(accounts[VALIDATOR].address)
+    validator.slash(1, subs_a[1], sigs_a[1], tree_a.proof(1))
+    assert protocol.token_balance(accounts[TREASURY].address) == (
+        treasury_before + params.slash_penalty
+    )
+    assert protocol.token_balance(accounts[VALIDATOR].address) == validator_before
+    assert protocol.stake_of(provider_a.address) == 100 * TOKEN - params.slash_penalty
+    assert protocol.work_of(1, node_a.address).invalidated
+    assert not protocol.is_joined(node_a.address)
+
+    # Provider B claims only once the invalidation window has passed.
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: WindowOpen\(epoch=1, node="):
+        b.claim(node_b.address, [1])
+    anvil_mod.increase_time(w3, params.invalidation_window + 1)
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: WindowClosed\(epoch=1, "):
+        validator.invalidate(1, node_b.address)
+    balance = protocol.token_balance(provider_b.address)
+    assert b.claim(node_b.address, [1]) == 2 * params.reward_per_unit
+    assert protocol.token_balance(provider_b.address) == balance + 2 * params.reward_per_unit
+    assert protocol.work_of(1, node_b.address).claimed
+    with pytest.raises(RevertedError, match=r"AlreadyClaimed\(epoch=1, "):
+        b.claim(node_b.address, [1])
+
+    # Unbonding: the stake backing a node stays; the rest waits out the period.
+    with pytest.raises(
+        RevertedError,
+        match=r"^StakeManager reverted: "
+        r"StakeBacksNodes\(remaining=0, required=100000000000000000000\)$",
+    ):
+        b.request_unbond(150 * TOKEN)
+    b.request_unbond(50 * TOKEN)
+    assert protocol.unbonding_of(provider_b.address).total == 50 * TOKEN
+    with pytest.raises(RevertedError, match=r"^StakeManager reverted: NothingToWithdraw\(\)$"):
+        b.withdraw()
+    anvil_mod.increase_time(w3, params.unbonding_period + 1)
+    assert protocol.unbonding_of(provider_b.address).withdrawable == 50 * TOKEN
+    balance = protocol.token_balance(provider_b.address)
+    assert b.withdraw() == 50 * TOKEN
+    assert protocol.token_balance(provider_b.address) == balance + 50 * TOKEN
+
+    history = protocol.history(provider_b.address)
+    names = [e.name for e in history if e.contract != "StakeToken"]
+    for expected in ("ProviderRegistered", "NodeAdded", "Staked", "NodeJoined", "RewardClaimed"):
+        assert expected in names
+    assert names[-2:] == ["UnbondRequested", "Withdrawn"]
+    assert history[-1].name == "Transfer"  # the withdrawal's token transfer, last
+    assert "NodeSlashed" in [e.name for e in protocol.history(node_a.address)]
+
+
+def test_contract_digests_match_ours(protocol, accounts):
+    node = accounts[NODE_A]
+    consent = eip712.NodeConsent(accounts[PROVIDER_A].address, node.address, 0, 2_000_000_000)
+    assert protocol.consent_digest(consent) == consent.digest(protocol.registry_domain())
+    sub = protocol.submission(node.address, 2**63, keccak(text="x"))
+    assert protocol.submission_digest(sub) == sub.digest(protocol.pool_domain())
+
+
+def test_a_replayed_consent_is_rejected(protocol, accounts):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = protocol.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.remove_node(node.address)
+    with pytest.raises(
+        RevertedError, match=rf"^ProviderRegistry reverted: BadConsent\(node={node.address}\)$"
+    ):
+        p.add_node(node.address, consent.deadline, signature)
+
+
+def test_a_consent_for_another_chain_is_rejected(protocol, accounts):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = protocol.as_account(provider)
+    p.register_provider()
+    consent = eip712.NodeConsent(provider.address, node.address, 0, protocol.chain_time() + 60)
+    other_chain = eip712.registry_domain(84532, protocol.registry.address)
+    signature = eip712.sign_consent(node, consent, other_chain)
+    with pytest.raises(RevertedError, match=r"BadConsent\(node="):
+        p.add_node(node.address, consent.deadline, signature)
+
+
+def test_a_consent_signed_by_someone_else_or_expired_is_rejected(protocol, accounts, w3):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = protocol.as_account(provider)
+    p.register_provider()
+    consent = eip712.NodeConsent(provider.address, node.address, 0, protocol.chain_time() + 60)
+    forged = eip712.sign_digest(accounts[OUTSIDER], consent.digest(protocol.registry_domain()))
+    with pytest.raises(RevertedError, match=r"BadConsent"):
+        p.add_node(node.address, consent.deadline, forged)
+    signature = eip712.sign_consent(node, consent, protocol.registry_domain())
+    anvil_mod.increase_time(w3, 120)
+    with pytest.raises(RevertedError, match=rf"ConsentExpired\(deadline={consent.deadline}\)"):
+        p.add_node(node.address, consent.deadline, signature)
+
+
+def test_slashing_with_bad_evidence_is_rejected(protocol, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(protocol, accounts[PROVIDER_A], node, 100 * TOKEN)
+    subs, sigs, tree = _signed_epoch(protocol, node, [1, 2])
+    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 2, tree.root)
+    validator = protocol.as_account(accounts[VALIDATOR])
+
+    by_other_key = eip712.sign_digest(accounts[OUTSIDER], subs[0].digest(protocol.pool_domain()))
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: BadSignature\(\)$"):
+        validator.slash(1, subs[0], by_other_key, tree.proof(0))
+    stray = protocol.submission(node.address, 9, keccak(text="never committed"))
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: NotInCommitment\(\)$"):
+        validator.slash(1, stray, protocol.sign_submission(node, stray), tree.proof(0))
+    other_run = eip712.Submission(keccak(text="other"), node.address, 1, subs[0].rollout_digest)
+    with pytest.raises(RevertedError, match=r"WrongRun\("):
+        validator.slash(1, other_run, sigs[0], tree.proof(0))
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
+
+
+def test_roles_are_enforced(protocol, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(protocol, accounts[PROVIDER_A], node, 100 * TOKEN)
+    outsider = protocol.as_account(accounts[OUTSIDER])
+    with pytest.raises(
+        RevertedError,
+        match=rf"^ComputePool reverted: AccessControlUnauthorizedAccount\(account="
+        rf"{accounts[OUTSIDER].address}, neededRole=0x",
+    ):
+        outsider.submit_work(1, node.address, 1, bytes(32))
+    with pytest.raises(RevertedError, match=r"NotNodeProvider\("):
+        outsider.join_pool(node.address)
+
+
+def test_stake_with_permit_and_insufficient_unbond(protocol, accounts):
+    provider = protocol.as_account(accounts[PROVIDER_A])
+    provider.register_provider()
+    provider.stake(30 * TOKEN, permit=True)
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == 30 * TOKEN
+    with pytest.raises(
+        RevertedError,
+        match=r"^StakeManager reverted: InsufficientStake\(available=30000000000000000000, "
+        r"requested=40000000000000000000\)$",
+    ):
+        provider.request_unbond(40 * TOKEN)
+
+
+def test_nonce_resync_after_another_sender_used_the_key(protocol, accounts):
+    provider = accounts[PROVIDER_A]
+    first = protocol.as_account(provider)
+    second = TxSender(protocol.w3, provider, protocol.decoder)
+    first.approve(protocol.pool.address, 1)  # caches first's nonce
+    second.transact(protocol.token.functions.approve(protocol.pool.address, 2), "StakeToken")
+    first.approve(protocol.pool.address, 3)  # stale nonce: the node says so, first resyncs
+    assert protocol.allowance(provider.address, protocol.pool.address) == 3
