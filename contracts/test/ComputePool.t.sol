@@ -1,0 +1,735 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.37;
+
+import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+
+import {ComputePool} from "../src/ComputePool.sol";
+import {IComputePool} from "../src/interfaces/IComputePool.sol";
+import {IStakeManager} from "../src/interfaces/IStakeManager.sol";
+import {MerkleBuilder, ProtocolFixture} from "./utils/Fixtures.sol";
+
+contract ComputePoolTest is ProtocolFixture {
+    uint64 constant EPOCH = 7;
+    uint256 constant FUNDING = 1000 ether;
+
+    function setUp() public {
+        deployProtocol();
+        fundPool(FUNDING);
+        onboard(alice, NODE_PK);
+    }
+
+    function _submit(uint64 epoch, address n, uint128 units, bytes32 commitment) internal {
+        vm.prank(recorder);
+        pool.submitWork(epoch, n, units, commitment);
+    }
+
+    function _accounting() internal view {
+        vm.assertEq(
+            pool.totalPaid() + pool.reservedRewards() + pool.availableRewards(), pool.totalFunded(), "paid+reserved+available"
+        );
+        vm.assertEq(token.balanceOf(address(pool)), pool.reservedRewards() + pool.availableRewards(), "pool balance");
+    }
+
+    /// @dev Records EPOCH for `node` with a 3-leaf commitment; returns the evidence for leaf `i`.
+    function _recordWithEvidence(uint256 i)
+        internal
+        returns (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof)
+    {
+        (IComputePool.Submission[] memory subs, bytes32[] memory leaves, bytes32 root) = commitThree(node);
+        _submit(EPOCH, node, 10, root);
+        sub = subs[i];
+        sig = signDigest(NODE_PK, pool.submissionDigest(sub));
+        proof = MerkleBuilder.proof(leaves, i);
+    }
+
+    // ---- constructor ----
+
+    function test_constructor() public view {
+        vm.assertEq(pool.runId(), RUN, "run");
+        vm.assertEq(address(pool.token()), address(token), "token");
+        vm.assertEq(address(pool.registry()), address(registry), "registry");
+        vm.assertEq(address(pool.stakeManager()), address(manager), "manager");
+        vm.assertEq(pool.invalidationWindow(), WINDOW, "window");
+        vm.assertEq(pool.rewardPerUnit(), REWARD_PER_UNIT, "reward");
+        vm.assertEq(pool.slashPenalty(), PENALTY, "penalty");
+        vm.assertEq(pool.quorum(), 1, "quorum");
+        vm.assertTrue(pool.hasRole(pool.DEFAULT_ADMIN_ROLE(), admin), "admin");
+        vm.assertEq(pool.RECORDER_ROLE(), keccak256("RECORDER_ROLE"), "recorder id");
+        vm.assertEq(pool.VALIDATOR_ROLE(), keccak256("VALIDATOR_ROLE"), "validator id");
+    }
+
+    function test_constructor_zeroQuorumReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.BadQuorum.selector, 0));
+        new ComputePool(RUN, token, registry, manager, admin, WINDOW, REWARD_PER_UNIT, PENALTY, 0);
+    }
+
+    function test_submissionDigest_matchesEip712() public view {
+        bytes32 typehash = keccak256("Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)");
+        vm.assertEq(pool.SUBMISSION_TYPEHASH(), typehash, "typehash");
+        bytes32 domain = keccak256(
+            abi.encode(
+                keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"),
+                keccak256("SwarmRL ComputePool"),
+                keccak256("1"),
+                block.chainid,
+                address(pool)
+            )
+        );
+        vm.assertEq(pool.domainSeparator(), domain, "domain");
+        IComputePool.Submission memory sub = submission(node, 42, bytes32(uint256(0xd1)));
+        bytes32 structHash = keccak256(abi.encode(typehash, RUN, node, uint64(42), bytes32(uint256(0xd1))));
+        vm.assertEq(pool.submissionDigest(sub), keccak256(abi.encodePacked("\x19\x01", domain, structHash)), "digest");
+    }
+
+    // ---- membership ----
+
+    function test_joinPool() public {
+        addNode(alice, NODE2_PK);
+        stakeAs(alice, MIN_STAKE);
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeJoined(node2, alice);
+        vm.prank(alice);
+        pool.joinPool(node2);
+        vm.assertTrue(pool.isJoined(node2), "joined");
+        vm.assertEq(pool.joinedProviderOf(node2), alice, "provider");
+    }
+
+    function test_joinPool_notRegisteredReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NodeNotRegistered.selector, node2));
+        vm.prank(alice);
+        pool.joinPool(node2);
+    }
+
+    function test_joinPool_notProviderReverts() public {
+        addNode(alice, NODE2_PK);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotNodeProvider.selector, node2, bob));
+        vm.prank(bob);
+        pool.joinPool(node2);
+    }
+
+    function test_joinPool_alreadyJoinedReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyJoined.selector, node));
+        vm.prank(alice);
+        pool.joinPool(node);
+    }
+
+    function test_joinPool_stakeTooLowReverts() public {
+        addNode(alice, NODE2_PK); // two nodes, stake for one
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.StakeTooLow.selector, alice));
+        vm.prank(alice);
+        pool.joinPool(node2);
+    }
+
+    function test_leavePool_byNode() public {
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeLeft(node);
+        vm.prank(node);
+        pool.leavePool(node);
+        vm.assertFalse(pool.isJoined(node), "left");
+    }
+
+    function test_leavePool_byProvider() public {
+        vm.prank(alice);
+        pool.leavePool(node);
+        vm.assertFalse(pool.isJoined(node), "left");
+    }
+
+    function test_leavePool_notJoinedReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotJoined.selector, node2));
+        vm.prank(node2);
+        pool.leavePool(node2);
+    }
+
+    function test_leavePool_strangerReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotNodeProvider.selector, node, bob));
+        vm.prank(bob);
+        pool.leavePool(node);
+    }
+
+    function test_eject() public {
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeEjected(node, admin);
+        vm.prank(admin);
+        pool.eject(node);
+        vm.assertFalse(pool.isJoined(node), "ejected");
+    }
+
+    function test_eject_notJoinedReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotJoined.selector, node2));
+        vm.prank(admin);
+        pool.eject(node2);
+    }
+
+    function test_eject_notAdminReverts() public {
+        bytes32 role = pool.DEFAULT_ADMIN_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, alice, role));
+        vm.prank(alice);
+        pool.eject(node);
+    }
+
+    // ---- fund ----
+
+    function test_fund() public {
+        mint(bob, 5 ether);
+        vm.startPrank(bob);
+        token.approve(address(pool), 5 ether);
+        vm.expectEmit(address(pool));
+        emit IComputePool.RewardsFunded(bob, 5 ether);
+        pool.fund(5 ether);
+        vm.stopPrank();
+        vm.assertEq(pool.availableRewards(), FUNDING + 5 ether, "available");
+        vm.assertEq(pool.totalFunded(), FUNDING + 5 ether, "funded");
+        _accounting();
+    }
+
+    function test_fund_zeroReverts() public {
+        vm.expectRevert(IComputePool.ZeroAmount.selector);
+        pool.fund(0);
+    }
+
+    function test_fund_withoutApprovalReverts() public {
+        mint(bob, 5 ether);
+        vm.expectRevert();
+        vm.prank(bob);
+        pool.fund(5 ether);
+    }
+
+    // ---- submitWork ----
+
+    function test_submitWork() public {
+        vm.expectEmit(address(pool));
+        emit IComputePool.WorkSubmitted(EPOCH, node, 10, bytes32(uint256(1)), 10 ether);
+        _submit(EPOCH, node, 10, bytes32(uint256(1)));
+        IComputePool.WorkRecord memory rec = pool.workOf(EPOCH, node);
+        vm.assertEq(rec.units, 10, "units");
+        vm.assertEq(rec.recordedAt, block.timestamp, "recordedAt");
+        vm.assertEq(rec.commitment, bytes32(uint256(1)), "commitment");
+        vm.assertEq(rec.reward, 10 ether, "reward");
+        vm.assertFalse(rec.invalidated, "valid");
+        vm.assertFalse(rec.claimed, "unclaimed");
+        vm.assertEq(pool.reservedRewards(), 10 ether, "reserved");
+        vm.assertEq(pool.availableRewards(), FUNDING - 10 ether, "available");
+        vm.assertEq(pool.workProviderOf(EPOCH, node), alice, "provider");
+        vm.assertEq(pool.unlocksAt(EPOCH, node), block.timestamp + WINDOW, "unlocks");
+        _accounting();
+    }
+
+    function test_submitWork_notRecorderReverts() public {
+        bytes32 role = pool.RECORDER_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, validator, role));
+        vm.prank(validator);
+        pool.submitWork(EPOCH, node, 1, 0);
+    }
+
+    function test_submitWork_zeroUnitsReverts() public {
+        vm.expectRevert(IComputePool.ZeroAmount.selector);
+        _submit(EPOCH, node, 0, 0);
+    }
+
+    function test_submitWork_notJoinedReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotJoined.selector, node2));
+        _submit(EPOCH, node2, 1, 0);
+    }
+
+    function test_submitWork_twiceReverts() public {
+        _submit(EPOCH, node, 1, 0);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WorkAlreadyRecorded.selector, EPOCH, node));
+        _submit(EPOCH, node, 2, 0);
+        _submit(EPOCH + 1, node, 2, 0); // another epoch is fine
+    }
+
+    function test_submitWork_insufficientRewardsReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.InsufficientRewards.selector, FUNDING, 1001 ether));
+        _submit(EPOCH, node, 1001, 0);
+        _submit(EPOCH, node, 1000, 0); // exactly the budget
+        vm.assertEq(pool.availableRewards(), 0, "all reserved");
+    }
+
+    // ---- invalidate ----
+
+    function test_invalidate() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.expectEmit(address(pool));
+        emit IComputePool.InvalidationVoted(EPOCH, node, validator, 1);
+        vm.expectEmit(address(pool));
+        emit IComputePool.WorkInvalidated(EPOCH, node);
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+        vm.assertTrue(pool.workOf(EPOCH, node).invalidated, "invalidated");
+        vm.assertEq(pool.availableRewards(), FUNDING, "released");
+        vm.assertEq(pool.reservedRewards(), 0, "nothing reserved");
+        _accounting();
+    }
+
+    function test_invalidate_notValidatorReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        bytes32 role = pool.VALIDATOR_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, recorder, role));
+        vm.prank(recorder);
+        pool.invalidate(EPOCH, node);
+    }
+
+    function test_invalidate_noWorkReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NoWork.selector, EPOCH, node));
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+    }
+
+    function test_invalidate_twiceReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyInvalidated.selector, EPOCH, node));
+        vm.prank(validator2);
+        pool.invalidate(EPOCH, node);
+    }
+
+    function test_invalidate_afterWindowReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, EPOCH, node));
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+    }
+
+    function test_invalidate_lastSecondOfWindow() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW - 1);
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+        vm.assertTrue(pool.workOf(EPOCH, node).invalidated, "invalidated");
+    }
+
+    function test_invalidate_quorumTwoNeedsTwoValidators() public {
+        vm.prank(admin);
+        pool.setQuorum(2);
+        _submit(EPOCH, node, 10, 0);
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+        vm.assertFalse(pool.workOf(EPOCH, node).invalidated, "one vote is not enough");
+        vm.assertEq(pool.invalidationVotes(EPOCH, node), 1, "one vote");
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyVoted.selector, validator));
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+        vm.prank(validator2);
+        pool.invalidate(EPOCH, node);
+        vm.assertTrue(pool.workOf(EPOCH, node).invalidated, "two distinct votes");
+        _accounting();
+    }
+
+    // ---- slash ----
+
+    function test_slash() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(1);
+        bytes32 digest = pool.submissionDigest(sub);
+        uint256 validatorBefore = token.balanceOf(validator);
+
+        vm.expectEmit(address(pool));
+        emit IComputePool.SlashVoted(EPOCH, node, digest, validator, 1);
+        vm.expectEmit(address(pool));
+        emit IComputePool.WorkInvalidated(EPOCH, node);
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeEjected(node, validator);
+        vm.expectEmit(address(manager));
+        emit IStakeManager.Slashed(alice, PENALTY, digest, treasury);
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeSlashed(EPOCH, node, alice, digest, PENALTY);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "treasury receives");
+        vm.assertEq(token.balanceOf(validator), validatorBefore, "validator does not profit");
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE - PENALTY, "stake cut");
+        vm.assertFalse(pool.isJoined(node), "ejected");
+        vm.assertTrue(pool.workOf(EPOCH, node).invalidated, "invalidated");
+        vm.assertEq(pool.availableRewards(), FUNDING, "reward released");
+        (uint256 votes, bool used) = pool.slashVotes(EPOCH, node, digest);
+        vm.assertEq(votes, 1, "votes");
+        vm.assertTrue(used, "used");
+        _accounting();
+    }
+
+    function test_slash_eachLeafOfTheCommitment() public {
+        (IComputePool.Submission[] memory subs, bytes32[] memory leaves, bytes32 root) = commitThree(node);
+        _submit(EPOCH, node, 10, root);
+        vm.prank(admin);
+        pool.setSlashPenalty(1 ether);
+        for (uint256 i; i < 3; ++i) {
+            bytes memory sig = signDigest(NODE_PK, pool.submissionDigest(subs[i]));
+            vm.prank(validator);
+            pool.slash(EPOCH, subs[i], sig, MerkleBuilder.proof(leaves, i));
+        }
+        vm.assertEq(token.balanceOf(treasury), 3 ether, "three pieces of evidence");
+    }
+
+    function test_slash_notValidatorReverts() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        bytes32 role = pool.VALIDATOR_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, bob, role));
+        vm.prank(bob);
+        pool.slash(EPOCH, sub, sig, proof);
+    }
+
+    function test_slash_noWorkReverts() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NoWork.selector, EPOCH + 1, node));
+        vm.prank(validator);
+        pool.slash(EPOCH + 1, sub, sig, proof);
+    }
+
+    function test_slash_wrongRunReverts() public {
+        (IComputePool.Submission memory sub,, bytes32[] memory proof) = _recordWithEvidence(0);
+        sub.runId = keccak256("other-run");
+        bytes memory sig = signDigest(NODE_PK, pool.submissionDigest(sub));
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WrongRun.selector, sub.runId));
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+    }
+
+    function test_slash_signatureBySomeoneElseReverts() public {
+        (IComputePool.Submission memory sub,, bytes32[] memory proof) = _recordWithEvidence(0);
+        bytes memory sig = signDigest(OTHER_PK, pool.submissionDigest(sub));
+        vm.expectRevert(IComputePool.BadSignature.selector);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+    }
+
+    function test_slash_signatureForOtherChainReverts() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.chainId(block.chainid + 1);
+        vm.expectRevert(IComputePool.BadSignature.selector);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+    }
+
+    function test_slash_malformedSignatureReverts() public {
+        (IComputePool.Submission memory sub,, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.expectRevert(IComputePool.BadSignature.selector);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, new bytes(64), proof);
+    }
+
+    function test_slash_validSignatureNotInCommitmentReverts() public {
+        (,, bytes32[] memory proof) = _recordWithEvidence(0);
+        // signed by the node, but never committed
+        IComputePool.Submission memory other = submission(node, 99, keccak256("not committed"));
+        bytes memory sig = signDigest(NODE_PK, pool.submissionDigest(other));
+        vm.expectRevert(IComputePool.NotInCommitment.selector);
+        vm.prank(validator);
+        pool.slash(EPOCH, other, sig, proof);
+    }
+
+    function test_slash_wrongProofReverts() public {
+        (IComputePool.Submission memory sub, bytes memory sig,) = _recordWithEvidence(0);
+        (,, bytes32[] memory proofOfOther) = _proofFor(2);
+        vm.expectRevert(IComputePool.NotInCommitment.selector);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proofOfOther);
+    }
+
+    function _proofFor(uint256 i) internal view returns (bytes32, bytes32, bytes32[] memory) {
+        (, bytes32[] memory leaves, bytes32 root) = commitThree(node);
+        return (root, leaves[i], MerkleBuilder.proof(leaves, i));
+    }
+
+    function test_slash_afterWindowReverts() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, EPOCH, node));
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+    }
+
+    function test_slash_evidenceUsedOnce() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.expectRevert(abi.encodeWithSelector(ComputePool.EvidenceUsed.selector, pool.submissionDigest(sub)));
+        vm.prank(validator2);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "slashed once");
+    }
+
+    function test_slash_quorumTwoNeedsTwoDistinctValidators() public {
+        vm.prank(admin);
+        pool.setQuorum(2);
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(token.balanceOf(treasury), 0, "one vote slashes nothing");
+        vm.assertTrue(pool.isJoined(node), "still joined");
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyVoted.selector, validator));
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.prank(validator2);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "two votes slash");
+        vm.assertEq(token.balanceOf(validator) + token.balanceOf(validator2), 0, "validators get nothing");
+    }
+
+    function test_slash_providerCannotDodgeByRemovingNode() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.startPrank(alice);
+        pool.leavePool(node);
+        registry.removeNode(node);
+        vm.stopPrank();
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE - PENALTY, "alice still slashed");
+    }
+
+    function test_slash_unbondingStakeStillSlashed() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.startPrank(alice);
+        pool.leavePool(node);
+        registry.removeNode(node);
+        manager.requestUnbond(MIN_STAKE);
+        vm.stopPrank();
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        (uint256 unbonding,) = manager.unbondingOf(alice);
+        vm.assertEq(unbonding, MIN_STAKE - PENALTY, "taken from unbonding");
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "treasury");
+    }
+
+    function test_slash_afterInvalidationDoesNotReleaseTwice() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.prank(validator2);
+        pool.invalidate(EPOCH, node);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(pool.availableRewards(), FUNDING, "released once");
+        _accounting();
+    }
+
+    function test_slash_providerWithoutStakeSlashesZero() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.prank(admin);
+        pool.setSlashPenalty(MIN_STAKE * 3);
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeSlashed(EPOCH, node, alice, pool.submissionDigest(sub), MIN_STAKE);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(manager.stakeOf(alice), 0, "all taken, no revert");
+    }
+
+    function test_slash_withoutSlasherRoleReverts() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        bytes32 role = manager.SLASHER_ROLE();
+        vm.prank(admin);
+        manager.revokeRole(role, address(pool));
+        vm.expectRevert(
+            abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, address(pool), role)
+        );
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+    }
+
+    // ---- claim ----
+
+    function _epochs(uint64 a) internal pure returns (uint64[] memory e) {
+        e = new uint64[](1);
+        e[0] = a;
+    }
+
+    function test_claim() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectEmit(address(pool));
+        emit IComputePool.RewardClaimed(EPOCH, node, alice, 10 ether);
+        vm.prank(alice);
+        uint256 paid = pool.claim(node, _epochs(EPOCH));
+        vm.assertEq(paid, 10 ether, "returned");
+        vm.assertEq(token.balanceOf(alice), 10 ether, "paid");
+        vm.assertTrue(pool.workOf(EPOCH, node).claimed, "claimed");
+        vm.assertEq(pool.totalPaid(), 10 ether, "total paid");
+        vm.assertEq(pool.reservedRewards(), 0, "reserved");
+        _accounting();
+    }
+
+    function test_claim_severalEpochs() public {
+        _submit(1, node, 1, 0);
+        _submit(2, node, 2, 0);
+        _submit(3, node, 3, 0);
+        vm.warp(block.timestamp + WINDOW);
+        uint64[] memory e = new uint64[](3);
+        (e[0], e[1], e[2]) = (1, 2, 3);
+        vm.prank(alice);
+        vm.assertEq(pool.claim(node, e), 6 ether, "sum");
+        _accounting();
+    }
+
+    function test_claim_emptyListPaysNothing() public {
+        vm.prank(alice);
+        vm.assertEq(pool.claim(node, new uint64[](0)), 0, "nothing");
+    }
+
+    function test_claim_windowOpenReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        uint256 unlocks = block.timestamp + WINDOW;
+        vm.warp(unlocks - 1);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowOpen.selector, EPOCH, node, unlocks));
+        vm.prank(alice);
+        pool.claim(node, _epochs(EPOCH));
+    }
+
+    function test_claim_twiceReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW);
+        vm.prank(alice);
+        pool.claim(node, _epochs(EPOCH));
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyClaimed.selector, EPOCH, node));
+        vm.prank(alice);
+        pool.claim(node, _epochs(EPOCH));
+    }
+
+    function test_claim_sameEpochTwiceInOneCallReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW);
+        uint64[] memory e = new uint64[](2);
+        (e[0], e[1]) = (EPOCH, EPOCH);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyClaimed.selector, EPOCH, node));
+        vm.prank(alice);
+        pool.claim(node, e);
+    }
+
+    function test_claim_invalidatedReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.prank(validator);
+        pool.invalidate(EPOCH, node);
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadyInvalidated.selector, EPOCH, node));
+        vm.prank(alice);
+        pool.claim(node, _epochs(EPOCH));
+    }
+
+    function test_claim_noWorkReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NoWork.selector, EPOCH, node));
+        vm.prank(alice);
+        pool.claim(node, _epochs(EPOCH));
+    }
+
+    function test_claim_notProviderReverts() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotNodeProvider.selector, node, bob));
+        vm.prank(bob);
+        pool.claim(node, _epochs(EPOCH));
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotNodeProvider.selector, node, node));
+        vm.prank(node);
+        pool.claim(node, _epochs(EPOCH));
+    }
+
+    function test_claim_afterLeavingStillPaysJoinTimeProvider() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.startPrank(alice);
+        pool.leavePool(node);
+        registry.removeNode(node);
+        vm.stopPrank();
+        register(bob);
+        onboard(bob, NODE_PK); // the node moves to bob
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotNodeProvider.selector, node, bob));
+        vm.prank(bob);
+        pool.claim(node, _epochs(EPOCH));
+        vm.prank(alice);
+        vm.assertEq(pool.claim(node, _epochs(EPOCH)), 10 ether, "alice earned it");
+    }
+
+    // ---- admin ----
+
+    function test_setters() public {
+        vm.startPrank(admin);
+        vm.expectEmit(address(pool));
+        emit IComputePool.QuorumChanged(3);
+        pool.setQuorum(3);
+        vm.expectEmit(address(pool));
+        emit IComputePool.RewardPerUnitChanged(4);
+        pool.setRewardPerUnit(4);
+        vm.expectEmit(address(pool));
+        emit IComputePool.SlashPenaltyChanged(5);
+        pool.setSlashPenalty(5);
+        vm.expectEmit(address(pool));
+        emit IComputePool.InvalidationWindowChanged(6);
+        pool.setInvalidationWindow(6);
+        vm.stopPrank();
+        vm.assertEq(pool.quorum(), 3, "quorum");
+        vm.assertEq(pool.rewardPerUnit(), 4, "reward");
+        vm.assertEq(pool.slashPenalty(), 5, "penalty");
+        vm.assertEq(pool.invalidationWindow(), 6, "window");
+    }
+
+    function test_setQuorum_zeroReverts() public {
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.BadQuorum.selector, 0));
+        vm.prank(admin);
+        pool.setQuorum(0);
+    }
+
+    function test_setters_notAdminReverts() public {
+        bytes memory err = abi.encodeWithSelector(
+            IAccessControl.AccessControlUnauthorizedAccount.selector, validator, pool.DEFAULT_ADMIN_ROLE()
+        );
+        vm.startPrank(validator);
+        vm.expectRevert(err);
+        pool.setQuorum(1);
+        vm.expectRevert(err);
+        pool.setRewardPerUnit(1);
+        vm.expectRevert(err);
+        pool.setSlashPenalty(1);
+        vm.expectRevert(err);
+        pool.setInvalidationWindow(1);
+        vm.stopPrank();
+    }
+
+    // ---- fuzz ----
+
+    function testFuzz_rewardAccounting(uint128 units, uint256 perUnit, uint256 funding, bool invalid, uint256 wait)
+        public
+    {
+        perUnit = bound(perUnit, 0, 1e24);
+        units = uint128(bound(units, 1, 1e12));
+        funding = bound(funding, 1, 1e36);
+        wait = bound(wait, 0, 2 * WINDOW);
+        vm.prank(admin);
+        pool.setRewardPerUnit(perUnit);
+        fundPool(funding);
+        uint256 reward = uint256(units) * perUnit;
+        uint256 available = pool.availableRewards();
+        if (reward > available) {
+            vm.expectRevert(abi.encodeWithSelector(IComputePool.InsufficientRewards.selector, available, reward));
+            _submit(EPOCH, node, units, 0);
+            _accounting();
+            return;
+        }
+        _submit(EPOCH, node, units, 0);
+        if (invalid) {
+            vm.prank(validator);
+            pool.invalidate(EPOCH, node);
+        }
+        vm.warp(block.timestamp + wait);
+        if (!invalid && wait >= WINDOW) {
+            vm.prank(alice);
+            vm.assertEq(pool.claim(node, _epochs(EPOCH)), reward, "claimed reward");
+            vm.assertEq(token.balanceOf(alice), reward, "paid");
+        }
+        vm.assertLe(pool.totalPaid(), pool.totalFunded(), "paid <= funded");
+        _accounting();
+    }
+
+    function testFuzz_slashPenalty(uint256 penalty, uint256 extraStake) public {
+        penalty = bound(penalty, 0, 1e30);
+        extraStake = bound(extraStake, 0, 1e30);
+        if (extraStake > 0) stakeAs(alice, extraStake);
+        uint256 staked = MIN_STAKE + extraStake;
+        vm.prank(admin);
+        pool.setSlashPenalty(penalty);
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(2);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        uint256 expected = penalty < staked ? penalty : staked;
+        vm.assertEq(token.balanceOf(treasury), expected, "treasury");
+        vm.assertEq(token.balanceOf(validator), 0, "validator");
+        vm.assertEq(manager.stakeOf(alice), staked - expected, "stake");
+        vm.assertEq(token.balanceOf(address(manager)), manager.totalStaked(), "conserved");
+    }
+}
