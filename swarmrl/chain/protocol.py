@@ -94,7 +94,10 @@ class Protocol:
     ) -> Protocol:
         """Connects to `rpc_url` (default: the deployment's) and checks the chain id."""
         w3 = connect(rpc_url or deployment.rpc_url)
-        chain_id = with_rpc_retries(lambda: w3.eth.chain_id, what="eth_chainId")
+        s = settings or TxSettings()
+        chain_id = with_rpc_retries(
+            lambda: w3.eth.chain_id, what="eth_chainId", retries=s.rpc_retries, backoff=s.backoff
+        )
         if chain_id != deployment.chain_id:
             raise ChainConfigError(
                 f"the RPC endpoint serves chain {chain_id}, "
@@ -140,6 +143,25 @@ class Protocol:
 
     def pool_domain(self) -> eip712.Domain:
         return eip712.pool_domain(self.deployment.chain_id, self.pool.address)
+
+    # Administration (DEFAULT_ADMIN_ROLE on the contract in question).
+
+    def grant_role(self, contract: str, role: str, account: str) -> TxReceipt:
+        """Grants `role` (its constant's name, e.g. "VALIDATOR_ROLE") on `contract`."""
+        c = self.contracts[contract]
+        role_id = self._call(contract, c.functions[role]())
+        return self._send(contract, c.functions.grantRole(role_id, _cs(account)))
+
+    def has_role(self, contract: str, role: str, account: str) -> bool:
+        c = self.contracts[contract]
+        role_id = self._call(contract, c.functions[role]())
+        return self._call(contract, c.functions.hasRole(role_id, _cs(account)))
+
+    def set_quorum(self, quorum: int) -> TxReceipt:
+        return self._send("ComputePool", self.pool.functions.setQuorum(quorum))
+
+    def eject(self, node: str) -> TxReceipt:
+        return self._send("ComputePool", self.pool.functions.eject(_cs(node)))
 
     # Tokens.
 
@@ -320,6 +342,10 @@ class Protocol:
         receipt = self._send("ComputePool", self.pool.functions.claim(_cs(node), list(epochs)))
         events = self.pool.events.RewardClaimed().process_receipt(receipt, errors=DISCARD)
         return sum(int(e["args"]["amount"]) for e in events)
+
+    def unlocks_at(self, epoch: int, node: str) -> int:
+        """When `node`'s work at `epoch` becomes claimable (0 if none recorded)."""
+        return self._call("ComputePool", self.pool.functions.unlocksAt(epoch, _cs(node)))
 
     def work_of(self, epoch: int, node: str) -> WorkRecord:
         record = self._call("ComputePool", self.pool.functions.workOf(epoch, _cs(node)))

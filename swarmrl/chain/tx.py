@@ -161,19 +161,24 @@ class TxSender:
             tip = 10**9
         return {"maxFeePerGas": 2 * int(base) + int(tip), "maxPriorityFeePerGas": int(tip)}
 
-    def transact(self, fn: ContractFunction, contract: str, *, value: int = 0) -> TxReceipt:
+    def transact(
+        self, fn: ContractFunction, contract: str, *, value: int = 0, gas: int | None = None
+    ) -> TxReceipt:
         """Estimates, signs, sends and waits for `fn`; returns the successful receipt.
 
         Raises RevertedError (decoded) if it would revert or did revert,
         TxTimeoutError if no receipt arrives in time, RpcUnavailableError if
-        the node stops answering.
+        the node stops answering. A given `gas` skips the estimate (and its
+        early revert check).
         """
         params: dict[str, Any] = {"from": self.address, "value": value}
-        try:
-            estimate = self._retry(lambda: fn.estimate_gas(params), "eth_estimateGas")
-        except (ContractLogicError, Web3RPCError) as e:
-            raise self._reverted(e, contract) from None
-        params["gas"] = int(estimate * self.settings.gas_margin)
+        if gas is None:
+            try:
+                estimate = self._retry(lambda: fn.estimate_gas(params), "eth_estimateGas")
+            except (ContractLogicError, Web3RPCError) as e:
+                raise self._reverted(e, contract) from None
+            gas = int(estimate * self.settings.gas_margin)
+        params["gas"] = gas
         params["chainId"] = self.chain_id()
         params.update(self.fees())
 

@@ -13,6 +13,7 @@ from swarmrl.chain.errors import RevertedError
 from swarmrl.chain.tx import TxSender
 
 from .conftest import (
+    ADMIN,
     NODE_A,
     NODE_B,
     OUTSIDER,
@@ -226,3 +227,25 @@ def test_nonce_resync_after_another_sender_used_the_key(protocol, accounts):
     second.transact(protocol.token.functions.approve(protocol.pool.address, 2), "StakeToken")
     first.approve(protocol.pool.address, 3)  # stale nonce: the node says so, first resyncs
     assert protocol.allowance(provider.address, protocol.pool.address) == 3
+
+
+def test_a_quorum_of_validators_invalidates(protocol, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(protocol, accounts[PROVIDER_A], node, 100 * TOKEN)
+    admin = protocol.as_account(accounts[ADMIN])
+    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    assert protocol.has_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    admin.set_quorum(2)
+    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 4, bytes(32))
+    reserved = protocol.reserved_rewards()
+
+    first = protocol.as_account(accounts[VALIDATOR])
+    first.invalidate(1, node.address)
+    assert not protocol.work_of(1, node.address).invalidated
+    with pytest.raises(
+        RevertedError, match=rf"AlreadyVoted\(validator={accounts[VALIDATOR].address}\)"
+    ):
+        first.invalidate(1, node.address)
+    protocol.as_account(accounts[OUTSIDER]).invalidate(1, node.address)
+    assert protocol.work_of(1, node.address).invalidated
+    assert protocol.reserved_rewards() == reserved - protocol.work_of(1, node.address).reward
