@@ -78,7 +78,7 @@ def up(
     """Start anvil in the background on 127.0.0.1 and deploy the protocol."""
     state_dir = state_dir or default_state_dir()
     with _one_sentence_errors():
-        from swarmrl.chain.anvil import Anvil, dev_accounts, stop_pid
+        from swarmrl.chain.anvil import Anvil, dev_accounts
         from swarmrl.chain.deploy import TOKEN, deploy, run_id_from_name, write_deployment
         from swarmrl.chain.errors import ChainError
 
@@ -106,11 +106,16 @@ def up(
             path = state_dir / DEPLOYMENT_FILE
             write_deployment(path, deployment)
         except BaseException:
-            stop_pid(anvil.pid)
+            anvil.stop()
             (state_dir / PID_FILE).unlink(missing_ok=True)
             raise
         typer.echo(f"chain up: {anvil.rpc_url} (chain id {deployment.chain_id}, pid {anvil.pid})")
         typer.echo(f"deployment: {path}")
+        typer.echo(
+            f"dev accounts: #{ADMIN} admin, #{RECORDER} recorder, #{VALIDATOR} validator, "
+            f"#{TREASURY} treasury, #{TREASURY + 1}-#{len(accounts) - 1} "
+            f"{DEV_TOKENS} SRL each (anvil's dev mnemonic)"
+        )
 
 
 @chain_app.command()

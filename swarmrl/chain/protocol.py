@@ -370,8 +370,14 @@ class Protocol:
         block = with_rpc_retries(lambda: self.w3.eth.get_block("latest"), what="latest block")
         return int(block["timestamp"])
 
-    def history(self, account: str, *, from_block: int | None = None) -> list[ChainEvent]:
-        """Every protocol event naming `account` in any address argument, oldest first."""
+    def history(
+        self, account: str, *, from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
+    ) -> list[ChainEvent]:
+        """Every protocol event naming `account` in any address argument, oldest first.
+
+        Logs are fetched `chunk` blocks at a time from the deploy block (or
+        `from_block`), since public RPCs limit eth_getLogs ranges.
+        """
         account = _cs(account)
         topics: dict[bytes, tuple[str, Any]] = {}
         for name, contract in self.contracts.items():
@@ -384,8 +390,8 @@ class Protocol:
         end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
         found: list[ChainEvent] = []
         addresses = [c.address for c in self.contracts.values()]
-        for lo in range(start, end + 1, LOG_CHUNK_BLOCKS):
-            hi = min(end, lo + LOG_CHUNK_BLOCKS - 1)
+        for lo in range(start, end + 1, chunk):
+            hi = min(end, lo + chunk - 1)
             logs = with_rpc_retries(
                 lambda lo=lo, hi=hi: self.w3.eth.get_logs(
                     {"fromBlock": lo, "toBlock": hi, "address": addresses}

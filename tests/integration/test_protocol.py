@@ -249,3 +249,19 @@ def test_a_quorum_of_validators_invalidates(protocol, accounts):
     protocol.as_account(accounts[OUTSIDER]).invalidate(1, node.address)
     assert protocol.work_of(1, node.address).invalidated
     assert protocol.reserved_rewards() == reserved - protocol.work_of(1, node.address).reward
+
+
+def test_the_pool_accepts_our_proof_for_every_leaf(protocol, accounts):
+    """On-chain MerkleProof agrees with our tree at every position, odd leaves included."""
+    node = accounts[NODE_A]
+    _provider_with_node(protocol, accounts[PROVIDER_A], node, 100 * TOKEN)
+    protocol.as_account(accounts[ADMIN]).set_quorum(2)  # one vote checks evidence, slashes nothing
+    subs, sigs, tree = _signed_epoch(protocol, node, range(5))
+    protocol.as_account(accounts[RECORDER]).submit_work(3, node.address, 5, tree.root)
+    validator = protocol.as_account(accounts[VALIDATOR])
+    for i in range(5):
+        receipt = validator.slash(3, subs[i], sigs[i], tree.proof(i))
+        (vote,) = protocol.pool.events.SlashVoted().process_receipt(receipt)
+        assert vote["args"]["digest"] == subs[i].digest(protocol.pool_domain())
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
+    assert [e.name for e in protocol.history(node.address, chunk=2)].count("SlashVoted") == 5
