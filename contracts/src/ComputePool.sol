@@ -156,8 +156,9 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
     /// @inheritdoc IComputePool
     /// @dev Only RECORDER_ROLE. Reserves `units * rewardPerUnit` from the
-    /// budget. Reverts ZeroAmount (no units), NotJoined, WorkAlreadyRecorded,
-    /// InsufficientRewards.
+    /// budget. Reverts ZeroAmount (no units), NotJoined, NodeNotRegistered
+    /// (the node is no longer its join-time provider's in the registry),
+    /// WorkAlreadyRecorded, InsufficientRewards.
     function submitWork(uint64 epoch, address node, uint128 units, bytes32 commitment)
         external
         onlyRole(RECORDER_ROLE)
@@ -165,6 +166,8 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         if (units == 0) revert ZeroAmount();
         address provider = _joined[node];
         if (provider == address(0)) revert NotJoined(node);
+        // A node its provider removed from the registry no longer has stake bound to it.
+        if (registry.providerOf(node) != provider) revert NodeNotRegistered(node);
         WorkRecord storage rec = _work[epoch][node];
         if (rec.units != 0) revert WorkAlreadyRecorded(epoch, node);
         uint256 reward = uint256(units) * rewardPerUnit;

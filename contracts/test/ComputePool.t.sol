@@ -231,6 +231,13 @@ contract ComputePoolTest is ProtocolFixture {
         _submit(EPOCH, node2, 1, 0);
     }
 
+    function test_submitWork_nodeRemovedFromRegistryReverts() public {
+        vm.prank(alice);
+        registry.removeNode(node); // still joined here, but no longer backed by alice's stake
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NodeNotRegistered.selector, node));
+        _submit(EPOCH, node, 1, 0);
+    }
+
     function test_submitWork_twiceReverts() public {
         _submit(EPOCH, node, 1, 0);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.WorkAlreadyRecorded.selector, EPOCH, node));
