@@ -373,6 +373,9 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     function _submissionDigest(Submission calldata sub) private view returns (bytes32) {
-        return _hashTypedDataV4(keccak256(abi.encode(SUBMISSION_TYPEHASH, sub.runId, sub.node, sub.step, sub.rolloutDigest)));
+        return
+            _hashTypedDataV4(
+                keccak256(abi.encode(SUBMISSION_TYPEHASH, sub.runId, sub.node, sub.step, sub.rolloutDigest))
+            );
     }
 }

@@ -92,10 +92,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @inheritdoc IStakeManager
     /// @dev A permit that fails (e.g. already used by a front-runner) is
     /// ignored; the transfer then needs the allowance to be there anyway.
-    function stakeWithPermit(uint256 amount, uint256 deadline, uint8 v, bytes32 r, bytes32 s)
-        external
-        nonReentrant
-    {
+    function stakeWithPermit(uint256 amount, uint256 deadline, uint8 v, bytes32 r, bytes32 s) external nonReentrant {
         try IERC20Permit(address(token)).permit(msg.sender, address(this), amount, deadline, v, r, s) {} catch {}
         _stake(amount);
     }
@@ -144,7 +141,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
             }
         }
         if (amount == 0) revert NothingToWithdraw();
-        for (uint256 i = n; i > kept; --i) entries.pop();
+        for (uint256 i = n; i > kept; --i) {
+            entries.pop();
+        }
         _unbondingTotal[msg.sender] -= amount;
         totalStaked -= amount;
         emit Withdrawn(msg.sender, amount);

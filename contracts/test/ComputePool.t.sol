@@ -25,7 +25,9 @@ contract ComputePoolTest is ProtocolFixture {
 
     function _accounting() internal view {
         vm.assertEq(
-            pool.totalPaid() + pool.reservedRewards() + pool.availableRewards(), pool.totalFunded(), "paid+reserved+available"
+            pool.totalPaid() + pool.reservedRewards() + pool.availableRewards(),
+            pool.totalFunded(),
+            "paid+reserved+available"
         );
         vm.assertEq(token.balanceOf(address(pool)), pool.reservedRewards() + pool.availableRewards(), "pool balance");
     }
@@ -216,7 +218,9 @@ contract ComputePoolTest is ProtocolFixture {
 
     function test_submitWork_notRecorderReverts() public {
         bytes32 role = pool.RECORDER_ROLE();
-        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, validator, role));
+        vm.expectRevert(
+            abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, validator, role)
+        );
         vm.prank(validator);
         pool.submitWork(EPOCH, node, 1, 0);
     }
@@ -271,7 +275,9 @@ contract ComputePoolTest is ProtocolFixture {
     function test_invalidate_notValidatorReverts() public {
         _submit(EPOCH, node, 10, 0);
         bytes32 role = pool.VALIDATOR_ROLE();
-        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, recorder, role));
+        vm.expectRevert(
+            abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, recorder, role)
+        );
         vm.prank(recorder);
         pool.invalidate(EPOCH, node);
     }
@@ -641,6 +647,39 @@ contract ComputePoolTest is ProtocolFixture {
         pool.claim(node, _epochs(EPOCH));
         vm.prank(alice);
         vm.assertEq(pool.claim(node, _epochs(EPOCH)), 10 ether, "alice earned it");
+    }
+
+    function test_claim_afterEjectStillPays() public {
+        _submit(EPOCH, node, 10, 0);
+        vm.prank(admin);
+        pool.eject(node);
+        vm.warp(block.timestamp + WINDOW);
+        vm.prank(alice);
+        vm.assertEq(pool.claim(node, _epochs(EPOCH)), 10 ether, "earned before the ejection");
+    }
+
+    function test_rejoinAfterSlashNeedsTopUp() public {
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.StakeTooLow.selector, alice));
+        vm.prank(alice);
+        pool.joinPool(node);
+        stakeAs(alice, PENALTY);
+        vm.prank(alice);
+        pool.joinPool(node);
+        vm.assertTrue(pool.isJoined(node), "back in");
+    }
+
+    function test_slash_burnsWhenTreasuryIsZero() public {
+        vm.prank(admin);
+        manager.setTreasury(address(0));
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
+        uint256 supply = token.totalSupply();
+        vm.prank(validator);
+        pool.slash(EPOCH, sub, sig, proof);
+        vm.assertEq(token.totalSupply(), supply - PENALTY, "burnt");
+        vm.assertEq(token.balanceOf(validator), 0, "validator gets nothing");
     }
 
     // ---- admin ----

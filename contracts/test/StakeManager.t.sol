@@ -356,6 +356,17 @@ contract StakeManagerTest is ProtocolFixture {
         vm.assertEq(plain.balanceOf(address(m)), m.totalStaked(), "conserved");
     }
 
+    function test_slash_reachesMaturedButUnwithdrawnEntries() public {
+        stakeAs(alice, 100 ether);
+        _unbond(alice, 100 ether);
+        vm.warp(block.timestamp + UNBONDING + 1);
+        vm.prank(slasher);
+        vm.assertEq(manager.slash(alice, 30 ether, REASON), 30 ether, "held stake is slashable");
+        vm.prank(alice);
+        vm.assertEq(manager.withdraw(), 70 ether, "the rest");
+        _checkConservation();
+    }
+
     // ---- coversNodes ----
 
     function test_coversNodes() public {

@@ -176,7 +176,9 @@ contract PoolInvariantTest is ProtocolFixture {
         uint256 funded = pool.totalFunded();
         vm.assertEq(funded, handler.ghostFunded(), "funded");
         vm.assertEq(pool.totalPaid(), handler.ghostPaid(), "paid");
-        vm.assertEq(pool.totalPaid() + pool.reservedRewards() + pool.availableRewards(), funded, "paid+reserved+available");
+        vm.assertEq(
+            pool.totalPaid() + pool.reservedRewards() + pool.availableRewards(), funded, "paid+reserved+available"
+        );
         vm.assertLe(pool.totalPaid(), funded, "paid <= funded");
         vm.assertEq(token.balanceOf(address(pool)), pool.reservedRewards() + pool.availableRewards(), "pool balance");
         vm.assertEq(handler.badClaims(), 0, "a claim paid the wrong amount or too early");

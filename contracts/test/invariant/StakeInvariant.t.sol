@@ -32,7 +32,13 @@ contract StakeHandler is TestBase {
     uint256 public okWithdrawals;
     uint256 public calls;
 
-    constructor(StakeToken token_, StakeManager manager_, ProviderRegistry registry_, address minter_, address[] memory ps) {
+    constructor(
+        StakeToken token_,
+        StakeManager manager_,
+        ProviderRegistry registry_,
+        address minter_,
+        address[] memory ps
+    ) {
         token = token_;
         manager = manager_;
         registry = registry_;
@@ -129,7 +135,9 @@ contract StakeInvariantTest is ProtocolFixture {
         deployProtocol();
         address[] memory ps = new address[](3);
         (ps[0], ps[1], ps[2]) = (alice, bob, address(0xCA401));
-        for (uint256 i; i < 3; ++i) register(ps[i]);
+        for (uint256 i; i < 3; ++i) {
+            register(ps[i]);
+        }
         addNode(alice, NODE_PK); // alice's stake must keep backing one node
         handler = new StakeHandler(token, manager, registry, admin, ps);
         bytes32 role = manager.SLASHER_ROLE();
@@ -146,7 +154,9 @@ contract StakeInvariantTest is ProtocolFixture {
             (uint256 unbonding,) = manager.unbondingOf(p);
             StakeManager.Unbonding[] memory entries = manager.unbondingEntries(p);
             uint256 entrySum;
-            for (uint256 j; j < entries.length; ++j) entrySum += entries[j].amount;
+            for (uint256 j; j < entries.length; ++j) {
+                entrySum += entries[j].amount;
+            }
             vm.assertEq(entrySum, unbonding, "entries add up to the unbonding total");
             sum += manager.stakeOf(p) + unbonding;
         }

@@ -55,7 +55,9 @@ library MerkleBuilder {
             level = _up(level);
         }
         out = new bytes32[](len);
-        for (uint256 i; i < len; ++i) out[i] = buf[i];
+        for (uint256 i; i < len; ++i) {
+            out[i] = buf[i];
+        }
     }
 }
 
@@ -152,7 +154,11 @@ abstract contract ProtocolFixture is TestBase {
         vm.stopPrank();
     }
 
-    function submission(address n, uint64 step, bytes32 rollout) internal pure returns (IComputePool.Submission memory) {
+    function submission(address n, uint64 step, bytes32 rollout)
+        internal
+        pure
+        returns (IComputePool.Submission memory)
+    {
         return IComputePool.Submission({runId: RUN, node: n, step: step, rolloutDigest: rollout});
     }
 
