@@ -17,7 +17,6 @@ import typer
 from swarmrl import shards, toploc
 
 NOT_YET = (
-    "local chain with staking and slashing (anvil)",
     "libp2p swarm and peer-to-peer weight broadcast",
     "rollout generation with proofs, tasks and verifiers",
     "orchestrator: scheduler, validator, GRPO trainer",
@@ -92,12 +91,91 @@ def _shards_stage(workdir: Path) -> None:
     _say(f"  node reassembles from verified shards: whole-file check passed, identical={same}")
 
 
+def _chain_stage() -> None:
+    from eth_utils import keccak
+
+    from swarmrl.chain import anvil as anvil_mod
+    from swarmrl.chain import eip712
+    from swarmrl.chain.anvil import Anvil, dev_accounts
+    from swarmrl.chain.deploy import TOKEN, ProtocolParams, deploy, run_id_from_name
+    from swarmrl.chain.protocol import Protocol
+
+    _say("[chain] a local anvil with the protocol deployed")
+    chain = Anvil.start()
+    try:
+        w3 = chain.web3()
+        admin, recorder, validator, treasury, *people = dev_accounts()
+        honest, honest_node, cheater, cheater_node = people[:4]
+        params = ProtocolParams(invalidation_window=24 * 3600, unbonding_period=7 * 24 * 3600)
+        deployment = deploy(
+            w3,
+            admin,
+            rpc_url=chain.rpc_url,
+            run_id=run_id_from_name("demo"),
+            recorders=[recorder.address],
+            validators=[validator.address],
+            treasury=treasury.address,
+            params=params,
+            mint_to={p.address: 1_000 * TOKEN for p in (honest, cheater)},
+            pool_funding=10_000 * TOKEN,
+        )
+        protocol = Protocol(w3, deployment)
+        _say(f"  contracts at {deployment.contracts.compute_pool} (run 'demo'), {chain.rpc_url}")
+
+        for provider, node in ((honest, honest_node), (cheater, cheater_node)):
+            p = protocol.as_account(provider)
+            p.register_provider()
+            consent, signature = p.node_consent(node, provider.address)
+            p.add_node(node.address, consent.deadline, signature)
+            p.stake(150 * TOKEN, permit=True)
+            p.join_pool(node.address)
+        _say("  two providers staked 150 SRL each; their nodes consented and joined the pool")
+
+        epochs = {}
+        for node in (honest_node, cheater_node):
+            subs = [
+                protocol.submission(node.address, s, keccak(text=f"{node.address}{s}"))
+                for s in (1, 2, 3)
+            ]
+            sigs = [protocol.sign_submission(node, sub) for sub in subs]
+            tree = eip712.MerkleTree.from_digests(
+                [sub.digest(protocol.pool_domain()) for sub in subs]
+            )
+            protocol.as_account(recorder).submit_work(1, node.address, len(subs), tree.root)
+            epochs[node.address] = (subs, sigs, tree)
+        _say("  the orchestrator recorded epoch 1 (3 signed rollouts per node), paying the gas")
+
+        subs, sigs, tree = epochs[cheater_node.address]
+        before = protocol.token_balance(treasury.address), protocol.token_balance(validator.address)
+        protocol.as_account(validator).slash(1, subs[1], sigs[1], tree.proof(1))
+        gained = protocol.token_balance(treasury.address) - before[0]
+        validator_gain = protocol.token_balance(validator.address) - before[1]
+        _say(
+            f"  a validator found a bad rollout and slashed with the cheater's own signature as "
+            f"evidence: {gained // TOKEN} SRL to the treasury, {validator_gain} to the validator"
+        )
+
+        anvil_mod.increase_time(w3, params.invalidation_window + 1)
+        reward = protocol.as_account(honest).claim(honest_node.address, [1])
+        _say(
+            f"  after the 24 h invalidation window the honest provider claimed {reward / TOKEN} SRL"
+        )
+
+        h = protocol.as_account(honest)
+        h.request_unbond(50 * TOKEN)
+        anvil_mod.increase_time(w3, params.unbonding_period + 1)
+        _say(f"  it unbonded 50 SRL and withdrew {h.withdraw() // TOKEN} after the 7-day period")
+    finally:
+        chain.stop()
+
+
 def run() -> None:
     """Runs every stage that exists and names the ones that do not yet."""
     _say("swarmrl demo: a local swarm on the embedded defaults\n")
     _toploc_stage()
     with tempfile.TemporaryDirectory(prefix="swarmrl-demo-") as tmp:
         _shards_stage(Path(tmp))
+    _chain_stage()
     _say("\nnot yet available:")
     for stage in NOT_YET:
         _say(f"  - {stage}")

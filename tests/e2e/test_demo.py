@@ -16,4 +16,7 @@ def test_demo_runs_every_available_stage():
     assert "16/16 chunks before accepted, 16/16 after rejected" in out.stdout
     assert "refused (shard 2 does not match its expected hash)" in out.stdout
     assert "whole-file check passed, identical=True" in out.stdout
+    assert "50 SRL to the treasury, 0 to the validator" in out.stdout
+    assert "honest provider claimed 0.3 SRL" in out.stdout
+    assert "withdrew 50 after the 7-day period" in out.stdout
     assert "not yet available" in out.stdout
