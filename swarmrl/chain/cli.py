@@ -3,6 +3,8 @@
 `up` starts anvil detached from this process (its pid file and log live in the
 state directory), deploys every contract with the dev accounts in their roles,
 and writes deployment.json; `down` stops it; `status` says whether it runs.
+`deploy` puts the protocol on any other chain (Base Sepolia) from a keystore
+and writes the deployment file that every other command reads.
 Heavy imports (web3) happen inside the commands so `swarmrl --help` stays fast.
 """
 
@@ -170,3 +172,88 @@ def status(
         typer.echo(f"deployment: {state_dir / DEPLOYMENT_FILE}")
         for name, address in deployment.contracts.model_dump().items():
             typer.echo(f"  {name:18} {address}")
+
+
+def _read_secret_line(path: Path) -> str:
+    lines = path.read_text().splitlines()
+    return lines[0] if lines else ""
+
+
+@chain_app.command("deploy")
+def deploy_cmd(
+    rpc_url: str = typer.Option(..., "--rpc-url", help="Any chain, e.g. Base Sepolia's RPC URL."),
+    keystore_file: Path = typer.Option(
+        ..., "--keystore", help="The deployer's JSON V3 keystore; it pays gas and is admin."
+    ),
+    out: Path = typer.Option(..., "--out", help="Where to write the deployment file."),
+    password_file: Path | None = typer.Option(
+        None, "--password-file", help="Keystore password file [default: $SWARMRL_PASSWORD]."
+    ),
+    run: str = typer.Option("dev", "--run", help="Run name or 0x-prefixed bytes32 run id."),
+    recorder: list[str] = typer.Option(
+        [], "--recorder", help="Orchestrator address allowed to record work (repeatable)."
+    ),
+    validator: list[str] = typer.Option([], "--validator", help="Validator address (repeatable)."),
+    treasury: str | None = typer.Option(
+        None, "--treasury", help="Receiver of slashed stake [default: the deployer]."
+    ),
+    quorum: int = typer.Option(1, min=1, help="Validator votes to invalidate or slash."),
+    min_stake: int = typer.Option(100, min=0, help="Stake per node, in whole tokens."),
+    unbonding_period: int = typer.Option(7 * 24 * 3600, min=0, help="Seconds."),
+    invalidation_window: int = typer.Option(24 * 3600, min=0, help="Seconds."),
+    reward_per_unit_wei: int = typer.Option(10**17, min=0, help="Token wei per work unit."),
+    slash_penalty: int = typer.Option(50, min=0, help="Tokens slashed per slash."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
+) -> None:
+    """Deploy the protocol to any chain (e.g. Base Sepolia) and write its deployment file."""
+    with _one_sentence_errors():
+        from eth_account import Account
+
+        from swarmrl.chain.anvil import connect
+        from swarmrl.chain.deploy import (
+            TOKEN,
+            ProtocolParams,
+            deploy,
+            run_id_from_name,
+            write_deployment,
+        )
+        from swarmrl.chain.errors import ChainConfigError
+        from swarmrl.chain.tx import with_rpc_retries
+
+        if out.exists() and not force:
+            raise ChainConfigError(f"{out} exists; pass --force to overwrite it")
+        if password_file is not None:
+            password = _read_secret_line(password_file)
+        elif (env := os.environ.get("SWARMRL_PASSWORD")) is not None:
+            password = env
+        else:
+            password = typer.prompt("Keystore password", hide_input=True)
+        try:
+            key = Account.decrypt(json.loads(keystore_file.read_text()), password)
+        except (ValueError, KeyError, json.JSONDecodeError):
+            raise ChainConfigError(
+                f"cannot decrypt {keystore_file}: wrong password or not a keystore"
+            ) from None
+        admin = Account.from_key(key)
+        w3 = connect(rpc_url)
+        chain_id = with_rpc_retries(lambda: w3.eth.chain_id, what="eth_chainId")
+        deployment = deploy(
+            w3,
+            admin,
+            rpc_url=rpc_url,
+            run_id=run_id_from_name(run),
+            recorders=recorder,
+            validators=validator,
+            treasury=treasury or admin.address,
+            params=ProtocolParams(
+                min_stake_per_node=min_stake * TOKEN,
+                unbonding_period=unbonding_period,
+                invalidation_window=invalidation_window,
+                reward_per_unit=reward_per_unit_wei,
+                slash_penalty=slash_penalty * TOKEN,
+                quorum=quorum,
+            ),
+        )
+        write_deployment(out, deployment)
+        typer.echo(f"deployed on chain {chain_id}: pool {deployment.contracts.compute_pool}")
+        typer.echo(f"deployment: {out}")

@@ -174,7 +174,13 @@ def deploy(
     `pool_funding` is minted to the admin and added to the pool's reward budget.
     """
     params = params or ProtocolParams()
-    run_id = _bytes32_hex(run_id)
+    try:  # before any transaction: a typo must not leave a half-wired deployment
+        run_id = _bytes32_hex(run_id)
+        recorders = [_address(a) for a in recorders]
+        validators = [_address(a) for a in validators]
+        treasury = _address(treasury)
+    except ValueError as e:
+        raise ChainConfigError(str(e)) from None
     sender = TxSender(w3, admin, decoder(), settings)
     chain_id = sender.chain_id()
     deploy_block = w3.eth.block_number

@@ -67,3 +67,38 @@ def test_down_ignores_a_stale_pid_file(tmp_path):
     assert down.returncode == 0
     assert "no chain running" in down.stdout
     assert not (tmp_path / "anvil.pid").exists()
+
+
+@pytest.mark.slow
+def test_deploy_to_another_chain_from_a_keystore(tmp_path, accounts):
+    from eth_account import Account
+
+    from swarmrl.chain.anvil import Anvil
+
+    keystore = tmp_path / "deployer.json"
+    keystore.write_text(json.dumps(Account.encrypt(accounts[0].key, "pw", iterations=2)))
+    (tmp_path / "pw").write_text("pw\n")
+    out = tmp_path / "sepolia.json"
+    with Anvil.start(chain_id=84532) as chain:
+        args = ["deploy", "--rpc-url", chain.rpc_url, "--keystore", str(keystore)]
+        args += ["--password-file", str(tmp_path / "pw"), "--out", str(out), "--run", "r1"]
+        args += ["--validator", accounts[2].address, "--quorum", "1"]
+        done = run(*args)
+        assert done.returncode == 0, done.stderr
+        assert "deployed on chain 84532" in done.stdout
+        deployment = load_deployment(out)
+        assert deployment.chain_id == 84532
+        assert deployment.treasury == accounts[0].address
+        assert deployment.validators == [accounts[2].address]
+
+        again = run(*args)
+        assert again.returncode == 1
+        assert again.stderr.strip() == f"error: {out} exists; pass --force to overwrite it"
+        (tmp_path / "pw").write_text("wrong\n")
+        wrong = run(*args, "--force")
+        assert wrong.returncode == 1
+        assert "wrong password" in wrong.stderr
+        (tmp_path / "pw").write_text("pw\n")
+        typo = run(*args, "--force", "--recorder", "0x1234")
+        assert typo.returncode == 1
+        assert typo.stderr.strip() == "error: '0x1234' is not an Ethereum address"
