@@ -265,3 +265,20 @@ def test_the_pool_accepts_our_proof_for_every_leaf(protocol, accounts):
         assert vote["args"]["digest"] == subs[i].digest(protocol.pool_domain())
     assert protocol.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
     assert [e.name for e in protocol.history(node.address, chunk=2)].count("SlashVoted") == 5
+
+
+def test_funding_leaving_and_work_for_a_node_not_in_the_pool(protocol, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(protocol, accounts[PROVIDER_A], node, 100 * TOKEN)
+    available = protocol.available_rewards()
+    protocol.as_account(accounts[OUTSIDER]).fund(25 * TOKEN)  # anyone may fund
+    assert protocol.available_rewards() == available + 25 * TOKEN
+
+    protocol.as_account(node).leave_pool(node.address)  # a node may leave on its own
+    assert not protocol.is_joined(node.address)
+    with pytest.raises(
+        RevertedError, match=rf"^ComputePool reverted: NotJoined\(node={node.address}\)$"
+    ):
+        protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: ZeroAmount\(\)$"):
+        protocol.as_account(accounts[OUTSIDER]).fund(0)
