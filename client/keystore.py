@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pydantic_core
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
@@ -96,7 +97,8 @@ def _read(path: Path) -> dict:
     try:
         if path.stat().st_size > MAX_KEYSTORE_BYTES:
             raise KeystoreError(f"{path} is too large to be a keystore")
-        document = json.loads(path.read_bytes())
+        # Not json.loads: see swarmrl.shards.Manifest.from_json on nesting depth.
+        document = pydantic_core.from_json(path.read_bytes())
     except FileNotFoundError:
         raise KeystoreError(f"no key named {path.stem!r} in {path.parent}") from None
     except (OSError, ValueError) as e:

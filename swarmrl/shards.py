@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+import pydantic_core
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -161,8 +162,11 @@ class Manifest(BaseModel):
         except UnicodeDecodeError:
             raise ValueError("manifest is not valid UTF-8") from None
         try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError):
+            # pydantic-core's parser caps nesting itself; json.loads relies on the
+            # interpreter's recursion limit, which web3 raises to 100000, far past
+            # what the C stack survives.
+            obj = pydantic_core.from_json(text)
+        except ValueError:
             raise ValueError("manifest is not valid JSON") from None
         if not isinstance(obj, dict):
             raise ValueError("manifest must be a JSON object")

@@ -133,3 +133,14 @@ def test_wallet_rejects_a_non_hex_private_key_file(tmp_path):
     out = wallet(tmp_path, "import", "x", "--private-key-file", str(key_file))
     assert out.returncode == 1
     assert out.stderr.strip() == "error: the private key file does not hold hex digits"
+
+
+def test_a_deeply_nested_keystore_file_is_refused_not_a_crash(tmp_path):
+    (tmp_path / "deep.json").write_text("[" * 60_000)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)  # what importing web3 does
+    try:
+        with pytest.raises(KeystoreError, match="not a readable keystore"):
+            keystore.info(tmp_path, "deep")
+    finally:
+        sys.setrecursionlimit(old)

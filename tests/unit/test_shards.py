@@ -493,3 +493,15 @@ def test_memory_stays_bounded_by_a_few_shards(tmp_path):
     # Reading one shard into memory to store it accounts for one more.
     assert end - base < 3 * shard_size
     assert (tmp_path / "out.bin").stat().st_size == size
+
+
+def test_deep_nesting_is_refused_even_under_web3s_recursion_limit():
+    # web3 raises the limit to 100000 on import; json.loads would then overflow
+    # the C stack on this input and kill the process instead of raising.
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        with pytest.raises(ValueError, match="not valid JSON"):
+            shards.Manifest.from_json(b"[" * 300_000)
+    finally:
+        sys.setrecursionlimit(old)
