@@ -210,14 +210,19 @@ def stop_pid(pid: int, timeout: float = 5.0) -> bool:
     """
     if not is_anvil_pid(pid):
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-        time.sleep(0.05)
-    return True
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return True
+    raise ChainError(f"anvil (pid {pid}) did not stop, even after SIGKILL")
 
 
 def _alive(pid: int) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -142,6 +143,7 @@ def load_deployment(path: Path) -> Deployment:
         ) from None
 
 
+@cache
 def decoder() -> RevertDecoder:
     """A revert decoder knowing every protocol contract's errors."""
     return RevertDecoder({name: load_artifact(name).abi for name in CONTRACTS})
