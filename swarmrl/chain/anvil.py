@@ -216,7 +216,7 @@ def stop_pid(pid: int, timeout: float = 5.0) -> bool:
         except ProcessLookupError:
             return True
         deadline = time.monotonic() + timeout
-        while _alive(pid):
+        while pid_running(pid):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -225,7 +225,8 @@ def stop_pid(pid: int, timeout: float = 5.0) -> bool:
     raise ChainError(f"anvil (pid {pid}) did not stop, even after SIGKILL")
 
 
-def _alive(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether `pid` runs; a zombie (dead, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -242,7 +243,7 @@ def _alive(pid: int) -> bool:
 
 def is_anvil_pid(pid: int) -> bool:
     """Whether `pid` is a live process whose executable is named anvil."""
-    if pid <= 0 or not _alive(pid):
+    if pid <= 0 or not pid_running(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
     if not cmdline.exists():  # no /proc (macOS): trust the pid file
