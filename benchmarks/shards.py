@@ -17,40 +17,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import blake3
 import numpy as np
 
+from benchmarks.timing import median_seconds, one_core
 from swarmrl import shards
 
 MIB = 1024 * 1024
 
 
 def median_gbps(fn: Callable[[], object], size: int, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return size / statistics.median(times) / 1e9
-
-
-@contextmanager
-def one_core() -> Iterator[None]:
-    """Pins this process to one core, then restores its affinity."""
-    cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cpus)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, cpus)
+    return size / median_seconds(fn, runs) / 1e9
 
 
 def write_random_file(path: Path, size: int) -> None:

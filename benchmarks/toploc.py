@@ -16,41 +16,32 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
+from benchmarks.timing import median_seconds, one_core
 from swarmrl import toploc
 
 TOKENS, HIDDEN, CHUNK, TOPK = 1024, 4096, 32, 128
 
 
-def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+def median_ms(fn: Callable[[], Any], runs: int) -> float:
+    return median_seconds(fn, runs, warmup=3) * 1e3
 
 
 @contextmanager
-def one_core():
-    """Pins this process to one core and torch to one thread, then restores both."""
-    cpus, torch_threads = os.sched_getaffinity(0), torch.get_num_threads()
-    os.sched_setaffinity(0, {min(cpus)})
+def one_core_one_torch_thread() -> Iterator[None]:
+    """One core, and torch told so too (its pools are sized separately)."""
+    torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with one_core():
+            yield
     finally:
-        os.sched_setaffinity(0, cpus)
         torch.set_num_threads(torch_threads)
 
 
@@ -86,7 +77,7 @@ def main(runs: int = 21) -> dict[str, float]:
     if reference is not None:
         figures["ref_build_all"] = median_ms(ref_build, runs)
         figures["ref_verify_all"] = median_ms(ref_verify, runs)
-    with one_core():
+    with one_core_one_torch_thread():
         figures["read_once"] = median_ms(lambda: bits.max(), runs)
         figures["build_1t"] = median_ms(lambda: toploc.build_proofs(bits, threads=1), runs)
         figures["verify_1t"] = median_ms(

@@ -166,8 +166,18 @@ def _protocol(
     return Protocol.connect(load_deployment(path), account, rpc_url=rpc_url)
 
 
-def _signer(name: str, keystore_dir: Path | None, password_file: Path | None) -> LocalAccount:
-    return keystore.unlock(_dir(keystore_dir), name, _password(password_file, confirm=False))
+@contextmanager
+def _acting_as(
+    name: str,
+    keystore_dir: Path | None,
+    password_file: Path | None,
+    deployment: Path | None,
+    rpc_url: str | None,
+) -> Iterator[Protocol]:
+    """The protocol with the unlocked key `name` signing; chain errors end the command."""
+    signer = keystore.unlock(_dir(keystore_dir), name, _password(password_file, confirm=False))
+    with _chain_errors():
+        yield _protocol(deployment, rpc_url, signer)
 
 
 @app.command()
@@ -203,9 +213,7 @@ def stake(
 ) -> None:
     """Stake tokens as a provider (registering as one first if needed)."""
     units = parse_amount(amount)
-    signer = _signer(name, keystore_dir, password_file)
-    with _chain_errors():
-        chain = _protocol(deployment, rpc_url, signer)
+    with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         have = chain.token_balance(chain.address)
         if have < units:
             raise ValueError(f"insufficient balance: {format_amount(have)} tokens, {amount} needed")
@@ -226,9 +234,7 @@ def unstake(
 ) -> None:
     """Start unbonding stake; it stays slashable until the unbonding period ends."""
     units = parse_amount(amount)
-    signer = _signer(name, keystore_dir, password_file)
-    with _chain_errors():
-        chain = _protocol(deployment, rpc_url, signer)
+    with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         chain.request_unbond(units)
         typer.echo(f"unbonding {amount}; withdraw it after the unbonding period")
 
@@ -242,9 +248,7 @@ def withdraw(
     rpc_url: str | None = RpcUrl,
 ) -> None:
     """Withdraw every unbonded amount whose unbonding period has passed."""
-    signer = _signer(name, keystore_dir, password_file)
-    with _chain_errors():
-        chain = _protocol(deployment, rpc_url, signer)
+    with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         typer.echo(f"withdrew {format_amount(chain.withdraw())}")
 
 
@@ -259,9 +263,7 @@ def claim(
     rpc_url: str | None = RpcUrl,
 ) -> None:
     """Claim a node's rewards for epochs whose invalidation window has passed."""
-    signer = _signer(name, keystore_dir, password_file)
-    with _chain_errors():
-        chain = _protocol(deployment, rpc_url, signer)
+    with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         typer.echo(f"claimed {format_amount(chain.claim(node, epochs))}")
 
 
