@@ -33,8 +33,11 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     bytes32 public constant SUBMISSION_TYPEHASH =
         keccak256("Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)");
 
-    /// @notice A piece of slashing evidence (epoch, node, digest) already slashed once.
-    error EvidenceUsed(bytes32 digest);
+    /// @notice `node`'s work at `epoch` was already slashed. Evidence proves only
+    /// that the node signed a submission, not which submission was bad, so one
+    /// penalty per epoch is the most a quorum can impose: otherwise every other
+    /// submission in the same commitment could be used to slash again.
+    error AlreadySlashed(uint64 epoch, address node);
 
     /// @inheritdoc IComputePool
     bytes32 public immutable runId;
@@ -70,7 +73,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     mapping(uint64 epoch => mapping(address node => mapping(address validator => bool))) private _invalidationVoted;
     mapping(bytes32 evidence => uint256) private _slashVotes;
     mapping(bytes32 evidence => mapping(address validator => bool)) private _slashVoted;
-    mapping(bytes32 evidence => bool) private _evidenceUsed;
+    mapping(uint64 epoch => mapping(address node => bool)) private _slashed;
 
     /// @param runId_ The run this pool pays for; bound into every Submission.
     /// @param token_ The reward token.
@@ -203,8 +206,9 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// @inheritdoc IComputePool
     /// @dev Only VALIDATOR_ROLE, within the window. Reverts NoWork (no record
     /// for `sub.node` at `epoch`), WindowClosed, WrongRun, BadSignature (not
-    /// signed by `sub.node`), NotInCommitment, EvidenceUsed (this evidence
-    /// already slashed), AlreadyVoted. Votes count per (epoch, node, digest).
+    /// signed by `sub.node`), NotInCommitment, AlreadySlashed (this epoch of
+    /// the node was slashed already), AlreadyVoted. Votes count per (epoch,
+    /// node, digest).
     /// Slashed stake goes to the stake manager's treasury; the caller gets nothing.
     function slash(uint64 epoch, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof)
         external
@@ -215,7 +219,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         WorkRecord storage rec = _work[epoch][node];
         bytes32 digest = _checkEvidence(epoch, rec, sub, signature, proof);
         bytes32 evidence = keccak256(abi.encode(epoch, node, digest));
-        if (_evidenceUsed[evidence]) revert EvidenceUsed(digest);
+        if (_slashed[epoch][node]) revert AlreadySlashed(epoch, node);
         if (_slashVoted[evidence][msg.sender]) revert AlreadyVoted(msg.sender);
 
         _slashVoted[evidence][msg.sender] = true;
@@ -223,7 +227,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         emit SlashVoted(epoch, node, digest, msg.sender, votes);
         if (votes < quorum) return;
 
-        _evidenceUsed[evidence] = true;
+        _slashed[epoch][node] = true;
         if (!rec.invalidated) _invalidate(rec, epoch, node);
         if (_joined[node] != address(0)) {
             delete _joined[node];
@@ -286,10 +290,11 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         return _invalidationVotes[epoch][node];
     }
 
-    /// @notice Slash votes cast with the evidence (epoch, node, digest), and whether it already slashed.
-    function slashVotes(uint64 epoch, address node, bytes32 digest) external view returns (uint256 votes, bool used) {
+    /// @notice Slash votes cast with the evidence (epoch, node, digest), and
+    /// whether `node`'s work at `epoch` has been slashed (by any evidence).
+    function slashVotes(uint64 epoch, address node, bytes32 digest) external view returns (uint256 votes, bool slashed) {
         bytes32 evidence = keccak256(abi.encode(epoch, node, digest));
-        return (_slashVotes[evidence], _evidenceUsed[evidence]);
+        return (_slashVotes[evidence], _slashed[epoch][node]);
     }
 
     /// @notice When `node`'s work at `epoch` can be claimed (0 if none recorded).

@@ -192,6 +192,23 @@ def test_slashing_with_bad_evidence_is_rejected(protocol, accounts):
     assert protocol.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
 
 
+def test_an_epoch_is_slashed_once_whatever_the_evidence(protocol, accounts, deployment):
+    node = accounts[NODE_A]
+    _provider_with_node(protocol, accounts[PROVIDER_A], node, 300 * TOKEN)
+    subs, sigs, tree = _signed_epoch(protocol, node, [1, 2, 3])
+    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, tree.root)
+    validator = protocol.as_account(accounts[VALIDATOR])
+    validator.slash(1, subs[0], sigs[0], tree.proof(0))
+    # The other submissions are as valid evidence, but the epoch had its penalty.
+    for i in (1, 2):
+        with pytest.raises(
+            RevertedError, match=r"^ComputePool reverted: AlreadySlashed\(epoch=1, node=0x"
+        ):
+            validator.slash(1, subs[i], sigs[i], tree.proof(i))
+    penalty = deployment.params.slash_penalty
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == 300 * TOKEN - penalty
+
+
 def test_roles_are_enforced(protocol, accounts):
     node = accounts[NODE_A]
     _provider_with_node(protocol, accounts[PROVIDER_A], node, 100 * TOKEN)
