@@ -67,6 +67,7 @@ contracts: $(NODE_STAMP)
 	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs
 
 contracts-test: $(NODE_STAMP)
+	cd contracts && node_modules/.bin/forge fmt --check src test
 	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs --check
 	cd contracts && node_modules/.bin/forge test
 
@@ -95,10 +96,11 @@ bench-deps: $(BENCH_STAMP)
 bench: setup $(BENCH_STAMP)
 	$(BIN)/swarmrl bench all
 
-fmt: $(DEPS_STAMP)
+fmt: $(DEPS_STAMP) $(NODE_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 	cargo fmt --all
+	cd contracts && node_modules/.bin/forge fmt src test
 
 lock: | $(BIN)/python
 	$(BIN)/python -m pip install -q uv==0.13.8

@@ -292,7 +292,11 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
     /// @notice Slash votes cast with the evidence (epoch, node, digest), and
     /// whether `node`'s work at `epoch` has been slashed (by any evidence).
-    function slashVotes(uint64 epoch, address node, bytes32 digest) external view returns (uint256 votes, bool slashed) {
+    function slashVotes(uint64 epoch, address node, bytes32 digest)
+        external
+        view
+        returns (uint256 votes, bool slashed)
+    {
         bytes32 evidence = keccak256(abi.encode(epoch, node, digest));
         return (_slashVotes[evidence], _slashed[epoch][node]);
     }

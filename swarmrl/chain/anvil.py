@@ -9,6 +9,7 @@ undrained pipe would eventually block it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_CHAIN_ID = 31337
 DEV_ACCOUNTS = 10
 HOST = "127.0.0.1"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_ANVIL = REPO_ROOT / "contracts" / "node_modules" / ".bin" / "anvil"
 _LISTENING = re.compile(rb"Listening on 127\.0\.0\.1:(\d+)")
@@ -160,6 +162,9 @@ class Anvil:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=detached,
+                # An attached anvil must not outlive us, even if we are killed
+                # before stop() runs (a test run cut short, say).
+                preexec_fn=None if detached else _die_with_parent,
             )
         try:
             port = _wait_for_port(log_path, process, timeout)
@@ -189,6 +194,16 @@ class Anvil:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux for SIGTERM when the parent dies.
+
+    Linux ties this to the thread that started the child, so an attached anvil
+    is started from a thread that lives as long as it should (the main one).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _terminate(process: subprocess.Popen, timeout: float = 5.0) -> None:

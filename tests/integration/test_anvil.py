@@ -1,6 +1,9 @@
 """The local anvil: start, stop, dev accounts, time travel, snapshots."""
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -74,3 +77,21 @@ def test_a_failing_anvil_is_reported(monkeypatch, tmp_path):
 
 def test_dev_accounts_are_deterministic():
     assert [a.address for a in dev_accounts(3)] == [a.address for a in dev_accounts(3)]
+
+
+def test_an_attached_anvil_dies_with_a_killed_parent(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from swarmrl.chain.anvil import Anvil\n"
+        "node = Anvil.start()\n"
+        "print(node.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    anvil_pid = int(parent.stdout.readline())
+    parent.kill()  # no chance to run stop()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while anvil_mod.pid_running(anvil_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not anvil_mod.pid_running(anvil_pid)

@@ -41,8 +41,12 @@ interface IComputePool {
     event WorkSubmitted(uint64 indexed epoch, address indexed node, uint128 units, bytes32 commitment, uint256 reward);
     event InvalidationVoted(uint64 indexed epoch, address indexed node, address indexed validator, uint256 votes);
     event WorkInvalidated(uint64 indexed epoch, address indexed node);
-    event SlashVoted(uint64 indexed epoch, address indexed node, bytes32 indexed digest, address validator, uint256 votes);
-    event NodeSlashed(uint64 indexed epoch, address indexed node, address indexed provider, bytes32 digest, uint256 amount);
+    event SlashVoted(
+        uint64 indexed epoch, address indexed node, bytes32 indexed digest, address validator, uint256 votes
+    );
+    event NodeSlashed(
+        uint64 indexed epoch, address indexed node, address indexed provider, bytes32 digest, uint256 amount
+    );
     event RewardClaimed(uint64 indexed epoch, address indexed node, address indexed provider, uint256 amount);
     event QuorumChanged(uint256 quorum);
     event RewardPerUnitChanged(uint256 amount);
@@ -97,8 +101,7 @@ interface IComputePool {
     /// `slashPenalty`, with the node's signed submission and its Merkle proof
     /// against the epoch's commitment as evidence. At `quorum` votes the epoch
     /// is invalidated, the provider slashed and the node ejected.
-    function slash(uint64 epoch, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof)
-        external;
+    function slash(uint64 epoch, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof) external;
 
     /// @notice Pays the caller, provider of `node`, the rewards of `epochs`
     /// whose window has passed without invalidation.
