@@ -115,12 +115,17 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
     /// @inheritdoc IComputePool
     /// @dev Reverts NodeNotRegistered, NotNodeProvider (caller is not the
-    /// node's provider), AlreadyJoined, StakeTooLow.
+    /// node's provider), AlreadyJoined, StakeTooLow. A membership left by a
+    /// provider who has since removed the node from the registry is stale: the
+    /// node's new provider replaces it (NodeLeft, then NodeJoined), so a former
+    /// provider cannot keep a node out of the run.
     function joinPool(address node) external {
         address provider = registry.providerOf(node);
         if (provider == address(0)) revert NodeNotRegistered(node);
         if (provider != msg.sender) revert NotNodeProvider(node, msg.sender);
-        if (_joined[node] != address(0)) revert AlreadyJoined(node);
+        address current = _joined[node];
+        if (current == provider) revert AlreadyJoined(node);
+        if (current != address(0)) emit NodeLeft(node);
         if (!stakeManager.coversNodes(provider, registry.nodesOf(provider).length)) revert StakeTooLow(provider);
         _joined[node] = provider;
         emit NodeJoined(node, provider);

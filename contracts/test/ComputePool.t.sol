@@ -115,6 +115,22 @@ contract ComputePoolTest is ProtocolFixture {
         pool.joinPool(node);
     }
 
+    function test_joinPool_replacesAMembershipItsFormerProviderGaveUp() public {
+        vm.prank(alice);
+        registry.removeNode(node);
+        vm.assertTrue(pool.isJoined(node), "stale membership");
+        register(bob);
+        addNode(bob, NODE_PK);
+        stakeAs(bob, MIN_STAKE);
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeLeft(node);
+        vm.expectEmit(address(pool));
+        emit IComputePool.NodeJoined(node, bob);
+        vm.prank(bob);
+        pool.joinPool(node);
+        vm.assertEq(pool.joinedProviderOf(node), bob, "new provider");
+    }
+
     function test_joinPool_stakeTooLowReverts() public {
         addNode(alice, NODE2_PK); // two nodes, stake for one
         vm.expectRevert(abi.encodeWithSelector(IComputePool.StakeTooLow.selector, alice));
