@@ -30,6 +30,7 @@ import os
 import re
 import reprlib
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -141,6 +142,13 @@ class Manifest(BaseModel):
     def shard_count(self) -> int:
         return len(self.shard_hashes)
 
+    @cached_property
+    def plan(self) -> _native.ShardPlan:
+        """This manifest as the native core checks shards against it, built once."""
+        return _native.ShardPlan(
+            self.file_size, self.shard_size, _pack(self.shard_hashes), bytes.fromhex(self.root)
+        )
+
     def to_json(self) -> bytes:
         """The canonical bytes: sorted keys, no whitespace, UTF-8. Equal manifests give
         equal bytes, so these are what gets signed. (For this schema, all integers and
@@ -214,16 +222,6 @@ def _hash_bytes(value: str, what: str) -> bytes:
     return bytes.fromhex(value)
 
 
-def _expected(manifest: Manifest) -> tuple[int, int, bytes, bytes]:
-    """The manifest as the native core takes it."""
-    return (
-        manifest.file_size,
-        manifest.shard_size,
-        _pack(manifest.shard_hashes),
-        bytes.fromhex(manifest.root),
-    )
-
-
 def _as_bytes(data: BytesLike) -> bytes | bytearray:
     return bytes(data) if isinstance(data, memoryview) else data
 
@@ -283,14 +281,7 @@ def verify_shard(
 ) -> None:
     """Raises ValueError unless ``data`` is exactly shard ``index`` of the manifest."""
     shard_range(manifest, index)
-    _native.shards_verify(
-        _as_bytes(data),
-        manifest.file_size,
-        manifest.shard_size,
-        index,
-        bytes.fromhex(manifest.shard_hashes[index]),
-        threads,
-    )
+    _native.shards_verify(_as_bytes(data), manifest.plan, index, threads)
 
 
 def read_shard(
@@ -316,7 +307,7 @@ def split(
     per shard, each checked against the manifest. Shard files left by an error are
     complete and verified."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    _native.shards_split(Path(path), Path(out_dir), *_expected(manifest), threads)
+    _native.shards_split(Path(path), Path(out_dir), manifest.plan, threads)
 
 
 def store_shard(
@@ -331,15 +322,7 @@ def store_shard(
     (created if needed), atomically, replacing any file there. Returns its path."""
     shard_range(manifest, index)
     Path(shard_dir).mkdir(parents=True, exist_ok=True)
-    return _native.shards_store(
-        Path(shard_dir),
-        _as_bytes(data),
-        manifest.file_size,
-        manifest.shard_size,
-        index,
-        bytes.fromhex(manifest.shard_hashes[index]),
-        threads,
-    )
+    return _native.shards_store(Path(shard_dir), _as_bytes(data), manifest.plan, index, threads)
 
 
 def missing_shards(
@@ -347,7 +330,7 @@ def missing_shards(
 ) -> list[int]:
     """The shard indices ``shard_dir`` does not hold intact (absent, wrong size, or
     wrong hash), in order: what a node resuming a download still has to fetch."""
-    return _native.shards_missing(Path(shard_dir), *_expected(manifest), threads)
+    return _native.shards_missing(Path(shard_dir), manifest.plan, threads)
 
 
 def reassemble(
@@ -359,7 +342,7 @@ def reassemble(
     and the error names the bad shard."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _native.shards_reassemble(Path(shard_dir), out, *_expected(manifest), threads)
+    _native.shards_reassemble(Path(shard_dir), out, manifest.plan, threads)
     return out
 
 

@@ -49,10 +49,6 @@ fn concat<'py>(py: Python<'py>, hashes: &[Hash]) -> Bound<'py, PyBytes> {
     PyBytes::new(py, hashes.as_flattened())
 }
 
-fn expected(file_size: u64, shard_size: u64, blob: &[u8], root: &[u8]) -> PyResult<Expected> {
-    let layout = Layout::new(file_size, shard_size).map_err(to_py)?;
-    Expected::new(layout, hashes(blob)?, hash(root)?).map_err(to_py)
-}
 
 #[pyfunction]
 fn shards_file_name(index: u64) -> String {
@@ -113,90 +109,90 @@ fn shards_verify_inclusion(
         .map_err(to_py)
 }
 
-#[pyfunction]
-#[pyo3(signature = (data, file_size, shard_size, index, expected_hash, threads=None))]
-fn shards_verify(
-    py: Python<'_>,
-    data: PyBackedBytes,
-    file_size: u64,
-    shard_size: u64,
-    index: u64,
-    expected_hash: &[u8],
-    threads: Option<usize>,
-) -> PyResult<()> {
-    let layout = Layout::new(file_size, shard_size).map_err(to_py)?;
-    let h = hash(expected_hash)?;
-    py.detach(|| shards::verify_shard(layout, index, &data, &h, threads)).map_err(to_py)
+/// A manifest as the core checks shards against it: layout, every shard hash
+/// and the root, checked against each other once when the manifest is read,
+/// then lent to every call on that manifest.
+#[pyclass(frozen, module = "swarmrl.shards")]
+pub struct ShardPlan(Expected);
+
+#[pymethods]
+impl ShardPlan {
+    #[new]
+    fn new(file_size: u64, shard_size: u64, hashes_blob: &[u8], root: &[u8]) -> PyResult<Self> {
+        let layout = Layout::new(file_size, shard_size).map_err(to_py)?;
+        Ok(ShardPlan(Expected::new(layout, hashes(hashes_blob)?, hash(root)?).map_err(to_py)?))
+    }
 }
 
 #[pyfunction]
-#[pyo3(signature = (dir, data, file_size, shard_size, index, expected_hash, threads=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (data, plan, index, threads=None))]
+fn shards_verify(
+    py: Python<'_>,
+    data: PyBackedBytes,
+    plan: &Bound<'_, ShardPlan>,
+    index: u64,
+    threads: Option<usize>,
+) -> PyResult<()> {
+    let exp = &plan.get().0;
+    let h = exp.hash(index).map_err(to_py)?;
+    py.detach(|| shards::verify_shard(exp.layout(), index, &data, h, threads)).map_err(to_py)
+}
+
+#[pyfunction]
+#[pyo3(signature = (dir, data, plan, index, threads=None))]
 fn shards_store(
     py: Python<'_>,
     dir: PathBuf,
     data: PyBackedBytes,
-    file_size: u64,
-    shard_size: u64,
+    plan: &Bound<'_, ShardPlan>,
     index: u64,
-    expected_hash: &[u8],
     threads: Option<usize>,
 ) -> PyResult<PathBuf> {
-    let layout = Layout::new(file_size, shard_size).map_err(to_py)?;
-    let h = hash(expected_hash)?;
-    py.detach(|| shards::store_shard(&dir, layout, index, &data, &h, threads)).map_err(to_py)
+    let exp = &plan.get().0;
+    let h = exp.hash(index).map_err(to_py)?;
+    py.detach(|| shards::store_shard(&dir, exp.layout(), index, &data, h, threads)).map_err(to_py)
 }
 
 #[pyfunction]
-#[pyo3(signature = (path, out_dir, file_size, shard_size, hashes_blob, root, threads=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (path, out_dir, plan, threads=None))]
 fn shards_split(
     py: Python<'_>,
     path: PathBuf,
     out_dir: PathBuf,
-    file_size: u64,
-    shard_size: u64,
-    hashes_blob: &[u8],
-    root: &[u8],
+    plan: &Bound<'_, ShardPlan>,
     threads: Option<usize>,
 ) -> PyResult<()> {
-    let exp = expected(file_size, shard_size, hashes_blob, root)?;
-    py.detach(|| shards::split(&path, &out_dir, &exp, threads)).map_err(to_py)
+    let exp = &plan.get().0;
+    py.detach(|| shards::split(&path, &out_dir, exp, threads)).map_err(to_py)
 }
 
 #[pyfunction]
-#[pyo3(signature = (dir, file_size, shard_size, hashes_blob, root, threads=None))]
+#[pyo3(signature = (dir, plan, threads=None))]
 fn shards_missing(
     py: Python<'_>,
     dir: PathBuf,
-    file_size: u64,
-    shard_size: u64,
-    hashes_blob: &[u8],
-    root: &[u8],
+    plan: &Bound<'_, ShardPlan>,
     threads: Option<usize>,
 ) -> PyResult<Vec<u64>> {
-    let exp = expected(file_size, shard_size, hashes_blob, root)?;
-    py.detach(|| shards::missing_shards(&dir, &exp, threads)).map_err(to_py)
+    let exp = &plan.get().0;
+    py.detach(|| shards::missing_shards(&dir, exp, threads)).map_err(to_py)
 }
 
 #[pyfunction]
-#[pyo3(signature = (dir, out, file_size, shard_size, hashes_blob, root, threads=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (dir, out, plan, threads=None))]
 fn shards_reassemble(
     py: Python<'_>,
     dir: PathBuf,
     out: PathBuf,
-    file_size: u64,
-    shard_size: u64,
-    hashes_blob: &[u8],
-    root: &[u8],
+    plan: &Bound<'_, ShardPlan>,
     threads: Option<usize>,
 ) -> PyResult<()> {
-    let exp = expected(file_size, shard_size, hashes_blob, root)?;
-    py.detach(|| shards::reassemble(&dir, &exp, &out, threads)).map_err(to_py)
+    let exp = &plan.get().0;
+    py.detach(|| shards::reassemble(&dir, exp, &out, threads)).map_err(to_py)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ShardPlan>()?;
     m.add_function(wrap_pyfunction!(shards_file_name, m)?)?;
     m.add_function(wrap_pyfunction!(shards_hash, m)?)?;
     m.add_function(wrap_pyfunction!(shards_hash_file, m)?)?;
