@@ -207,6 +207,7 @@ def deploy_cmd(
 ) -> None:
     """Deploy the protocol to any chain (e.g. Base Sepolia) and write its deployment file."""
     with _one_sentence_errors():
+        import pydantic_core
         from eth_account import Account
 
         from swarmrl.chain.anvil import connect
@@ -229,8 +230,8 @@ def deploy_cmd(
         else:
             password = typer.prompt("Keystore password", hide_input=True)
         try:
-            key = Account.decrypt(json.loads(keystore_file.read_text()), password)
-        except (ValueError, KeyError, json.JSONDecodeError):
+            key = Account.decrypt(pydantic_core.from_json(keystore_file.read_bytes()), password)
+        except (ValueError, KeyError, TypeError):
             raise ChainConfigError(
                 f"cannot decrypt {keystore_file}: wrong password or not a keystore"
             ) from None

@@ -10,13 +10,13 @@ file, fsync, rename) so a reader never sees half of it.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
+import pydantic_core
 from eth_account.signers.local import LocalAccount
 from eth_utils import is_address, keccak, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -128,10 +128,12 @@ def write_deployment(path: Path, deployment: Deployment) -> None:
 def load_deployment(path: Path) -> Deployment:
     """Reads and validates a deployment file; errors are one sentence."""
     try:
-        raw = json.loads(path.read_text())
+        # Not json.loads: web3 raises the recursion limit past what the C stack
+        # survives, and pydantic-core caps nesting itself.
+        raw = pydantic_core.from_json(path.read_bytes())
     except FileNotFoundError:
         raise ChainConfigError(f"no deployment file at {path}: run `swarmrl chain up`") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise ChainConfigError(f"cannot read deployment file {path}: {e}") from None
     try:
         return Deployment.model_validate(raw)

@@ -71,6 +71,12 @@ def test_invalid_deployment_files_are_one_sentence(tmp_path, deployment):
     zero_chain.write_text(json.dumps(raw))
     with pytest.raises(ChainConfigError, match="invalid at chain_id"):
         load_deployment(zero_chain)
+    # web3 is imported here, so the recursion limit is 100000: deep nesting must
+    # still be one sentence, not a crash of the C stack.
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 300_000)
+    with pytest.raises(ChainConfigError, match="cannot read deployment file"):
+        load_deployment(deep)
 
 
 def test_run_ids():
