@@ -49,7 +49,6 @@ fn concat<'py>(py: Python<'py>, hashes: &[Hash]) -> Bound<'py, PyBytes> {
     PyBytes::new(py, hashes.as_flattened())
 }
 
-
 #[pyfunction]
 fn shards_file_name(index: u64) -> String {
     shards::shard_file_name(index)
