@@ -97,26 +97,32 @@ def _chain_stage() -> None:
     from swarmrl.chain import anvil as anvil_mod
     from swarmrl.chain import eip712
     from swarmrl.chain.anvil import Anvil, dev_accounts
-    from swarmrl.chain.deploy import TOKEN, ProtocolParams, deploy, run_id_from_name
+    from swarmrl.chain.deploy import (
+        DEV_RECORDER,
+        DEV_TREASURY,
+        DEV_VALIDATOR,
+        TOKEN,
+        ProtocolParams,
+        deploy_dev,
+        run_id_from_name,
+    )
     from swarmrl.chain.protocol import Protocol
 
     _say("[chain] a local anvil with the protocol deployed")
     chain = Anvil.start()
     try:
         w3 = chain.web3()
-        admin, recorder, validator, treasury, *people = dev_accounts()
-        honest, honest_node, cheater, cheater_node = people[:4]
+        accounts = dev_accounts()
+        recorder, validator, treasury = (
+            accounts[i] for i in (DEV_RECORDER, DEV_VALIDATOR, DEV_TREASURY)
+        )
+        honest, honest_node, cheater, cheater_node = accounts[DEV_TREASURY + 1 :][:4]
         params = ProtocolParams(invalidation_window=24 * 3600, unbonding_period=7 * 24 * 3600)
-        deployment = deploy(
-            w3,
-            admin,
-            rpc_url=chain.rpc_url,
+        deployment = deploy_dev(
+            chain,
             run_id=run_id_from_name("demo"),
-            recorders=[recorder.address],
-            validators=[validator.address],
-            treasury=treasury.address,
             params=params,
-            mint_to={p.address: 1_000 * TOKEN for p in (honest, cheater)},
+            tokens_each=1_000 * TOKEN,
             pool_funding=10_000 * TOKEN,
         )
         protocol = Protocol(w3, deployment)

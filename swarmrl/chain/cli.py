@@ -26,8 +26,6 @@ chain_app = typer.Typer(
 PID_FILE = "anvil.pid"
 LOG_FILE = "anvil.log"
 DEPLOYMENT_FILE = "deployment.json"
-# Dev roles by anvil account index; the rest are providers and nodes with tokens.
-ADMIN, RECORDER, VALIDATOR, TREASURY = 0, 1, 2, 3
 DEV_TOKENS = 10_000
 DEV_POOL_FUNDING = 100_000
 
@@ -80,8 +78,17 @@ def up(
     """Start anvil in the background on 127.0.0.1 and deploy the protocol."""
     state_dir = state_dir or default_state_dir()
     with _one_sentence_errors():
-        from swarmrl.chain.anvil import Anvil, dev_accounts
-        from swarmrl.chain.deploy import TOKEN, deploy, run_id_from_name, write_deployment
+        from swarmrl.chain.anvil import DEV_ACCOUNTS, Anvil
+        from swarmrl.chain.deploy import (
+            DEV_ADMIN,
+            DEV_RECORDER,
+            DEV_TREASURY,
+            DEV_VALIDATOR,
+            TOKEN,
+            deploy_dev,
+            run_id_from_name,
+            write_deployment,
+        )
         from swarmrl.chain.errors import ChainError
 
         if (pid := _running_pid(state_dir)) is not None:
@@ -93,16 +100,10 @@ def up(
         anvil = Anvil.start(log_path=state_dir / LOG_FILE, detached=True)
         try:
             (state_dir / PID_FILE).write_text(f"{anvil.pid}\n")
-            accounts = dev_accounts()
-            deployment = deploy(
-                anvil.web3(),
-                accounts[ADMIN],
-                rpc_url=anvil.rpc_url,
+            deployment = deploy_dev(
+                anvil,
                 run_id=run_id_from_name(run),
-                recorders=[accounts[RECORDER].address],
-                validators=[accounts[VALIDATOR].address],
-                treasury=accounts[TREASURY].address,
-                mint_to={a.address: DEV_TOKENS * TOKEN for a in accounts[TREASURY + 1 :]},
+                tokens_each=DEV_TOKENS * TOKEN,
                 pool_funding=DEV_POOL_FUNDING * TOKEN,
             )
             path = state_dir / DEPLOYMENT_FILE
@@ -114,8 +115,9 @@ def up(
         typer.echo(f"chain up: {anvil.rpc_url} (chain id {deployment.chain_id}, pid {anvil.pid})")
         typer.echo(f"deployment: {path}")
         typer.echo(
-            f"dev accounts: #{ADMIN} admin, #{RECORDER} recorder, #{VALIDATOR} validator, "
-            f"#{TREASURY} treasury, #{TREASURY + 1}-#{len(accounts) - 1} "
+            f"dev accounts: #{DEV_ADMIN} admin, #{DEV_RECORDER} recorder, "
+            f"#{DEV_VALIDATOR} validator, #{DEV_TREASURY} treasury, "
+            f"#{DEV_TREASURY + 1}-#{DEV_ACCOUNTS - 1} "
             f"{DEV_TOKENS} SRL each (anvil's dev mnemonic)"
         )
 

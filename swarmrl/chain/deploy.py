@@ -22,6 +22,7 @@ from eth_utils import is_address, keccak, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from web3 import Web3
 
+from swarmrl.chain.anvil import Anvil, dev_accounts
 from swarmrl.chain.artifacts import CONTRACTS, load_artifact
 from swarmrl.chain.errors import ChainConfigError
 from swarmrl.chain.revert import RevertDecoder
@@ -29,6 +30,9 @@ from swarmrl.chain.tx import TxSender, TxSettings
 
 DEPLOYMENT_VERSION = 1
 TOKEN = 10**18  # StakeToken has 18 decimals
+# Who is who on a dev chain, by anvil account index; the accounts after the
+# treasury are providers and nodes, funded with tokens.
+DEV_ADMIN, DEV_RECORDER, DEV_VALIDATOR, DEV_TREASURY = 0, 1, 2, 3
 
 
 def _address(value: str) -> str:
@@ -262,4 +266,29 @@ def deploy(
         validators=validators,
         contracts=addresses,
         params=params,
+    )
+
+
+def deploy_dev(
+    anvil: Anvil,
+    *,
+    run_id: str,
+    tokens_each: int,
+    pool_funding: int,
+    params: ProtocolParams | None = None,
+) -> Deployment:
+    """The protocol on a dev anvil with the dev accounts in their roles: every
+    account after the treasury gets `tokens_each`, the pool `pool_funding`."""
+    accounts = dev_accounts()
+    return deploy(
+        anvil.web3(),
+        accounts[DEV_ADMIN],
+        rpc_url=anvil.rpc_url,
+        run_id=run_id,
+        recorders=[accounts[DEV_RECORDER].address],
+        validators=[accounts[DEV_VALIDATOR].address],
+        treasury=accounts[DEV_TREASURY].address,
+        params=params,
+        mint_to={a.address: tokens_each for a in accounts[DEV_TREASURY + 1 :]},
+        pool_funding=pool_funding,
     )

@@ -11,6 +11,7 @@ import pytest
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.anvil import Anvil, dev_accounts
+from swarmrl.chain.deploy import DEV_ADMIN, DEV_RECORDER, DEV_TREASURY, DEV_VALIDATOR
 
 
 @pytest.fixture(scope="session")
@@ -35,23 +36,18 @@ def w3(anvil):
 
 
 # Who is who on the dev chain (anvil account indexes), as `swarmrl chain up` sets it.
-ADMIN, RECORDER, VALIDATOR, TREASURY = 0, 1, 2, 3
+ADMIN, RECORDER, VALIDATOR, TREASURY = DEV_ADMIN, DEV_RECORDER, DEV_VALIDATOR, DEV_TREASURY
 PROVIDER_A, NODE_A, PROVIDER_B, NODE_B, OUTSIDER = 4, 5, 6, 7, 8
 
 
 @pytest.fixture(scope="session")
-def deployment(anvil, accounts):
+def deployment(anvil):
     """The protocol deployed once per session (the tests revert to a snapshot after it)."""
-    from swarmrl.chain.deploy import TOKEN, ProtocolParams, deploy, run_id_from_name
+    from swarmrl.chain.deploy import TOKEN, ProtocolParams, deploy_dev, run_id_from_name
 
-    return deploy(
-        anvil.web3(),
-        accounts[ADMIN],
-        rpc_url=anvil.rpc_url,
+    return deploy_dev(
+        anvil,
         run_id=run_id_from_name("integration"),
-        recorders=[accounts[RECORDER].address],
-        validators=[accounts[VALIDATOR].address],
-        treasury=accounts[TREASURY].address,
         params=ProtocolParams(
             min_stake_per_node=100 * TOKEN,
             unbonding_period=3600,
@@ -60,7 +56,7 @@ def deployment(anvil, accounts):
             slash_penalty=50 * TOKEN,
             quorum=1,
         ),
-        mint_to={a.address: 1_000 * TOKEN for a in accounts[PROVIDER_A:]},
+        tokens_each=1_000 * TOKEN,
         pool_funding=10_000 * TOKEN,
     )
 
