@@ -1,6 +1,6 @@
 """`swarmrl wallet`: keys, stake and rewards for stakers and node operators.
 
-Keys live in encrypted JSON V3 keystores (see `client.keystore`). The password
+Keys live in encrypted JSON V3 keystores (see `swarmrl.keystore`). The password
 comes from --password-file, else $SWARMRL_PASSWORD (for daemons), else a
 prompt. Commands that touch the chain read the deployment file that `swarmrl
 chain up` writes (or --deployment, for Base Sepolia or any other network).
@@ -10,8 +10,6 @@ Amounts are in tokens (18 decimals), e.g. 2.5.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation, localcontext
@@ -21,7 +19,7 @@ from typing import TYPE_CHECKING
 import typer
 from eth_account.signers.local import LocalAccount
 
-from client import keystore
+from swarmrl import keystore
 
 if TYPE_CHECKING:
     from swarmrl.chain.protocol import Protocol
@@ -77,21 +75,6 @@ def _dir(path: Path | None) -> Path:
     return path or keystore.default_dir()
 
 
-def _password(password_file: Path | None, *, confirm: bool) -> str:
-    if password_file is not None:
-        try:
-            return password_file.read_text().splitlines()[0] if password_file.stat().st_size else ""
-        except OSError as e:
-            raise keystore.KeystoreError(f"cannot read the password file: {e.strerror}") from None
-    if (env := os.environ.get("SWARMRL_PASSWORD")) is not None:
-        return env
-    if not sys.stdin.isatty():
-        raise keystore.KeystoreError(
-            "no password: pass --password-file or set SWARMRL_PASSWORD when not on a terminal"
-        )
-    return typer.prompt("Password", hide_input=True, confirmation_prompt=confirm)
-
-
 @app.command()
 def new(
     name: str = typer.Argument(..., help="A name for the key, e.g. 'node1'."),
@@ -99,7 +82,9 @@ def new(
     password_file: Path | None = PasswordFile,
 ) -> None:
     """Create a new random key, encrypted with a password."""
-    key = keystore.create(_dir(keystore_dir), name, _password(password_file, confirm=True))
+    key = keystore.create(
+        _dir(keystore_dir), name, keystore.read_password(password_file, confirm=True)
+    )
     typer.echo(f"{key.name} {key.address}")
 
 
@@ -121,7 +106,9 @@ def import_key(
         key_bytes = bytes.fromhex(raw.removeprefix("0x"))
     except ValueError:
         raise keystore.KeystoreError("the private key file does not hold hex digits") from None
-    key = keystore.save(_dir(keystore_dir), name, key_bytes, _password(password_file, confirm=True))
+    key = keystore.save(
+        _dir(keystore_dir), name, key_bytes, keystore.read_password(password_file, confirm=True)
+    )
     typer.echo(f"{key.name} {key.address}")
 
 
@@ -156,14 +143,10 @@ def _chain_errors() -> Iterator[None]:
 def _protocol(
     deployment: Path | None, rpc_url: str | None, account: LocalAccount | None = None
 ) -> Protocol:
-    from swarmrl.chain.cli import DEPLOYMENT_FILE, default_state_dir
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.chain.protocol import Protocol
 
-    path = deployment or Path(
-        os.environ.get("SWARMRL_DEPLOYMENT") or default_state_dir() / DEPLOYMENT_FILE
-    )
-    return Protocol.connect(load_deployment(path), account, rpc_url=rpc_url)
+    return Protocol.connect(load_deployment(deployment), account, rpc_url=rpc_url)
 
 
 @contextmanager
@@ -175,7 +158,9 @@ def _acting_as(
     rpc_url: str | None,
 ) -> Iterator[Protocol]:
     """The protocol with the unlocked key `name` signing; chain errors end the command."""
-    signer = keystore.unlock(_dir(keystore_dir), name, _password(password_file, confirm=False))
+    signer = keystore.unlock(
+        _dir(keystore_dir), name, keystore.read_password(password_file, confirm=False)
+    )
     with _chain_errors():
         yield _protocol(deployment, rpc_url, signer)
 

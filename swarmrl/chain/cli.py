@@ -18,6 +18,8 @@ from pathlib import Path
 
 import typer
 
+from swarmrl.chain.paths import DEPLOYMENT_FILE, default_state_dir
+
 chain_app = typer.Typer(
     help="A local development chain (anvil) with the protocol deployed.",
     no_args_is_help=True,
@@ -25,7 +27,6 @@ chain_app = typer.Typer(
 
 PID_FILE = "anvil.pid"
 LOG_FILE = "anvil.log"
-DEPLOYMENT_FILE = "deployment.json"
 DEV_TOKENS = 10_000
 DEV_POOL_FUNDING = 100_000
 
@@ -35,13 +36,6 @@ StateDir = typer.Option(
     help="Where the pid file, log and deployment.json live "
     "[default: $SWARMRL_CHAIN_DIR or $XDG_DATA_HOME/swarmrl/chain].",
 )
-
-
-def default_state_dir() -> Path:
-    if env := os.environ.get("SWARMRL_CHAIN_DIR"):
-        return Path(env)
-    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "swarmrl" / "chain"
 
 
 @contextmanager

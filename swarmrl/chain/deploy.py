@@ -25,6 +25,7 @@ from web3 import Web3
 from swarmrl.chain.anvil import Anvil, dev_accounts
 from swarmrl.chain.artifacts import CONTRACTS, load_artifact
 from swarmrl.chain.errors import ChainConfigError
+from swarmrl.chain.paths import deployment_path
 from swarmrl.chain.revert import RevertDecoder
 from swarmrl.chain.tx import TxSender, TxSettings
 
@@ -129,8 +130,10 @@ def write_deployment(path: Path, deployment: Deployment) -> None:
         os.close(dir_fd)
 
 
-def load_deployment(path: Path) -> Deployment:
-    """Reads and validates a deployment file; errors are one sentence."""
+def load_deployment(path: Path | None = None) -> Deployment:
+    """Reads and validates a deployment file (`path`, else the default one, see
+    `swarmrl.chain.paths.deployment_path`); errors are one sentence."""
+    path = deployment_path(path)
     try:
         # Not json.loads: web3 raises the recursion limit past what the C stack
         # survives, and pydantic-core caps nesting itself.

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
-from client import keystore
-from client.keystore import KeystoreError
+from swarmrl import keystore
+from swarmrl.keystore import KeystoreError
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 KEY = bytes.fromhex("4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318")

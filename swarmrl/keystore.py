@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +148,22 @@ def unlock(directory: Path, name: str, password: str) -> LocalAccount:
     except ValueError:
         raise KeystoreError(f"wrong password for key {name!r}") from None
     return Account.from_key(key)
+
+
+def read_password(password_file: Path | None, *, confirm: bool = False) -> str:
+    """The password from `password_file` (first line), else $SWARMRL_PASSWORD (for
+    daemons), else a prompt on the terminal; never from the command line."""
+    if password_file is not None:
+        try:
+            return password_file.read_text().splitlines()[0] if password_file.stat().st_size else ""
+        except OSError as e:
+            raise KeystoreError(f"cannot read the password file: {e.strerror}") from None
+    if (env := os.environ.get("SWARMRL_PASSWORD")) is not None:
+        return env
+    if not sys.stdin.isatty():
+        raise KeystoreError(
+            "no password: pass --password-file or set SWARMRL_PASSWORD when not on a terminal"
+        )
+    import typer
+
+    return typer.prompt("Password", hide_input=True, confirmation_prompt=confirm)

@@ -1,0 +1,24 @@
+"""Where the local chain's state and the deployment file live (no heavy imports)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEPLOYMENT_FILE = "deployment.json"
+
+
+def default_state_dir() -> Path:
+    """$SWARMRL_CHAIN_DIR, else the chain folder under the XDG data home."""
+    if env := os.environ.get("SWARMRL_CHAIN_DIR"):
+        return Path(env)
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "swarmrl" / "chain"
+
+
+def deployment_path(explicit: Path | None = None) -> Path:
+    """The deployment file a command reads: `explicit`, else $SWARMRL_DEPLOYMENT, else
+    the one `swarmrl chain up` wrote."""
+    if explicit is not None:
+        return explicit
+    return Path(os.environ.get("SWARMRL_DEPLOYMENT") or default_state_dir() / DEPLOYMENT_FILE)

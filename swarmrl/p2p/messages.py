@@ -1,0 +1,73 @@
+"""The swarm's control messages: protocol ids, topics, and their bodies.
+
+Everything here is small on purpose. Announcements and adverts ride gossipsub,
+which caps message sizes and per-peer rates, so they carry hashes, bitfields
+and addresses, never checkpoint bytes; a manifest travels once per peer over
+the manifest protocol, and shard bytes over the data path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from swarmrl.p2p.records import Hex32, PeerRecord
+from swarmrl.p2p.wire import protocol_id
+from swarmrl.shards import MAX_MANIFEST_BYTES
+
+MANIFEST_PROTOCOL = protocol_id("manifest")
+HAVE_PROTOCOL = protocol_id("have")
+
+# One bit per shard: 60,000 shards (3.8 TiB at 64 MiB) is 15,000 hex characters.
+MAX_BITFIELD_HEX = 16_384
+MAX_HOLDINGS = 8
+MAX_ADDRS = 8
+MAX_REQUEST_BYTES = 1024
+MAX_ANNOUNCEMENT_BYTES = 2048
+MAX_ADVERT_BYTES = 64 * 1024
+MAX_MANIFEST_REPLY_BYTES = MAX_MANIFEST_BYTES + MAX_ANNOUNCEMENT_BYTES
+
+Multiaddr = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+HexBits = Annotated[
+    str, StringConstraints(pattern=r"^([0-9a-f]{2})*$", max_length=MAX_BITFIELD_HEX)
+]
+
+
+def checkpoints_topic(run: str) -> str:
+    """Where the origin announces each new checkpoint of run `run`."""
+    return f"swarmrl/{run}/checkpoints"
+
+
+def peers_topic(run: str) -> str:
+    """Where peers advertise themselves and the checkpoints they hold."""
+    return f"swarmrl/{run}/peers"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ManifestRequest(_Message):
+    """Asks for one manifest by hash, or for the newest one the peer knows (None)."""
+
+    manifest_hash: Hex32 | None = None
+
+
+class HaveRequest(_Message):
+    """Asks a peer for its advert."""
+
+
+class Holding(_Message):
+    manifest_hash: Hex32
+    step: int = Field(ge=0)
+    shards: HexBits  # Version.bitfield, hex
+
+
+class Advert(_Message):
+    """Who a peer is, where it serves shard bytes, and which shards it holds."""
+
+    record: PeerRecord | None = None  # absent for a peer without an Ethereum key
+    addrs: list[Multiaddr] = Field(default_factory=list, max_length=MAX_ADDRS)
+    data: str = Field(min_length=3, max_length=300)  # host:port of the data path
+    holdings: list[Holding] = Field(default_factory=list, max_length=MAX_HOLDINGS)

@@ -1,0 +1,443 @@
+"""A peer of the weight swarm: the origin that publishes checkpoints, and every
+node that fetches them and serves them on.
+
+A :class:`SwarmNode` joins three things: a libp2p :class:`~swarmrl.p2p.host.Host`
+for control (who is who, what is new, who holds what), a
+:class:`~swarmrl.p2p.store.WeightStore` for the versions on disk, and a
+:class:`~swarmrl.p2p.datapath.ShardServer` for shard bytes. The control plane:
+
+- topic ``swarmrl/<run>/checkpoints``: signed :class:`Announcement` s. A node
+  accepts one only if a trusted key signed it for this run's domain and its step
+  is newer than every step the node has; then it fetches the manifest (manifest
+  protocol), checks it against the announced hash, and starts a download.
+- topic ``swarmrl/<run>/peers``: :class:`Advert` s, sent when a peer joins,
+  starts or finishes a version, and every half minute: a few per peer per
+  version, far under gossipsub's per-peer rate limits.
+- ``/swarmrl/have/1.0.0``: a peer's current advert on request. A downloading
+  node polls the peers it is connected to twice a second, which is how it
+  learns, shard by shard, that other nodes can serve it.
+- ``/swarmrl/manifest/1.0.0``: a manifest with its announcement, by hash or the
+  newest, which is also how a node that joins late learns what to fetch.
+
+Events (announced, progress, banned, ready, rejected) go to one callback, for
+progress bars and the TUI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from eth_account.signers.local import LocalAccount
+from eth_utils import to_checksum_address
+from libp2p.crypto.keys import KeyPair
+
+from swarmrl import shards
+from swarmrl.chain.eip712 import Domain
+from swarmrl.p2p import wire
+from swarmrl.p2p.datapath import Endpoint, ShardServer
+from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook, Progress
+from swarmrl.p2p.host import DEFAULT_LISTEN, Host, RemoteError
+from swarmrl.p2p.messages import (
+    HAVE_PROTOCOL,
+    MANIFEST_PROTOCOL,
+    MAX_ADVERT_BYTES,
+    MAX_ANNOUNCEMENT_BYTES,
+    MAX_HOLDINGS,
+    MAX_MANIFEST_REPLY_BYTES,
+    MAX_REQUEST_BYTES,
+    Advert,
+    HaveRequest,
+    Holding,
+    ManifestRequest,
+    checkpoints_topic,
+    peers_topic,
+)
+from swarmrl.p2p.records import Announcement, PeerRecord, SignatureError
+from swarmrl.p2p.store import BUNDLE_SUFFIX, Version, WeightStore, bits
+from swarmrl.shards import DEFAULT_SHARD_SIZE, Manifest
+
+log = logging.getLogger("swarmrl.p2p")
+
+POLL_INTERVAL = 0.5
+ADVERT_INTERVAL = 30.0
+MAX_PEERS = 32
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a person watching the node wants to see.
+
+    kind is one of: ``announced``, ``progress``, ``ready``, ``banned``, ``rejected``.
+    """
+
+    kind: str
+    step: int | None = None
+    detail: str = ""
+    progress: Progress | None = None
+    path: Path | None = None
+
+
+class SwarmNode:
+    """One peer; start it, publish or wait for checkpoints, close it."""
+
+    def __init__(
+        self,
+        *,
+        store: WeightStore,
+        domain: Domain,
+        run: str,
+        trusted: Iterable[str],
+        peer_key: KeyPair,
+        account: LocalAccount | None = None,
+        listen: str = DEFAULT_LISTEN,
+        bootstrap: Iterable[str] = (),
+        workers: int = DEFAULT_WORKERS,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.domain = domain
+        self.trusted = frozenset(to_checksum_address(a) for a in trusted)
+        self.account = account
+        self.workers = workers
+        self.book = PeerBook()
+        self._on_event = on_event or (lambda event: None)
+        self._topic_checkpoints = checkpoints_topic(run)
+        self._topic_peers = peers_topic(run)
+        self._downloads: dict[str, Download] = {}
+        self._ready = threading.Condition()
+        self._closed = threading.Event()
+        self._last_advert = 0.0
+        self._lock = threading.Lock()
+
+        self.host = Host(
+            peer_key, listen=listen, topics=[self._topic_checkpoints, self._topic_peers]
+        )
+        try:
+            self.server = ShardServer(self.store.get, host=_listen_host(listen))
+            self.record = (
+                PeerRecord.sign(account, self.host.peer_id, domain) if account is not None else None
+            )
+            self.host.handle(
+                MANIFEST_PROTOCOL, self._serve_manifest, request_limit=MAX_REQUEST_BYTES
+            )
+            self.host.handle(HAVE_PROTOCOL, self._serve_have, request_limit=MAX_REQUEST_BYTES)
+            self.host.subscribe(self._topic_checkpoints, self._on_announcement)
+            self.host.subscribe(self._topic_peers, self._on_advert)
+            for version in self.store.load():
+                log.info("seeding step %d from %s", version.step, version.path)
+            for addr in bootstrap:
+                self._join(addr)
+        except BaseException:
+            self.close()
+            raise
+        self._poller = threading.Thread(target=self._poll_loop, name="swarmrl-poll", daemon=True)
+        self._poller.start()
+
+    # ---- identity --------------------------------------------------------------------
+
+    @property
+    def peer_id(self) -> str:
+        return self.host.peer_id
+
+    @property
+    def addrs(self) -> list[str]:
+        return self.host.addrs
+
+    def advert(self) -> Advert:
+        holdings = [
+            Holding(manifest_hash=v.manifest_hash, step=v.step, shards=v.bitfield().hex())
+            for v in self.store.versions()[-MAX_HOLDINGS:]
+            if v.held_count
+        ]
+        return Advert(
+            record=self.record, addrs=self.addrs, data=str(self.server.endpoint), holdings=holdings
+        )
+
+    # ---- joining and learning ------------------------------------------------------
+
+    def _join(self, addr: str) -> None:
+        """Connects to a bootstrap peer, learns its advert and its newest checkpoint."""
+        peer = self.host.connect(addr)
+        self._poll_peer(peer)
+        try:
+            announcement, manifest = self._request_manifest(peer, None)
+        except (RemoteError, wire.WireError, ConnectionError, TimeoutError) as e:
+            log.info("bootstrap peer %s has no checkpoint yet: %s", peer, e)
+            return
+        self._consider(announcement, peer, manifest)
+        self._send_advert(force=True)
+
+    def _poll_peer(self, peer: str) -> None:
+        try:
+            (body,) = self.host.request(
+                peer, HAVE_PROTOCOL, wire.dump(HaveRequest()), response_limit=MAX_ADVERT_BYTES
+            )
+            self._learn(peer, wire.parse(Advert, body))
+        except (RemoteError, wire.WireError, SignatureError, ValueError) as e:
+            log.warning("peer %s sent a bad advert: %s", peer, e)
+        except (ConnectionError, TimeoutError, RuntimeError) as e:
+            log.debug("could not poll %s: %s", peer, e)
+
+    def _learn(self, peer: str, advert: Advert) -> None:
+        account = advert.record.verify(self.domain, peer) if advert.record else None
+        endpoint = Endpoint.parse(advert.data)
+        holdings = {}
+        for h in advert.holdings:
+            version = self.store.get(h.manifest_hash)
+            count = version.manifest.shard_count if version else len(h.shards) * 4
+            holdings[h.manifest_hash] = bits(bytes.fromhex(h.shards), count)
+        self.book.update(peer, endpoint=endpoint, account=account, holdings=holdings)
+
+    def _poll_loop(self) -> None:
+        while not self._closed.wait(POLL_INTERVAL):
+            if any(not d.done for d in list(self._downloads.values())):
+                for peer in self.host.peers():
+                    if not self.book.is_banned(peer):
+                        self._poll_peer(peer)
+            self._send_advert()
+
+    def _send_advert(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_advert < ADVERT_INTERVAL:
+            return
+        self._last_advert = now
+        with contextlib.suppress(Exception):  # no mesh peers yet: the next one will do
+            self.host.publish(self._topic_peers, wire.dump(self.advert()))
+
+    def _on_advert(self, peer: str, data: bytes) -> None:
+        if len(data) > MAX_ADVERT_BYTES:
+            raise wire.WireError(f"an advert of {len(data)} bytes is over the limit")
+        advert = wire.parse(Advert, data)
+        try:
+            self._learn(peer, advert)
+        except (SignatureError, ValueError) as e:
+            raise wire.WireError(f"bad advert: {e}") from None
+        if peer not in self.host.peers() and len(self.host.peers()) < MAX_PEERS:
+            for addr in advert.addrs:
+                with contextlib.suppress(ValueError, ConnectionError, TimeoutError, RuntimeError):
+                    self.host.connect(addr, timeout=5)
+                    break
+
+    # ---- checkpoints ------------------------------------------------------------------
+
+    def _newest_step(self) -> int:
+        steps = [v.step for v in self.store.versions()]
+        return max(steps, default=-1)
+
+    def _reject(self, step: int | None, reason: str) -> None:
+        log.warning(
+            "rejected checkpoint%s: %s", f" step {step}" if step is not None else "", reason
+        )
+        self._on_event(Event("rejected", step, reason))
+
+    def _on_announcement(self, peer: str, data: bytes) -> None:
+        if len(data) > MAX_ANNOUNCEMENT_BYTES:
+            raise wire.WireError(f"an announcement of {len(data)} bytes is over the limit")
+        self._consider(wire.parse(Announcement, data), peer)
+
+    def _consider(
+        self, announcement: Announcement, peer: str, manifest: Manifest | None = None
+    ) -> None:
+        with self._lock:
+            if self.store.get(announcement.manifest_hash):
+                return
+            try:
+                announcement.verify(self.domain, self.trusted)
+            except SignatureError as e:
+                self._reject(announcement.step, str(e))
+                return
+            newest = self._newest_step()
+            if announcement.step <= newest:
+                self._reject(
+                    announcement.step, f"step {announcement.step} is not newer than step {newest}"
+                )
+                return
+            self._on_event(Event("announced", announcement.step, announcement.model))
+            if manifest is None:
+                manifest = self._find_manifest(announcement, peer)
+                if manifest is None:
+                    return
+            try:
+                announcement.matches(manifest)
+                version = self.store.begin(announcement, manifest)
+            except (ValueError, OSError) as e:
+                self._reject(announcement.step, str(e))
+                return
+            download = Download(
+                self.store,
+                version,
+                self.book,
+                workers=self.workers,
+                on_progress=lambda p: self._on_event(Event("progress", p.step, progress=p)),
+                on_ban=lambda peer_id, why: self._on_event(Event("banned", version.step, why)),
+            )
+            self._downloads[version.manifest_hash] = download
+        threading.Thread(
+            target=self._download, args=(download,), name="swarmrl-download", daemon=True
+        ).start()
+
+    def _find_manifest(self, announcement: Announcement, first: str) -> Manifest | None:
+        peers = [first] + [p for p in self.host.peers() if p != first]
+        for peer in peers:
+            try:
+                _, manifest = self._request_manifest(peer, announcement.manifest_hash)
+                announcement.matches(manifest)
+                return manifest
+            except (RemoteError, wire.WireError, ValueError, ConnectionError, TimeoutError) as e:
+                log.info(
+                    "peer %s could not give the manifest of step %d: %s", peer, announcement.step, e
+                )
+        self._reject(announcement.step, "no peer could give its manifest")
+        return None
+
+    def _request_manifest(self, peer: str, mhash: str | None) -> tuple[Announcement, Manifest]:
+        body = wire.dump(ManifestRequest(manifest_hash=mhash))
+        ann_bytes, manifest_bytes = self.host.request(
+            peer, MANIFEST_PROTOCOL, body, response_limit=MAX_MANIFEST_REPLY_BYTES, frames=2
+        )
+        announcement = wire.parse(Announcement, ann_bytes)
+        try:
+            manifest = Manifest.from_json(manifest_bytes)
+        except ValueError as e:
+            raise wire.WireError(str(e)) from None
+        return announcement, manifest
+
+    def _download(self, download: Download) -> None:
+        version = download.version
+        self._send_advert(force=True)
+        while not self._closed.is_set():
+            if download.run() or download.done:
+                try:
+                    path = self.store.finish(version)
+                except ValueError as e:
+                    log.warning("%s; fetching those shards again", e)
+                    continue
+                break
+            if self._newest_step() > version.step:
+                return  # superseded while stalled
+        else:
+            return
+        log.info("step %d is complete at %s", version.step, path)
+        self._send_advert(force=True)
+        with self._ready:
+            self._ready.notify_all()
+        self._on_event(Event("ready", version.step, path=version.unpacked or path))
+
+    def _serve_manifest(self, peer: str, body: bytes) -> list[bytes]:
+        request = wire.parse(ManifestRequest, body)
+        if request.manifest_hash is None:
+            version = self.store.latest(complete=False)
+        else:
+            version = self.store.get(request.manifest_hash)
+        if version is None:
+            raise wire.WireError("this peer holds no such checkpoint")
+        return [wire.dump(version.announcement), version.manifest.to_json()]
+
+    def _serve_have(self, peer: str, body: bytes) -> list[bytes]:
+        wire.parse(HaveRequest, body)
+        return [wire.dump(self.advert())]
+
+    # ---- the origin ----------------------------------------------------------------------
+
+    def publish(
+        self, path: Path, *, model: str, step: int, shard_size: int = DEFAULT_SHARD_SIZE
+    ) -> Version:
+        """Signs and announces the checkpoint at `path` (a file, or a directory sent as
+        one tar bundle) as step `step`, and serves it."""
+        if self.account is None:
+            raise ValueError("publishing needs the origin's key")
+        if self.account.address not in self.trusted:
+            raise ValueError(f"{self.account.address} is not a trusted checkpoint signer")
+        path = Path(path)
+        owned = False
+        if path.is_dir():
+            path = _bundle(path, self.store.root)
+            owned = True
+        manifest = shards.build_manifest(path, model=model, step=step, shard_size=shard_size)
+        announcement = Announcement.sign(self.account, manifest, self.domain)
+        with self._lock:
+            newest = self._newest_step()
+            if step <= newest:
+                raise ValueError(f"step {step} is not newer than the published step {newest}")
+            version = self.store.add_origin(path, manifest, announcement)
+        version.owned = owned
+        self.announce(version)
+        self.store.prune()
+        return version
+
+    def announce(self, version: Version) -> None:
+        """(Re)publishes `version`'s announcement, for peers that joined since."""
+        with contextlib.suppress(Exception):  # no peers yet: they will ask on joining
+            self.host.publish(self._topic_checkpoints, wire.dump(version.announcement))
+        self._send_advert(force=True)
+
+    # ---- waiting -----------------------------------------------------------------------
+
+    def wait_for(self, step: int | None = None, timeout: float | None = None) -> Version:
+        """The newest complete version, once one at `step` or later (any, if None) is
+        complete; TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ready:
+            while True:
+                version = self.store.latest()
+                if version is not None and (step is None or version.step >= step):
+                    return version
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("no complete checkpoint arrived in time")
+                self._ready.wait(0.5 if remaining is None else min(remaining, 0.5))
+
+    def close(self) -> None:
+        self._closed.set()
+        for download in list(self._downloads.values()):
+            download.stop()
+        if hasattr(self, "server"):
+            self.server.close()
+        self.host.close()
+        for version in self.store.versions():
+            version.close()
+
+    def __enter__(self) -> SwarmNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _listen_host(listen: str) -> str:
+    parts = listen.split("/")
+    if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+        raise ValueError(f"{listen!r} is not an /ip4/ or /ip6/ listen multiaddr")
+    return parts[2]
+
+
+def _bundle(directory: Path, workdir: Path) -> Path:
+    """`directory` as one deterministic uncompressed tar: sorted names, no owners or
+    times, so the same files always give the same bytes and so the same manifest."""
+    fd, tmp = tempfile.mkstemp(dir=workdir, suffix=BUNDLE_SUFFIX)
+    os.close(fd)
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(directory.rglob("*")):
+            if not (path.is_file() or path.is_dir()) or path.is_symlink():
+                continue
+            info = tar.gettarinfo(path, arcname=str(path.relative_to(directory)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            if path.is_dir():
+                tar.addfile(info)
+            else:
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+    final = workdir / f"{directory.name}{BUNDLE_SUFFIX}"
+    os.replace(tmp, final)
+    return final
