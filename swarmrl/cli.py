@@ -29,9 +29,11 @@ def _register_apps() -> None:
     """The one place swarmrl reaches into the apps: their command groups."""
     from client.wallet import app as wallet_app
     from swarmrl.chain.cli import chain_app  # light: web3 loads inside the commands
+    from swarmrl.p2p.cli import weights_app  # light: libp2p loads inside the commands
 
     app.add_typer(wallet_app, name="wallet")
     app.add_typer(chain_app, name="chain")
+    app.add_typer(weights_app, name="weights")
 
 
 _register_apps()

@@ -1,0 +1,226 @@
+"""`swarmrl weights`: serve a checkpoint to the swarm, or pull one from it.
+
+Both read the deployment file (like the wallet): its chain id and ComputePool
+make the domain every swarm signature is bound to, its run id names the
+topics, and its recorders are the keys a puller trusts by default. Logs go to
+stderr, one line per event worth seeing; stdout carries only what a script
+needs (the origin's multiaddr, the pulled checkpoint's path).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import typer
+
+weights_app = typer.Typer(
+    help="Peer-to-peer weight broadcast: serve a checkpoint, or pull one.", no_args_is_help=True
+)
+
+DeploymentFile = typer.Option(
+    None,
+    "--deployment",
+    help="The deployment file [default: $SWARMRL_DEPLOYMENT, else the one `chain up` wrote].",
+)
+KeystoreDir = typer.Option(
+    None, "--keystore-dir", help="Where keystores live [default: $SWARMRL_KEYSTORE_DIR or XDG]."
+)
+PasswordFile = typer.Option(
+    None, "--password-file", help="Read the password from this file (first line)."
+)
+Listen = typer.Option(
+    "/ip4/127.0.0.1/tcp/0", "--listen", help="Multiaddr to listen on (shard bytes use the same IP)."
+)
+ANNOUNCE_EVERY = 10.0
+
+
+def _logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
+    for noisy in ("libp2p", "multiaddr", "async_service", "trio"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def _until_signalled() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, so daemons shut down cleanly."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+class _ProgressLine:
+    """A progress bar on a terminal; a line per quarter elsewhere (logs, CI)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self._quarter = -1
+
+    def __call__(self, event: object) -> None:
+        from swarmrl.p2p.swarm import Event
+
+        assert isinstance(event, Event)
+        if event.kind == "progress" and event.progress is not None:
+            p = event.progress
+            rate = p.bytes_done / max(p.seconds, 1e-9) / 1e6
+            text = f"step {p.step}: {p.held}/{p.total} shards, {rate:.0f} MB/s"
+            if self.tty:
+                width = 30
+                filled = width * p.held // p.total
+                sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}")
+                sys.stderr.flush()
+            elif (q := 4 * p.held // p.total) != self._quarter:
+                self._quarter = q
+                typer.echo(text, err=True)
+        elif event.kind == "ready" and self.tty:
+            sys.stderr.write("\n")
+
+
+def _context(deployment: Path | None) -> tuple[object, str, list[str]]:
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.p2p.records import swarm_domain
+
+    d = load_deployment(deployment)
+    return swarm_domain(d.chain_id, d.contracts.compute_pool), d.run_id, list(d.recorders)
+
+
+@weights_app.command()
+def serve(
+    path: Path = typer.Argument(..., help="The checkpoint: one file, or a directory."),
+    key: str = typer.Option(..., "--key", help="Keystore name of the origin's signing key."),
+    step: int = typer.Option(0, "--step", min=0, help="The policy step this checkpoint is."),
+    model: str | None = typer.Option(None, "--model", help="Model name [default: the path's]."),
+    store: Path = typer.Option(
+        Path("swarm-store"), "--store", help="Where versions and bundles are kept."
+    ),
+    shard_mib: int = typer.Option(64, "--shard-mib", min=1, max=1024, help="Shard size (MiB)."),
+    listen: str = Listen,
+    bootstrap: list[str] = typer.Option([], "--bootstrap", help="Peers to join (multiaddrs)."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+) -> None:
+    """Sign, announce and serve a checkpoint; print this peer's multiaddr first."""
+    from swarmrl import keystore
+    from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+    from swarmrl.p2p.store import WeightStore
+    from swarmrl.p2p.swarm import SwarmNode
+
+    _logging()
+    if not path.exists():
+        raise ValueError(f"no checkpoint at {path}")
+    domain, run, _ = _context(deployment)
+    directory = keystore_dir or keystore.default_dir()
+    account = keystore.unlock(directory, key, keystore.read_password(password_file))
+    stop = _until_signalled()
+    node = SwarmNode(
+        store=WeightStore(store),
+        domain=domain,  # type: ignore[arg-type]
+        run=run,
+        trusted=[account.address],
+        peer_key=load_or_create_peer_key(peer_key_path(directory, key)),
+        account=account,
+        listen=listen,
+        bootstrap=bootstrap,
+    )
+    with node:
+        version = node.publish(
+            path, model=model or path.stem, step=step, shard_size=shard_mib << 20
+        )
+        typer.echo(node.addrs[0], nl=True)
+        sys.stdout.flush()
+        logging.getLogger("swarmrl.p2p").info(
+            "serving step %d (%d shards, root %s) as %s",
+            step,
+            version.manifest.shard_count,
+            version.manifest.root[:16],
+            account.address,
+        )
+        while not stop.wait(ANNOUNCE_EVERY):
+            node.announce(version)
+
+
+@weights_app.command()
+def pull(
+    bootstrap: list[str] = typer.Option(..., "--bootstrap", help="Peers to join (multiaddrs)."),
+    out: Path = typer.Option(..., "--out", help="Where checkpoints are kept."),
+    trust: list[str] = typer.Option(
+        [], "--trust", help="Origin addresses to accept [default: the deployment's recorders]."
+    ),
+    step: int | None = typer.Option(None, "--step", min=0, help="Wait for this step or newer."),
+    seed: bool = typer.Option(False, "--seed", help="Keep serving (and following) afterwards."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1, help="Give up after this long (s)."),
+    keep: int = typer.Option(3, "--keep", min=1, help="Versions to keep."),
+    max_gb: float | None = typer.Option(None, "--max-gb", min=0.001, help="Disk budget (GB)."),
+    workers: int = typer.Option(4, "--workers", min=1, max=64, help="Parallel shard fetches."),
+    key: str | None = typer.Option(
+        None, "--key", help="Keystore name to bind this peer to (optional)."
+    ),
+    listen: str = Listen,
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+) -> None:
+    """Join the swarm, fetch the newest trusted checkpoint, print its path; exit 0."""
+    from eth_utils import is_address
+
+    from swarmrl import keystore
+    from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+    from swarmrl.p2p.store import WeightStore
+    from swarmrl.p2p.swarm import SwarmNode
+
+    _logging()
+    for address in trust:
+        if not is_address(address):
+            raise ValueError(f"--trust {address!r} is not an Ethereum address")
+    domain, run, recorders = _context(deployment)
+    account = None
+    if key is not None:
+        directory = keystore_dir or keystore.default_dir()
+        account = keystore.unlock(directory, key, keystore.read_password(password_file))
+        peer_key = load_or_create_peer_key(peer_key_path(directory, key))
+    else:
+        peer_key = load_or_create_peer_key(out / ".peer-key")
+    stop = _until_signalled()
+    node = SwarmNode(
+        store=WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9)),
+        domain=domain,  # type: ignore[arg-type]
+        run=run,
+        trusted=trust or recorders,
+        peer_key=peer_key,
+        account=account,
+        listen=listen,
+        bootstrap=bootstrap,
+        workers=workers,
+        on_event=_ProgressLine(),
+    )
+    with node:
+        deadline = time.monotonic() + timeout
+        while True:
+            if stop.is_set():
+                raise typer.Exit(130)
+            try:
+                version = node.wait_for(step, timeout=min(1.0, deadline - time.monotonic()))
+                break
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"no complete checkpoint{'' if step is None else f' at step {step}+'} "
+                        f"arrived within {timeout:.0f} s"
+                    ) from None
+        typer.echo(str(version.unpacked or version.path))
+        sys.stdout.flush()
+        if seed:
+            logging.getLogger("swarmrl.p2p").info("seeding as %s until stopped", node.addrs[0])
+            stop.wait()
