@@ -41,12 +41,14 @@ server is bound to 127.0.0.1 instead of its hard-coded 0.0.0.0, and its log-only
 outbound-address lookup is replaced by 127.0.0.1; nothing else in shardcast is touched.
 Needs `wget` on PATH: without it shardcast would try to `apt install` it.
 
-What dominates with many clients is shardcast's server, not this harness: the origin is
-a single-threaded `http.server` (one shard response at a time, listen backlog 5) and
-each client opens 10 connections at once, so most SYNs overflow the backlog and wait for
-the kernel's 1, 3, 7, 15 s retransmits, and requests queued longer than wget's 30 s read
-timeout are retried by wget while the server later writes into closed sockets. Eight
-clients therefore vary a lot from run to run; report a median of several runs.
+What shardcast does that weighs on the figure (its design, not this harness): each
+client writes every byte twice (shard files, then the reassembled file) and reads it
+back to hash it, so eight clients write about 17 GB, which is bound by the disk under
+`workdir` once the page cache's dirty limit is reached; the origin is a single-threaded
+`http.server` (one shard response at a time, listen backlog 5) while each client opens
+10 connections at once, so hundreds of SYNs overflow the backlog per run and wait for
+the kernel's 1, 3, 7 s retransmits, some wget requests time out and are retried, and
+eight clients vary a lot from run to run: report a median of several runs.
 
     from benchmarks.shardcast_ref import run_shardcast
     result = run_shardcast(Path("ckpt.bin"), clients=8, workdir=Path("/tmp"))

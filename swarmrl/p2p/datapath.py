@@ -21,6 +21,7 @@ another transfer. The client reads straight into a reusable buffer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -175,6 +176,9 @@ class ShardServer:
 
     def close(self) -> None:
         self._closed = True
+        # close() alone does not wake a thread blocked in accept() on Linux; shutdown does.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             conns = list(self._conns)

@@ -53,6 +53,7 @@ class PeerState:
     peer_id: str
     endpoint: Endpoint | None = None
     account: str | None = None
+    addrs: list[str] = field(default_factory=list)
     holdings: dict[str, bytearray] = field(default_factory=dict)
     rate: float | None = None  # bytes per second, smoothed
     inflight: int = 0
@@ -75,12 +76,14 @@ class PeerBook:
         *,
         endpoint: Endpoint,
         account: str | None,
+        addrs: list[str],
         holdings: dict[str, bytearray],
     ) -> None:
         with self.lock:
             state = self._peers.setdefault(peer_id, PeerState(peer_id))
             state.endpoint = endpoint
             state.account = account
+            state.addrs = addrs
             state.holdings = holdings
             if account is not None and account in self._banned_accounts and not state.banned:
                 state.banned = "its account is banned"

@@ -30,6 +30,7 @@ from libp2p import create_yamux_muxer_option, new_host
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.network.config import ConnectionConfig
 from libp2p.network.stream.net_stream import INetStream
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -110,7 +111,14 @@ class Host:
             )
         }
         self._host = new_host(
-            key_pair=self._key_pair, sec_opt=sec, muxer_opt=create_yamux_muxer_option()
+            key_pair=self._key_pair,
+            sec_opt=sec,
+            muxer_opt=create_yamux_muxer_option(),
+            # The swarm chooses its peers itself (bootstrap, peer exchange); left to
+            # its defaults, libp2p would keep dialling every address it has heard of.
+            connection_config=ConnectionConfig(
+                max_connections=256, min_connections=0, low_watermark=0, high_watermark=192
+            ),
         )
         self._gossip = GossipSub(
             protocols=[GOSSIPSUB_ID],
@@ -144,7 +152,11 @@ class Host:
             with trio.fail_after(spec.timeout):
                 request = await wire.read_frame(stream, spec.request_limit)
                 frames = await trio.to_thread.run_sync(
-                    spec.handler, peer, request, limiter=self._handler_limit
+                    spec.handler,
+                    peer,
+                    request,
+                    limiter=self._handler_limit,
+                    abandon_on_cancel=True,
                 )
                 for body in frames:
                     await wire.write_frame(stream, body)
@@ -169,7 +181,11 @@ class Host:
             peer = ID(message.from_id).to_base58()
             try:
                 await trio.to_thread.run_sync(
-                    handler, peer, bytes(message.data), limiter=self._handler_limit
+                    handler,
+                    peer,
+                    bytes(message.data),
+                    limiter=self._handler_limit,
+                    abandon_on_cancel=True,
                 )
             except wire.WireError as e:
                 log.warning("ignored a message on %s from %s: %s", topic, peer, e)

@@ -29,7 +29,8 @@ def load_or_create_peer_key(path: Path) -> KeyPair:
     """The key pair stored at `path`, created there first if there is none."""
     path = Path(path)
     try:
-        text = path.read_text().strip()
+        # Undecodable bytes fail the format check below, like any other corruption.
+        text = path.read_bytes().decode("ascii", errors="replace").strip()
     except FileNotFoundError:
         seed = secrets.token_bytes(32)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

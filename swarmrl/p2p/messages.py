@@ -23,6 +23,7 @@ HAVE_PROTOCOL = protocol_id("have")
 MAX_BITFIELD_HEX = 16_384
 MAX_HOLDINGS = 8
 MAX_ADDRS = 8
+MAX_EXCHANGED_PEERS = 16
 MAX_REQUEST_BYTES = 1024
 MAX_ANNOUNCEMENT_BYTES = 2048
 MAX_ADVERT_BYTES = 64 * 1024
@@ -54,10 +55,6 @@ class ManifestRequest(_Message):
     manifest_hash: Hex32 | None = None
 
 
-class HaveRequest(_Message):
-    """Asks a peer for its advert."""
-
-
 class Holding(_Message):
     manifest_hash: Hex32
     step: int = Field(ge=0)
@@ -65,9 +62,18 @@ class Holding(_Message):
 
 
 class Advert(_Message):
-    """Who a peer is, where it serves shard bytes, and which shards it holds."""
+    """Who a peer is, where it serves shard bytes, which shards it holds, and which
+    other peers it knows (peer exchange: how nodes that joined through one
+    bootstrap peer find each other)."""
 
     record: PeerRecord | None = None  # absent for a peer without an Ethereum key
     addrs: list[Multiaddr] = Field(default_factory=list, max_length=MAX_ADDRS)
     data: str = Field(min_length=3, max_length=300)  # host:port of the data path
     holdings: list[Holding] = Field(default_factory=list, max_length=MAX_HOLDINGS)
+    peers: list[Multiaddr] = Field(default_factory=list, max_length=MAX_EXCHANGED_PEERS)
+
+
+class HaveRequest(_Message):
+    """Asks a peer for its advert, telling it the asker's own."""
+
+    advert: Advert | None = None

@@ -51,6 +51,7 @@ from swarmrl.p2p.messages import (
     MANIFEST_PROTOCOL,
     MAX_ADVERT_BYTES,
     MAX_ANNOUNCEMENT_BYTES,
+    MAX_EXCHANGED_PEERS,
     MAX_HOLDINGS,
     MAX_MANIFEST_REPLY_BYTES,
     MAX_REQUEST_BYTES,
@@ -135,7 +136,7 @@ class SwarmNode:
             for version in self.store.load():
                 log.info("seeding step %d from %s", version.step, version.path)
             for addr in bootstrap:
-                self._join(addr)
+                self.join(addr)
         except BaseException:
             self.close()
             raise
@@ -158,13 +159,18 @@ class SwarmNode:
             for v in self.store.versions()[-MAX_HOLDINGS:]
             if v.held_count
         ]
+        known = [p.addrs[0] for p in self.book.all() if p.addrs and p.banned is None]
         return Advert(
-            record=self.record, addrs=self.addrs, data=str(self.server.endpoint), holdings=holdings
+            record=self.record,
+            addrs=self.addrs,
+            data=str(self.server.endpoint),
+            holdings=holdings,
+            peers=known[-MAX_EXCHANGED_PEERS:],
         )
 
     # ---- joining and learning ------------------------------------------------------
 
-    def _join(self, addr: str) -> None:
+    def join(self, addr: str) -> None:
         """Connects to a bootstrap peer, learns its advert and its newest checkpoint."""
         peer = self.host.connect(addr)
         self._poll_peer(peer)
@@ -177,15 +183,35 @@ class SwarmNode:
         self._send_advert(force=True)
 
     def _poll_peer(self, peer: str) -> None:
+        """Swaps adverts with `peer`, and dials the peers it knows that this one does not."""
         try:
             (body,) = self.host.request(
-                peer, HAVE_PROTOCOL, wire.dump(HaveRequest()), response_limit=MAX_ADVERT_BYTES
+                peer,
+                HAVE_PROTOCOL,
+                wire.dump(HaveRequest(advert=self.advert())),
+                response_limit=MAX_ADVERT_BYTES,
             )
-            self._learn(peer, wire.parse(Advert, body))
+            advert = wire.parse(Advert, body)
+            self._learn(peer, advert)
         except (RemoteError, wire.WireError, SignatureError, ValueError) as e:
             log.warning("peer %s sent a bad advert: %s", peer, e)
+            return
         except (ConnectionError, TimeoutError, RuntimeError) as e:
             log.debug("could not poll %s: %s", peer, e)
+            return
+        self._dial_new(advert.peers)
+
+    def _dial_new(self, addrs: list[str]) -> None:
+        connected = set(self.host.peers())
+        for addr in addrs:
+            if len(connected) >= MAX_PEERS:
+                return
+            peer = addr.rpartition("/p2p/")[2]
+            if peer == self.peer_id or peer in connected or self.book.is_banned(peer):
+                continue
+            with contextlib.suppress(ValueError, ConnectionError, TimeoutError, RuntimeError):
+                connected.add(self.host.connect(addr, timeout=5))
+                self._poll_peer(peer)
 
     def _learn(self, peer: str, advert: Advert) -> None:
         account = advert.record.verify(self.domain, peer) if advert.record else None
@@ -195,7 +221,9 @@ class SwarmNode:
             version = self.store.get(h.manifest_hash)
             count = version.manifest.shard_count if version else len(h.shards) * 4
             holdings[h.manifest_hash] = bits(bytes.fromhex(h.shards), count)
-        self.book.update(peer, endpoint=endpoint, account=account, holdings=holdings)
+        own = f"/p2p/{peer}"
+        addrs = [a for a in advert.addrs if a.endswith(own)]
+        self.book.update(peer, endpoint=endpoint, account=account, addrs=addrs, holdings=holdings)
 
     def _poll_loop(self) -> None:
         while not self._closed.wait(POLL_INTERVAL):
@@ -221,11 +249,7 @@ class SwarmNode:
             self._learn(peer, advert)
         except (SignatureError, ValueError) as e:
             raise wire.WireError(f"bad advert: {e}") from None
-        if peer not in self.host.peers() and len(self.host.peers()) < MAX_PEERS:
-            for addr in advert.addrs:
-                with contextlib.suppress(ValueError, ConnectionError, TimeoutError, RuntimeError):
-                    self.host.connect(addr, timeout=5)
-                    break
+        self._dial_new([a for a in advert.addrs if a.endswith(f"/p2p/{peer}")][:1])
 
     # ---- checkpoints ------------------------------------------------------------------
 
@@ -343,7 +367,12 @@ class SwarmNode:
         return [wire.dump(version.announcement), version.manifest.to_json()]
 
     def _serve_have(self, peer: str, body: bytes) -> list[bytes]:
-        wire.parse(HaveRequest, body)
+        request = wire.parse(HaveRequest, body)
+        if request.advert is not None:
+            try:
+                self._learn(peer, request.advert)
+            except (SignatureError, ValueError) as e:
+                raise wire.WireError(f"bad advert: {e}") from None
         return [wire.dump(self.advert())]
 
     # ---- the origin ----------------------------------------------------------------------

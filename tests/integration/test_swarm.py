@@ -1,0 +1,308 @@
+"""The weight swarm on loopback: real libp2p hosts, real TCP data paths, real files.
+
+Each test builds its own small swarm (an origin and a few nodes in this
+process; their hosts and servers run in their own threads) and checks what a
+node ends up with on disk, what it refused, and whom it banned.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+import numpy as np
+import pytest
+from eth_account import Account
+from libp2p.crypto.ed25519 import create_new_key_pair
+
+from swarmrl.p2p import wire
+from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
+from swarmrl.p2p.host import RemoteError
+from swarmrl.p2p.messages import (
+    HAVE_PROTOCOL,
+    MANIFEST_PROTOCOL,
+    MAX_ADVERT_BYTES,
+    checkpoints_topic,
+    peers_topic,
+)
+from swarmrl.p2p.records import swarm_domain
+from swarmrl.p2p.store import WeightStore
+from swarmrl.p2p.swarm import SwarmNode
+
+SHARD = 256 * 1024
+DOMAIN = swarm_domain(31337, "0x" + "44" * 20)
+RUN = "test"
+WAIT = 60
+
+
+@pytest.fixture
+def origin_key():
+    return Account.create()
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    path = tmp_path / "model.safetensors"
+    rng = np.random.default_rng(7)
+    path.write_bytes(rng.integers(0, 256, 16 * SHARD + 1234, dtype=np.uint8).tobytes())
+    return path
+
+
+@pytest.fixture
+def swarm(tmp_path, origin_key):
+    """Makes nodes (origins when given a key) and closes them all after the test."""
+    made = []
+
+    def make(name, *, account=None, trusted=None, bootstrap=(), keep=3, on_event=None):
+        node = SwarmNode(
+            store=WeightStore(tmp_path / name, keep=keep),
+            domain=DOMAIN,
+            run=RUN,
+            trusted=trusted or [origin_key.address],
+            peer_key=create_new_key_pair(),
+            account=account,
+            bootstrap=bootstrap,
+            on_event=on_event,
+        )
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.close()
+
+
+def _events():
+    seen = []
+    return seen, seen.append
+
+
+def test_nodes_fetch_a_verified_copy_and_serve_it_on(swarm, origin_key, checkpoint):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    first = swarm("first", bootstrap=origin.addrs)
+    assert first.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+
+    # With the origin gone, a late node gets every byte from the first node.
+    origin.close()
+    late = swarm("late", bootstrap=first.addrs)
+    version = late.wait_for(1, timeout=WAIT)
+    assert version.path.read_bytes() == checkpoint.read_bytes()
+    assert first.server.bytes_served == checkpoint.stat().st_size
+
+
+def test_many_nodes_share_the_load(swarm, origin_key, checkpoint):
+    origin = swarm("origin", account=origin_key)
+    nodes = [swarm(f"n{i}", bootstrap=origin.addrs) for i in range(4)]
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    for node in nodes:
+        assert node.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    size = checkpoint.stat().st_size
+    delivered = origin.server.bytes_served + sum(n.server.bytes_served for n in nodes)
+    assert delivered >= 4 * size  # endgame races may fetch a few shards twice
+
+
+def test_a_peer_killed_mid_transfer_is_routed_around(swarm, origin_key, checkpoint):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    seeder = swarm("seeder", bootstrap=origin.addrs)
+    seeder.wait_for(1, timeout=WAIT)
+
+    killed = threading.Event()
+
+    def kill_seeder_once(event):
+        if event.kind == "progress" and not killed.is_set():
+            killed.set()
+            seeder.close()
+
+    node = swarm("node", bootstrap=seeder.addrs + origin.addrs, on_event=kill_seeder_once)
+    assert node.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    assert killed.is_set()
+
+
+def test_a_peer_serving_corrupt_bytes_is_banned_and_nothing_corrupt_is_kept(
+    swarm, origin_key, checkpoint, caplog
+):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    liar = swarm("liar", bootstrap=origin.addrs)
+    held = liar.wait_for(1, timeout=WAIT)
+    with open(held.path, "r+b") as f:  # flips one byte in every shard it serves
+        for offset in range(100, checkpoint.stat().st_size, SHARD):
+            f.seek(offset)
+            f.write(b"\xff" if f.read(1) != b"\xff" else b"\x00")
+    origin.close()
+
+    seen, record = _events()
+    node = swarm("node", bootstrap=liar.addrs, on_event=record)
+    with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
+        with pytest.raises(TimeoutError):
+            node.wait_for(1, timeout=3)
+    banned = [e for e in seen if e.kind == "banned"]
+    assert banned and "failed verification" in banned[0].detail
+    assert node.book.is_banned(liar.peer_id)
+    version = node.store.versions()[0]
+    assert version.held_count == 0 and not version.complete
+    assert "banned peer" in caplog.text
+
+    # An honest origin appears: the node finishes from it alone.
+    honest = swarm("honest", account=origin_key)
+    honest.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    node.join(honest.addrs[0])
+    assert node.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+
+
+def test_an_untrusted_signer_is_rejected(swarm, origin_key, checkpoint, caplog):
+    impostor = Account.create()
+    fake = swarm("fake", account=impostor, trusted=[impostor.address])
+    fake.publish(checkpoint, model="demo", step=5, shard_size=SHARD)
+    seen, record = _events()
+    with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
+        node = swarm("node", bootstrap=fake.addrs, on_event=record)
+    rejected = [e for e in seen if e.kind == "rejected"]
+    assert rejected and f"untrusted {impostor.address}" in rejected[0].detail
+    assert f"rejected checkpoint step 5: checkpoint step 5 is signed by untrusted" in caplog.text
+    assert node.store.versions() == []
+
+
+def test_an_older_step_is_rejected(swarm, origin_key, checkpoint, tmp_path, caplog):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=2, shard_size=SHARD)
+    node = swarm("node", bootstrap=origin.addrs)
+    node.wait_for(2, timeout=WAIT)
+
+    # The same key signs an older step elsewhere (a replay, or a confused origin).
+    stale = swarm("stale", account=origin_key)
+    older = tmp_path / "older.bin"
+    older.write_bytes(b"old weights" * 1000)
+    stale.publish(older, model="demo", step=1, shard_size=SHARD)
+    seen, record = _events()
+    node._on_event = record
+    with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
+        node.join(stale.addrs[0])
+    assert [e.detail for e in seen if e.kind == "rejected"] == [
+        "step 1 is not newer than step 2"
+    ]
+    assert [v.step for v in node.store.versions()] == [2]
+    assert "rejected checkpoint step 1" in caplog.text
+
+
+def test_newer_steps_replace_older_ones_keeping_the_last_n(swarm, origin_key, tmp_path):
+    origin = swarm("origin", account=origin_key, keep=5)
+    node = swarm("node", bootstrap=origin.addrs, keep=2)
+    for step in range(1, 5):
+        path = tmp_path / f"ckpt-{step}.bin"
+        path.write_bytes(bytes([step]) * (3 * SHARD))
+        origin.publish(path, model="demo", step=step, shard_size=SHARD)
+        assert node.wait_for(step, timeout=WAIT).path.read_bytes() == path.read_bytes()
+    assert [v.step for v in node.store.versions()] == [3, 4]
+    assert len(list((tmp_path / "node").glob("step-*"))) == 2
+
+
+def test_a_restarted_node_resumes_from_the_shards_on_disk(swarm, origin_key, checkpoint, tmp_path):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    crashed = threading.Event()
+    holder = {}
+
+    def crash_after_some(event):
+        if event.kind == "progress" and event.progress.held >= 6 and not crashed.is_set():
+            crashed.set()
+            threading.Thread(target=holder["node"].close).start()
+
+    holder["node"] = swarm("node", bootstrap=origin.addrs, on_event=crash_after_some)
+    assert crashed.wait(WAIT)
+    holder["node"].close()
+    served_before = origin.server.bytes_served
+
+    again = SwarmNode(
+        store=WeightStore(tmp_path / "node"),
+        domain=DOMAIN,
+        run=RUN,
+        trusted=[origin_key.address],
+        peer_key=create_new_key_pair(),
+        bootstrap=origin.addrs,
+    )
+    try:
+        assert again.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    finally:
+        again.close()
+    refetched = origin.server.bytes_served - served_before
+    assert refetched <= checkpoint.stat().st_size - 6 * SHARD
+
+
+def test_a_directory_checkpoint_arrives_unpacked(swarm, origin_key, tmp_path):
+    model_dir = tmp_path / "policy"
+    (model_dir / "sub").mkdir(parents=True)
+    (model_dir / "config.json").write_text('{"hidden": 64}')
+    (model_dir / "sub" / "model.safetensors").write_bytes(bytes(range(256)) * 5000)
+    origin = swarm("origin", account=origin_key)
+    origin.publish(model_dir, model="policy", step=1, shard_size=SHARD)
+    node = swarm("node", bootstrap=origin.addrs)
+    got = node.wait_for(1, timeout=WAIT).unpacked
+    assert got is not None and got.name == "policy"
+    assert (got / "config.json").read_text() == '{"hidden": 64}'
+    assert (got / "sub" / "model.safetensors").read_bytes() == bytes(range(256)) * 5000
+
+
+def test_idle_connections_do_not_stall_transfers(swarm, origin_key, checkpoint):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    endpoint = origin.server.endpoint
+    p2p_port = int(origin.addrs[0].split("/")[4])
+    idle = [socket.create_connection((endpoint.host, endpoint.port)) for _ in range(8)]
+    idle += [socket.create_connection(("127.0.0.1", p2p_port)) for _ in range(4)]
+    half = socket.create_connection((endpoint.host, endpoint.port))
+    half.sendall(MAGIC + b"\x00" * 10)  # a request that never finishes
+    try:
+        node = swarm("node", bootstrap=origin.addrs)
+        assert node.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    finally:
+        for s in [*idle, half]:
+            s.close()
+
+
+def test_garbage_on_every_protocol_is_refused_and_the_host_keeps_serving(
+    swarm, origin_key, checkpoint
+):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    prober = swarm("prober")
+    peer = prober.host.connect(origin.addrs[0])
+
+    for protocol in (MANIFEST_PROTOCOL, HAVE_PROTOCOL):
+        for garbage in (b"", b"\xff\xfe not json", b'{"manifest_hash": 7}', b"[" * 1000):
+            with pytest.raises(RemoteError, match="invalid|JSON|must be"):
+                prober.host.request(
+                    peer, protocol, garbage, response_limit=MAX_ADVERT_BYTES, timeout=10
+                )
+        with pytest.raises(RemoteError, match="over the 1024-byte limit"):
+            prober.host.request(peer, protocol, b"x" * 5000, response_limit=MAX_ADVERT_BYTES)
+    with pytest.raises(RemoteError, match="no such checkpoint"):
+        prober.host.request(
+            peer, MANIFEST_PROTOCOL, b'{"manifest_hash":"' + b"0" * 64 + b'"}', response_limit=999
+        )
+    for topic in (checkpoints_topic(RUN), peers_topic(RUN)):
+        prober.host.publish(topic, b"\x00garbage")
+        prober.host.publish(topic, wire.dump_json({"model": "x" * 10_000}))
+
+    with socket.create_connection((origin.server.endpoint.host, origin.server.endpoint.port)) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\x00" * 20)
+        assert s.recv(1)[0] == BAD_REQUEST
+
+    node = swarm("node", bootstrap=origin.addrs)
+    assert node.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+
+
+def test_peers_know_each_other_by_signed_record(swarm, origin_key, checkpoint):
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    staker = Account.create()
+    node = swarm("node", account=staker, bootstrap=origin.addrs)
+    node.wait_for(1, timeout=WAIT)
+    # The origin learns the node's account from the node's advert (polled or gossiped).
+    other = swarm("other", bootstrap=node.addrs)
+    other.wait_for(1, timeout=WAIT)
+    assert other.book.get(node.peer_id).account == staker.address
+    assert other.book.get(origin.peer_id).account == origin_key.address
