@@ -279,9 +279,10 @@ def shard_range(manifest: Manifest, index: int) -> tuple[int, int]:
 def verify_shard(
     manifest: Manifest, index: int, data: BytesLike, *, threads: int | None = None
 ) -> None:
-    """Raises ValueError unless ``data`` is exactly shard ``index`` of the manifest."""
+    """Raises ValueError unless ``data`` is exactly shard ``index`` of the manifest.
+    ``data`` is read in place, without a copy; it must not change during the call."""
     shard_range(manifest, index)
-    _native.shards_verify(_as_bytes(data), manifest.plan, index, threads)
+    _native.shards_verify(data, manifest.plan, index, threads)
 
 
 def read_shard(

@@ -54,11 +54,11 @@ class DataPathError(ConnectionError):
     """The transfer failed; the peer may simply be gone or slow."""
 
 
-class PeerMisbehaved(DataPathError):
+class MisbehavingPeerError(DataPathError):
     """The peer answered something no honest peer sends (wrong length, bad status)."""
 
 
-class NotAvailable(DataPathError):
+class ShardUnavailableError(DataPathError):
     """The peer is honest but does not have that shard (or is busy)."""
 
     def __init__(self, status: int) -> None:
@@ -183,10 +183,8 @@ class ShardServer:
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         self._thread.join(timeout=5)
 
 
@@ -220,10 +218,10 @@ class ShardClient:
             status, size = _RESPONSE.unpack(header)
             if status != OK:
                 if size or status not in STATUS_TEXT:
-                    raise PeerMisbehaved(f"{self.endpoint} sent an invalid status {status}")
-                raise NotAvailable(status)
+                    raise MisbehavingPeerError(f"{self.endpoint} sent an invalid status {status}")
+                raise ShardUnavailableError(status)
             if size != length:
-                raise PeerMisbehaved(
+                raise MisbehavingPeerError(
                     f"{self.endpoint} offered {size} bytes for a {length}-byte shard"
                 )
             view = memoryview(buffer)[:length]
@@ -234,7 +232,7 @@ class ShardClient:
                     raise DataPathError(f"{self.endpoint} closed the connection mid-shard")
                 got += n
             return view
-        except NotAvailable:
+        except ShardUnavailableError:
             raise
         except (OSError, DataPathError) as e:
             self.close()

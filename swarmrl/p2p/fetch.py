@@ -29,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from swarmrl.p2p.datapath import (
+    BUSY,
     DataPathError,
     Endpoint,
-    NotAvailable,
-    PeerMisbehaved,
+    MisbehavingPeerError,
     ShardClient,
+    ShardUnavailableError,
 )
 from swarmrl.p2p.store import Version, WeightStore
 
@@ -264,12 +265,15 @@ class Download:
         try:
             data = client.fetch(mhash, index, self.version.shard_range(index)[1], buffer)
             stored = self.store.write_shard(self.version, index, data)
-        except NotAvailable:
-            with self.book.lock:  # its advert is stale: forget that bit until the next one
-                if (bits := peer.holdings.get(mhash)) is not None and index < len(bits):
+        except ShardUnavailableError as e:
+            with self.book.lock:
+                if e.status == BUSY:
+                    peer.retry_at = time.monotonic() + BACKOFF_SECONDS
+                # Otherwise its advert is stale: forget that bit until the next one.
+                elif (bits := peer.holdings.get(mhash)) is not None and index < len(bits):
                     bits[index] = 0
             return
-        except (ValueError, PeerMisbehaved) as e:
+        except (ValueError, MisbehavingPeerError) as e:
             reason = f"shard {index} of step {self.version.step} failed verification: {e}"
             self.book.ban(peer.peer_id, reason)
             client.close()

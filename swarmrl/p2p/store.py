@@ -24,6 +24,7 @@ import os
 import shutil
 import tarfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,7 +222,7 @@ class WeightStore:
     def write_shard(self, version: Version, index: int, data: bytes | bytearray) -> bool:
         """Verifies `data` as shard `index` (ValueError if it is not) and writes it.
         Returns False if the shard was already held (another peer was faster)."""
-        shards.verify_shard(version.manifest, index, data)
+        shards.verify_shard(version.manifest, index, data, threads=1)
         offset, length = version.shard_range(index)
         with version._lock:
             if version.held[index] or version._fd < 0:
@@ -234,31 +235,35 @@ class WeightStore:
         return True
 
     def finish(self, version: Version) -> Path:
-        """Checks the whole file against the manifest, syncs it, and renames it into
-        place; a mismatch (a disk that lost a write) un-marks the bad shards and raises
-        ValueError, so they are fetched again."""
-        intact = self._intact(version.path, version.manifest)
-        if intact.count(1) != version.manifest.shard_count:
-            with version._lock:
-                version.held[:] = intact
-            raise ValueError(f"step {version.step}: shards changed on disk after they were written")
+        """Syncs a fully held version to disk and renames it into place (a bundle is
+        unpacked first). Every shard was verified in memory and written from that same
+        buffer, so the file is not hashed again here; a restart re-hashes (`load`),
+        which is where a disk that lost a write would show. A bundle that cannot be
+        unpacked safely raises BundleError and the version is dropped."""
+        if version.held_count != version.manifest.shard_count:
+            raise ValueError(f"step {version.step} is missing shards")
         with version._lock:
             os.fsync(version._fd)
-            # Serving continues through the open descriptor; reopen read-only after.
             final = version.directory / version.manifest.file_name
-            os.replace(version.path, final)
+            os.replace(version.path, final)  # serving goes on through the open descriptor
             version.path = final
-            version.complete = True
         if version.manifest.file_name.endswith(BUNDLE_SUFFIX):
-            _unpack(final, version.directory / final.name.removesuffix(BUNDLE_SUFFIX))
+            try:
+                _unpack(final, version.directory / final.name.removesuffix(BUNDLE_SUFFIX))
+            except BundleError:
+                self.drop(version)
+                raise
+        version.complete = True
         self.prune()
         return final
 
     # ---- state on disk -----------------------------------------------------------
 
     def load(self) -> list[Version]:
-        """Re-registers the complete versions an earlier run left under the root, so a
-        restarted peer seeds them again; anything unreadable is skipped with a log line."""
+        """Re-registers the complete versions an earlier run left under the root, each
+        re-hashed, so a restarted peer seeds them again. A version that no longer checks
+        out, or was never finished, stays on disk unregistered: its intact shards are
+        kept when it is announced again. Anything unreadable is skipped with a log line."""
         found = []
         for directory in sorted(self.root.glob("step-*")):
             try:
@@ -278,6 +283,14 @@ class WeightStore:
             if version.held_count == manifest.shard_count:
                 self.finish(version)
                 found.append(version)
+            else:
+                log.warning(
+                    "step %d in %s has %d bad shards; they will be fetched when it is announced",
+                    manifest.step,
+                    directory,
+                    manifest.shard_count - version.held_count,
+                )
+                self._forget(version)
         return found
 
     def _write_meta(self, directory: Path, manifest: Manifest, announcement: Announcement) -> None:
@@ -304,37 +317,53 @@ class WeightStore:
 
     def _make_room(self, incoming: int) -> None:
         if self.max_bytes is not None:
-            if incoming > self.max_bytes:
+            budget = self.max_bytes
+            if incoming > budget:
                 raise StoreError(
-                    f"a {incoming}-byte checkpoint does not fit the {self.max_bytes}-byte budget"
+                    f"a {incoming}-byte checkpoint does not fit the {budget}-byte budget"
                 )
-            self._evict(lambda: self._bytes_used() + incoming > self.max_bytes, spare_newest=False)
+            self._evict(lambda: self._bytes_used() + incoming > budget, spare_newest=False)
+            if (used := self._bytes_used()) + incoming > budget:
+                raise StoreError(
+                    f"a {incoming}-byte checkpoint does not fit the {budget}-byte budget "
+                    f"beside the {used} bytes still being fetched"
+                )
         free = shutil.disk_usage(self.root).free
         if incoming > free:
             raise StoreError(f"a {incoming}-byte checkpoint does not fit in {free} free bytes")
 
     def prune(self) -> None:
-        """Drops complete versions past `keep` (oldest first), then any over budget."""
+        """Drops complete versions past `keep` (oldest first), then any over budget;
+        never the newest complete one."""
         self._evict(lambda: sum(v.complete for v in self.versions()) > self.keep)
         if self.max_bytes is not None:
-            self._evict(lambda: self._bytes_used() > self.max_bytes)
+            budget = self.max_bytes
+            self._evict(lambda: self._bytes_used() > budget)
 
-    def _evict(self, over: object, *, spare_newest: bool = True) -> None:
-        while over():  # type: ignore[operator]
+    def _evict(self, over: Callable[[], bool], *, spare_newest: bool = True) -> None:
+        while over():
             complete = [v for v in self.versions() if v.complete]
             if spare_newest:
                 complete = complete[:-1]
             if not complete:
                 return
-            self._drop(complete[0])
+            self.drop(complete[0])
 
-    def _drop(self, version: Version) -> None:
+    def _forget(self, version: Version) -> None:
         with self._lock:
             self._versions.pop(version.manifest_hash, None)
         version.close()
+
+    def drop(self, version: Version) -> None:
+        """Unregisters `version` and deletes its files (unless they are an origin's)."""
+        self._forget(version)
         if version.owned:
             shutil.rmtree(version.directory, ignore_errors=True)
         log.info("dropped step %d from the store", version.step)
+
+
+class BundleError(ValueError):
+    """A directory bundle that cannot be unpacked safely."""
 
 
 def _unpack(bundle: Path, target: Path) -> None:
@@ -342,7 +371,11 @@ def _unpack(bundle: Path, target: Path) -> None:
     absolute paths and device files, whoever built the tar."""
     tmp = target.with_name(f".{target.name}.unpacking")
     shutil.rmtree(tmp, ignore_errors=True)
-    with tarfile.open(bundle) as tar:
-        tar.extractall(tmp, filter="data")
+    try:
+        with tarfile.open(bundle) as tar:
+            tar.extractall(tmp, filter="data")
+    except (tarfile.TarError, OSError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BundleError(f"{bundle.name} cannot be unpacked safely: {e}") from None
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)

@@ -338,17 +338,16 @@ class SwarmNode:
     def _download(self, download: Download) -> None:
         version = download.version
         self._send_advert(force=True)
-        while not self._closed.is_set():
-            if download.run() or download.done:
-                try:
-                    path = self.store.finish(version)
-                except ValueError as e:
-                    log.warning("%s; fetching those shards again", e)
-                    continue
-                break
+        while not download.run(timeout=5.0):
+            if self._closed.is_set():
+                return
             if self._newest_step() > version.step:
-                return  # superseded while stalled
-        else:
+                self.store.drop(version)  # superseded while it stalled
+                return
+        try:
+            path = self.store.finish(version)
+        except (ValueError, OSError) as e:
+            self._reject(version.step, str(e))
             return
         log.info("step %d is complete at %s", version.step, path)
         self._send_advert(force=True)

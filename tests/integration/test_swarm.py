@@ -136,14 +136,15 @@ def test_a_peer_serving_corrupt_bytes_is_banned_and_nothing_corrupt_is_kept(
 
     seen, record = _events()
     node = swarm("node", bootstrap=liar.addrs, on_event=record)
-    with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
-        with pytest.raises(TimeoutError):
-            node.wait_for(1, timeout=3)
+    with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"), pytest.raises(TimeoutError):
+        node.wait_for(1, timeout=3)
     banned = [e for e in seen if e.kind == "banned"]
-    assert banned and "failed verification" in banned[0].detail
+    assert banned
+    assert "failed verification" in banned[0].detail
     assert node.book.is_banned(liar.peer_id)
     version = node.store.versions()[0]
-    assert version.held_count == 0 and not version.complete
+    assert version.held_count == 0
+    assert not version.complete
     assert "banned peer" in caplog.text
 
     # An honest origin appears: the node finishes from it alone.
@@ -161,8 +162,9 @@ def test_an_untrusted_signer_is_rejected(swarm, origin_key, checkpoint, caplog):
     with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
         node = swarm("node", bootstrap=fake.addrs, on_event=record)
     rejected = [e for e in seen if e.kind == "rejected"]
-    assert rejected and f"untrusted {impostor.address}" in rejected[0].detail
-    assert f"rejected checkpoint step 5: checkpoint step 5 is signed by untrusted" in caplog.text
+    assert rejected
+    assert f"untrusted {impostor.address}" in rejected[0].detail
+    assert "rejected checkpoint step 5: checkpoint step 5 is signed by untrusted" in caplog.text
     assert node.store.versions() == []
 
 
@@ -181,9 +183,7 @@ def test_an_older_step_is_rejected(swarm, origin_key, checkpoint, tmp_path, capl
     node._on_event = record
     with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
         node.join(stale.addrs[0])
-    assert [e.detail for e in seen if e.kind == "rejected"] == [
-        "step 1 is not newer than step 2"
-    ]
+    assert [e.detail for e in seen if e.kind == "rejected"] == ["step 1 is not newer than step 2"]
     assert [v.step for v in node.store.versions()] == [2]
     assert "rejected checkpoint step 1" in caplog.text
 
@@ -241,7 +241,8 @@ def test_a_directory_checkpoint_arrives_unpacked(swarm, origin_key, tmp_path):
     origin.publish(model_dir, model="policy", step=1, shard_size=SHARD)
     node = swarm("node", bootstrap=origin.addrs)
     got = node.wait_for(1, timeout=WAIT).unpacked
-    assert got is not None and got.name == "policy"
+    assert got is not None
+    assert got.name == "policy"
     assert (got / "config.json").read_text() == '{"hidden": 64}'
     assert (got / "sub" / "model.safetensors").read_bytes() == bytes(range(256)) * 5000
 
@@ -273,7 +274,7 @@ def test_garbage_on_every_protocol_is_refused_and_the_host_keeps_serving(
 
     for protocol in (MANIFEST_PROTOCOL, HAVE_PROTOCOL):
         for garbage in (b"", b"\xff\xfe not json", b'{"manifest_hash": 7}', b"[" * 1000):
-            with pytest.raises(RemoteError, match="invalid|JSON|must be"):
+            with pytest.raises(RemoteError, match=r"invalid|JSON|must be"):
                 prober.host.request(
                     peer, protocol, garbage, response_limit=MAX_ADVERT_BYTES, timeout=10
                 )

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use pyo3::exceptions::{
     PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
@@ -123,18 +124,42 @@ impl ShardPlan {
     }
 }
 
+/// Any contiguous byte buffer (bytes, bytearray, memoryview, mmap) read in place:
+/// a shard arriving from the network is checked where it landed, not copied first
+/// (a fresh 64 MiB copy costs more than hashing it). The export keeps the memory
+/// alive; the caller must not write to it during the call.
+struct Borrowed(PyBuffer<u8>);
+
+impl Borrowed {
+    fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<u8>::get(obj)?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err("shard data must be a contiguous buffer"));
+        }
+        Ok(Self(buf))
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: a C-contiguous buffer of u8 of len_bytes() bytes at buf_ptr(), kept
+        // exported (so neither freed nor resized) for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, self.0.len_bytes()) }
+    }
+}
+
 #[pyfunction]
 #[pyo3(signature = (data, plan, index, threads=None))]
 fn shards_verify(
     py: Python<'_>,
-    data: PyBackedBytes,
+    data: &Bound<'_, PyAny>,
     plan: &Bound<'_, ShardPlan>,
     index: u64,
     threads: Option<usize>,
 ) -> PyResult<()> {
     let exp = &plan.get().0;
     let h = exp.hash(index).map_err(to_py)?;
-    py.detach(|| shards::verify_shard(exp.layout(), index, &data, h, threads)).map_err(to_py)
+    let data = Borrowed::new(data)?;
+    let bytes = data.as_slice();
+    py.detach(|| shards::verify_shard(exp.layout(), index, bytes, h, threads)).map_err(to_py)
 }
 
 #[pyfunction]

@@ -1,0 +1,286 @@
+"""Weight broadcast on loopback: swarmrl's swarm against shardcast 0.3.2, same file, same run.
+
+One origin and N nodes, each its own process on 127.0.0.1 (no GIL shared), a
+random checkpoint (1 GiB by default) in `--workdir`, every store on the same
+disk. What is timed, for both: from the announcement (our origin's `publish`
+returning, which is when the signed announcement is out; shardcast's
+`broadcast()` returning) until the last node has the whole file verified on
+disk. Each process stamps `time.monotonic()` (one clock system-wide). Not
+timed, for both: interpreter start-up, imports, joining, and the origin's
+preparation (ours: hashing into a manifest and signing; shardcast's: hashing
+and copying into shard files), reported apart as "prepare".
+
+Also measured in the same run: the physical ceiling of this machine, one
+process sending the file over loopback TCP with sendfile to another reading
+it into a buffer; and CPU seconds (user + system of the origin and all nodes
+over the timed window) per GB delivered.
+
+    python -m benchmarks.broadcast [--size-mib 1024] [--nodes 1 8] [--runs 3]
+    swarmrl bench broadcast
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.shards import write_random_file
+
+MIB = 1024 * 1024
+SHARD_MIB = 16
+TIMEOUT = 600.0
+
+
+def _cpu() -> float:
+    self_, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _say(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+# ---- the processes -------------------------------------------------------------------
+
+
+def _peer_main(args: argparse.Namespace) -> None:
+    """One origin or node; talks to the driver with JSON lines on stdin/stdout."""
+    import logging
+
+    from eth_account import Account
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.p2p.store import WeightStore
+    from swarmrl.p2p.swarm import SwarmNode
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("libp2p").setLevel(logging.CRITICAL)
+    account = Account.from_key(bytes.fromhex(args.key)) if args.key else None
+    node = SwarmNode(
+        store=WeightStore(Path(args.store)),
+        domain=swarm_domain(31337, "0x" + "42" * 20),
+        run="bench",
+        trusted=[args.trusted],
+        peer_key=create_new_key_pair(),
+        account=account,
+        bootstrap=[args.bootstrap] if args.bootstrap else [],
+    )
+    _say(addr=node.addrs[0])
+    if account is not None:
+        sys.stdin.readline()  # "publish"
+        start = time.monotonic()
+        version = node.publish(Path(args.file), model="bench", step=1, shard_size=SHARD_MIB * MIB)
+        announced, cpu = time.monotonic(), _cpu()
+        _say(announced=announced, prepare=announced - start)
+        sys.stdin.readline()  # "done": every node has it
+        _say(cpu=_cpu() - cpu, served=node.server.bytes_served, shards=version.manifest.shard_count)
+    else:
+        cpu = _cpu()
+        node.wait_for(1, timeout=TIMEOUT)
+        _say(done=time.monotonic(), cpu=_cpu() - cpu)
+        sys.stdin.readline()  # keep serving the others until the driver says stop
+        _say(served=node.server.bytes_served)
+    node.close()
+
+
+def _receiver_main(args: argparse.Namespace) -> None:
+    """The ceiling's far end: reads everything into one reused buffer."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        _say(port=server.getsockname()[1])
+        conn, _ = server.accept()
+        view = memoryview(bytearray(4 * MIB))
+        total = 0
+        while n := conn.recv_into(view):
+            total += n
+        _say(received=total, at=time.monotonic())
+
+
+# ---- the driver ----------------------------------------------------------------------
+
+
+class _Proc:
+    def __init__(self, *argv: str) -> None:
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.broadcast", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def read(self) -> dict:
+        line = self.p.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"a benchmark process exited with {self.p.wait()}")
+        return json.loads(line)
+
+    def tell(self, word: str) -> None:
+        self.p.stdin.write(word + "\n")  # type: ignore[union-attr]
+        self.p.stdin.flush()  # type: ignore[union-attr]
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, 9)
+        self.p.wait()
+
+
+@dataclass
+class Result:
+    seconds: float
+    cpu_seconds: float
+    prepare_seconds: float
+    origin_share: float  # of all bytes the nodes received, the part the origin sent
+
+
+def run_swarmrl(checkpoint: Path, nodes: int, workdir: Path) -> Result:
+    from eth_account import Account
+
+    key = Account.create()
+    root = Path(tempfile.mkdtemp(dir=workdir, prefix="swarmrl-bench-"))
+    procs: list[_Proc] = []
+    try:
+        origin = _Proc(
+            "peer", "--store", str(root / "origin"), "--trusted", key.address,
+            "--key", key.key.hex(), "--file", str(checkpoint),
+        )  # fmt: skip
+        procs.append(origin)
+        addr = origin.read()["addr"]
+        peers = [
+            _Proc(
+                "peer",
+                "--store",
+                str(root / f"n{i}"),
+                "--trusted",
+                key.address,
+                "--bootstrap",
+                addr,
+            )
+            for i in range(nodes)
+        ]
+        procs += peers
+        for p in peers:
+            p.read()
+        time.sleep(2.0)  # gossipsub meshes form on 1 s heartbeats
+        origin.tell("publish")
+        announced = origin.read()
+        done = [p.read() for p in peers]
+        origin.tell("done")
+        origin_stats = origin.read()
+        for p in peers:
+            p.tell("stop")
+        node_served = sum(p.read()["served"] for p in peers)
+        cpu = origin_stats["cpu"] + sum(d["cpu"] for d in done)
+        size = checkpoint.stat().st_size
+        for i in range(nodes):
+            (got,) = (root / f"n{i}").glob("step-*/" + checkpoint.name)
+            if got.stat().st_size != size:
+                raise RuntimeError(f"node {i} has a {got.stat().st_size}-byte file")
+        return Result(
+            max(d["done"] for d in done) - announced["announced"],
+            cpu,
+            announced["prepare"],
+            origin_stats["served"] / max(origin_stats["served"] + node_served, 1),
+        )
+    finally:
+        for p in procs:
+            p.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def loopback_ceiling(checkpoint: Path) -> float:
+    """GB/s of one sendfile stream from this process to a reader process."""
+    receiver = _Proc("receiver")
+    try:
+        port = receiver.read()["port"]
+        size = checkpoint.stat().st_size
+        with socket.create_connection(("127.0.0.1", port)) as s, open(checkpoint, "rb") as f:
+            start = time.monotonic()
+            sent = 0
+            while sent < size:
+                sent += os.sendfile(s.fileno(), f.fileno(), sent, size - sent)
+        end = receiver.read()["at"]
+        return size / (end - start) / 1e9
+    finally:
+        receiver.kill()
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -> None:
+    from benchmarks.shardcast_ref import run_shardcast
+
+    workdir = Path(os.environ.get("SWARMRL_BENCH_DIR") or tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="broadcast-") as tmp:
+        checkpoint = Path(tmp) / "model.safetensors"
+        write_random_file(checkpoint, size_mib * MIB)
+        gb = checkpoint.stat().st_size / 1e9
+        ceilings = [loopback_ceiling(checkpoint) for _ in range(runs)]
+        print(f"broadcast of a {size_mib} MiB checkpoint on loopback, workdir {workdir}")
+        print(f"  loopback TCP ceiling (sendfile -> recv_into): {_fmt(ceilings)} GB/s")
+        ours: dict[int, list[Result]] = {}
+        ref: dict[int, list] = {}
+        for n in nodes:
+            for _ in range(runs):  # interleaved, so drift in the machine hits both alike
+                ours.setdefault(n, []).append(run_swarmrl(checkpoint, n, Path(tmp)))
+                ref.setdefault(n, []).append(run_shardcast(checkpoint, n, Path(tmp)))
+            o, r = ours[n], ref[n]
+            os_, rs = [x.seconds for x in o], [x.seconds for x in r]
+            print(f"  {n} node(s), seconds, median (min-max) of {runs}:")
+            print(f"    swarmrl   {_fmt(os_)}  prepare {_fmt([x.prepare_seconds for x in o])}")
+            print(f"    shardcast {_fmt(rs)}  prepare {_fmt([x.prepare_seconds for x in r])}")
+            print(
+                f"    throughput per node: swarmrl {gb / statistics.median(os_):.2f} GB/s, "
+                f"shardcast {gb / statistics.median(rs):.2f} GB/s; "
+                f"ratio shardcast/swarmrl time {statistics.median(rs) / statistics.median(os_):.2f}x"
+            )
+            print(
+                f"    CPU s per GB delivered: swarmrl "
+                f"{statistics.median([x.cpu_seconds for x in o]) / (gb * n):.2f}, shardcast "
+                f"{statistics.median([x.cpu_seconds for x in r]) / (gb * n):.2f}; "
+                f"origin sent {statistics.median([x.origin_share for x in o]):.0%} of swarmrl's bytes"
+            )
+        if 1 in ours and len(nodes) > 1:
+            base = statistics.median([x.seconds for x in ours[1]])
+            for n in nodes[1:]:
+                ratio = statistics.median([x.seconds for x in ours[n]]) / base
+                print(f"  swarmrl time at {n} nodes / at 1 node: {ratio:.2f}x")
+
+
+def _cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode")
+    peer = sub.add_parser("peer")
+    for opt in ("--store", "--trusted", "--key", "--file", "--bootstrap"):
+        peer.add_argument(opt)
+    sub.add_parser("receiver")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 8])
+    args = parser.parse_args()
+    if args.mode == "peer":
+        _peer_main(args)
+    elif args.mode == "receiver":
+        _receiver_main(args)
+    else:
+        main(args.runs, args.size_mib, tuple(args.nodes))
+
+
+if __name__ == "__main__":
+    _cli()
