@@ -85,10 +85,15 @@ test: setup lint contracts-test
 demo: setup
 	$(BIN)/swarmrl demo
 
-# The reference TOPLOC. Its PyPI wheel does not import against current torch, so
-# it is built from the sdist against the installed torch (a few minutes, CPU only).
+# The references. toploc 0.1.6: its PyPI wheel does not import against current torch,
+# so it is built from the sdist against the installed torch (a few minutes, CPU only).
+# shardcast 0.3.2: pure Python (its one dependency, blake3, is pinned already); its
+# clients shell out to wget, which it would otherwise try to apt-get by itself.
 $(BENCH_STAMP): $(DEPS_STAMP)
+	@command -v wget >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wget; }
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --no-binary toploc toploc==0.1.6
+	$(BIN)/python -m pip install -q --no-deps shardcast==0.3.2
 	touch $@
 
 bench-deps: $(BENCH_STAMP)

@@ -38,7 +38,7 @@ def _register_apps() -> None:
 
 _register_apps()
 
-BENCHMARKS = ("toploc", "shards")
+BENCHMARKS = ("toploc", "shards", "broadcast")
 
 
 def _version(show: bool) -> None:
@@ -83,6 +83,14 @@ def bench_shards(
 ) -> None:
     """Checkpoint shard hashing throughput vs. the blake3 PyPI package."""
     _run_benchmark("shards", runs)
+
+
+@bench_app.command("broadcast")
+def bench_broadcast(
+    runs: int = typer.Option(3, min=1, help="Runs per figure (median)."),
+) -> None:
+    """Weight broadcast to 1 and 8 nodes vs. shardcast 0.3.2 (1 GiB, loopback)."""
+    _run_benchmark("broadcast", runs)
 
 
 @bench_app.command("all")

@@ -7,17 +7,22 @@ available rather than faked.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import typer
+from eth_account.signers.local import LocalAccount
 
 from swarmrl import shards, toploc
 
+if TYPE_CHECKING:
+    from swarmrl.chain.deploy import Deployment
+
 NOT_YET = (
-    "libp2p swarm and peer-to-peer weight broadcast",
     "rollout generation with proofs, tasks and verifiers",
     "orchestrator: scheduler, validator, GRPO trainer",
 )
@@ -91,7 +96,92 @@ def _shards_stage(workdir: Path) -> None:
     _say(f"  node reassembles from verified shards: whole-file check passed, identical={same}")
 
 
-def _chain_stage() -> None:
+def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount) -> None:
+    from eth_account import Account
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from swarmrl.p2p.host import quiet_libp2p_logs
+    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.p2p.store import WeightStore
+    from swarmrl.p2p.swarm import SwarmNode
+
+    quiet_libp2p_logs()
+    logging.getLogger("swarmrl.p2p").setLevel(logging.ERROR)  # the demo says it itself
+    size, shard_size = 96 * 2**20, 8 * 2**20
+    _say(f"[swarm] the orchestrator broadcasts a {size >> 20} MiB checkpoint over libp2p")
+    checkpoint = workdir / "swarm" / "model.safetensors"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(np.random.default_rng(1).integers(0, 256, size, np.uint8).tobytes())
+    domain = swarm_domain(deployment.chain_id, deployment.contracts.compute_pool)
+    events: list[str] = []
+    nodes: list[SwarmNode] = []
+
+    def node(name: str, bootstrap: list[str], account: LocalAccount | None = None) -> SwarmNode:
+        made = SwarmNode(
+            store=WeightStore(workdir / "swarm" / name),
+            domain=domain,
+            run=deployment.run_id,
+            trusted=[origin_key.address],
+            peer_key=create_new_key_pair(),
+            account=account,
+            bootstrap=bootstrap,
+            on_event=lambda e: events.append(f"{name}: {e.kind} {e.detail}"),
+        )
+        nodes.append(made)
+        return made
+
+    try:
+        origin = node("origin", [], origin_key)
+        volunteers = [node(f"node{i}", origin.addrs) for i in range(4)]
+        start = time.perf_counter()
+        origin.publish(checkpoint, model="demo", step=1, shard_size=shard_size)
+        copies = [v.wait_for(1, timeout=120).path for v in volunteers]
+        same = all(c.read_bytes() == checkpoint.read_bytes() for c in copies)
+        served = [n.server.bytes_served for n in (origin, *volunteers)]
+        _say(
+            f"  manifest signed by {origin_key.address[:10]}... (EIP-712, chain "
+            f"{deployment.chain_id}, this run's pool); 4 nodes hold a verified copy after "
+            f"{_ms(start)}, identical={same}; the origin sent {served[0] / sum(served):.0%} "
+            "of the bytes, the nodes the rest"
+        )
+
+        liar = volunteers[0]
+        with open(copies[0], "r+b") as f:  # a node turns bad: one flipped bit per shard
+            for offset in range(0, size, shard_size):
+                f.seek(offset)
+                byte = f.read(1)[0]
+                f.seek(offset)
+                f.write(bytes([byte ^ 1]))
+        origin.close()
+        newcomer = node("newcomer", liar.addrs + volunteers[1].addrs)
+        got = newcomer.wait_for(1, timeout=120).path.read_bytes() == checkpoint.read_bytes()
+        banned = newcomer.book.is_banned(liar.peer_id)
+        _say(
+            f"  with the origin gone and node0 serving corrupt bytes, a newcomer caught a bad "
+            f"shard before writing it (node0 banned={banned}) and got a verified copy from "
+            f"the others: identical={got}"
+        )
+
+        impostor = Account.create()
+        fake = SwarmNode(
+            store=WeightStore(workdir / "swarm" / "impostor"),
+            domain=domain,
+            run=deployment.run_id,
+            trusted=[impostor.address],
+            peer_key=create_new_key_pair(),
+            account=impostor,
+        )
+        nodes.append(fake)
+        fake.publish(checkpoint, model="demo", step=2, shard_size=shard_size)
+        newcomer.join(fake.addrs[0])
+        rejected = [e for e in events if e.startswith("newcomer: rejected")]
+        _say(f"  an impostor announced step 2 with its own key: {rejected[-1].split(': ', 1)[1]}")
+    finally:
+        for n in nodes:
+            n.close()
+
+
+def _chain_stage() -> tuple[Deployment, LocalAccount]:
     from eth_utils import keccak
 
     from swarmrl.chain import anvil as anvil_mod
@@ -171,6 +261,7 @@ def _chain_stage() -> None:
         h.request_unbond(50 * TOKEN)
         anvil_mod.increase_time(w3, params.unbonding_period + 1)
         _say(f"  it unbonded 50 SRL and withdrew {h.withdraw() // TOKEN} after the 7-day period")
+        return deployment, recorder
     finally:
         chain.stop()
 
@@ -179,9 +270,10 @@ def run() -> None:
     """Runs every stage that exists and names the ones that do not yet."""
     _say("swarmrl demo: a local swarm on the embedded defaults\n")
     _toploc_stage()
+    deployment, orchestrator = _chain_stage()
     with tempfile.TemporaryDirectory(prefix="swarmrl-demo-") as tmp:
         _shards_stage(Path(tmp))
-    _chain_stage()
+        _swarm_stage(Path(tmp), deployment, orchestrator)
     _say("\nnot yet available:")
     for stage in NOT_YET:
         _say(f"  - {stage}")

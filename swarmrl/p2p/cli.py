@@ -44,8 +44,9 @@ def _logging() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    for noisy in ("libp2p", "multiaddr", "async_service", "trio"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    from swarmrl.p2p.host import quiet_libp2p_logs
+
+    quiet_libp2p_logs()
 
 
 def _until_signalled() -> threading.Event:

@@ -101,6 +101,10 @@ class Host:
             if not self._ready.is_set():
                 self._failure = e
                 self._ready.set()
+            elif self._stop is not None and self._stop.is_set():
+                # py-libp2p's services can trip over their own cancellation on the
+                # way down; once closing was asked for, that is not news.
+                log.debug("the libp2p host raised while closing: %r", e)
             else:
                 log.exception("the libp2p host stopped with an error")
 
@@ -163,10 +167,12 @@ class Host:
         except wire.WireError as e:
             log.warning("rejected a %s request from %s: %s", name, peer, e)
             await _try_write_error(stream, str(e))
+        except wire.Refusal as e:
+            await _try_write_error(stream, str(e))
         except trio.TooSlowError:
             log.warning("a %s request from %s took over %.0f s; dropped", name, peer, spec.timeout)
         except Exception as e:  # a stream reset or a handler bug costs this stream only
-            log.warning("a %s request from %s failed: %s", name, peer, e)
+            log.info("a %s request from %s failed: %r", name, peer, e)
             await _try_write_error(stream, "the request failed on the serving peer")
         finally:
             await _close_quietly(stream)
@@ -345,3 +351,10 @@ async def _close_quietly(stream: INetStream) -> None:
             await stream.close()
     except Exception:
         pass
+
+
+def quiet_libp2p_logs() -> None:
+    """py-libp2p logs every failed dial and rate-limit decision at warning level or
+    above; for a person watching a node only swarmrl's own lines say what matters."""
+    for name in ("libp2p", "multiaddr", "async_service"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)

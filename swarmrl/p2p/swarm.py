@@ -70,6 +70,10 @@ log = logging.getLogger("swarmrl.p2p")
 
 POLL_INTERVAL = 0.5
 ADVERT_INTERVAL = 30.0
+MIN_ADVERT_GAP = 2.0
+# Announcements already refused, remembered so that gossip repeats cost no signature
+# check and no log line.
+MAX_REMEMBERED_REJECTIONS = 256
 MAX_PEERS = 32
 
 
@@ -116,7 +120,9 @@ class SwarmNode:
         self._downloads: dict[str, Download] = {}
         self._ready = threading.Condition()
         self._closed = threading.Event()
-        self._last_advert = 0.0
+        self._last_advert = -MIN_ADVERT_GAP
+        self._advert_due = False
+        self._rejected: dict[str, None] = {}  # manifest hashes, oldest first
         self._lock = threading.Lock()
 
         self.host = Host(
@@ -234,10 +240,16 @@ class SwarmNode:
             self._send_advert()
 
     def _send_advert(self, *, force: bool = False) -> None:
+        """Publishes this peer's advert: every ADVERT_INTERVAL, and soon after a change
+        (`force`), but never twice within MIN_ADVERT_GAP. A hub relays every peer's
+        adverts, so this gap is what keeps it under gossipsub's per-peer rate limit."""
         now = time.monotonic()
-        if not force and now - self._last_advert < ADVERT_INTERVAL:
-            return
-        self._last_advert = now
+        with self._lock:
+            self._advert_due = self._advert_due or force
+            since = now - self._last_advert
+            if since < MIN_ADVERT_GAP or not (self._advert_due or since >= ADVERT_INTERVAL):
+                return
+            self._last_advert, self._advert_due = now, False
         with contextlib.suppress(Exception):  # no mesh peers yet: the next one will do
             self.host.publish(self._topic_peers, wire.dump(self.advert()))
 
@@ -257,11 +269,15 @@ class SwarmNode:
         steps = [v.step for v in self.store.versions()]
         return max(steps, default=-1)
 
-    def _reject(self, step: int | None, reason: str) -> None:
-        log.warning(
-            "rejected checkpoint%s: %s", f" step {step}" if step is not None else "", reason
-        )
-        self._on_event(Event("rejected", step, reason))
+    def _reject(self, announcement: Announcement, reason: str, *, remember: bool = True) -> None:
+        """Refuses a checkpoint: a log line, an event, and (unless the cause may pass,
+        `remember=False`) no second look at the same announcement."""
+        if remember:
+            self._rejected[announcement.manifest_hash] = None
+        if len(self._rejected) > MAX_REMEMBERED_REJECTIONS:
+            del self._rejected[next(iter(self._rejected))]
+        log.warning("rejected checkpoint step %d: %s", announcement.step, reason)
+        self._on_event(Event("rejected", announcement.step, reason))
 
     def _on_announcement(self, peer: str, data: bytes) -> None:
         if len(data) > MAX_ANNOUNCEMENT_BYTES:
@@ -272,17 +288,18 @@ class SwarmNode:
         self, announcement: Announcement, peer: str, manifest: Manifest | None = None
     ) -> None:
         with self._lock:
-            if self.store.get(announcement.manifest_hash):
+            mhash = announcement.manifest_hash
+            if self.store.get(mhash) or mhash in self._rejected:
                 return
             try:
                 announcement.verify(self.domain, self.trusted)
             except SignatureError as e:
-                self._reject(announcement.step, str(e))
+                self._reject(announcement, str(e))
                 return
             newest = self._newest_step()
             if announcement.step <= newest:
                 self._reject(
-                    announcement.step, f"step {announcement.step} is not newer than step {newest}"
+                    announcement, f"step {announcement.step} is not newer than step {newest}"
                 )
                 return
             self._on_event(Event("announced", announcement.step, announcement.model))
@@ -294,7 +311,7 @@ class SwarmNode:
                 announcement.matches(manifest)
                 version = self.store.begin(announcement, manifest)
             except (ValueError, OSError) as e:
-                self._reject(announcement.step, str(e))
+                self._reject(announcement, str(e))
                 return
             download = Download(
                 self.store,
@@ -320,7 +337,7 @@ class SwarmNode:
                 log.info(
                     "peer %s could not give the manifest of step %d: %s", peer, announcement.step, e
                 )
-        self._reject(announcement.step, "no peer could give its manifest")
+        self._reject(announcement, "no peer could give its manifest", remember=False)
         return None
 
     def _request_manifest(self, peer: str, mhash: str | None) -> tuple[Announcement, Manifest]:
@@ -347,7 +364,7 @@ class SwarmNode:
         try:
             path = self.store.finish(version)
         except (ValueError, OSError) as e:
-            self._reject(version.step, str(e))
+            self._reject(version.announcement, str(e))
             return
         log.info("step %d is complete at %s", version.step, path)
         self._send_advert(force=True)
@@ -362,7 +379,7 @@ class SwarmNode:
         else:
             version = self.store.get(request.manifest_hash)
         if version is None:
-            raise wire.WireError("this peer holds no such checkpoint")
+            raise wire.Refusal("this peer holds no such checkpoint")
         return [wire.dump(version.announcement), version.manifest.to_json()]
 
     def _serve_have(self, peer: str, body: bytes) -> list[bytes]:

@@ -28,6 +28,11 @@ class WireError(ValueError):
     """A peer sent something this side cannot accept; the message is one sentence."""
 
 
+class Refusal(Exception):  # noqa: N818 (a refusal is an answer, not an error)
+    """A well-formed request this peer cannot answer (it lacks what was asked for);
+    sent back as an error reply like a WireError, but not logged as misbehaviour."""
+
+
 class Stream(Protocol):
     """The part of a libp2p stream the framing uses."""
 
