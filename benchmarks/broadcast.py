@@ -223,6 +223,10 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
+def _median(results: list, field: str) -> float:
+    return statistics.median(getattr(r, field) for r in results)
+
+
 def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -> None:
     from benchmarks.shardcast_ref import run_shardcast
 
@@ -234,33 +238,36 @@ def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -
         ceilings = [loopback_ceiling(checkpoint) for _ in range(runs)]
         print(f"broadcast of a {size_mib} MiB checkpoint on loopback, workdir {workdir}")
         print(f"  loopback TCP ceiling (sendfile -> recv_into): {_fmt(ceilings)} GB/s")
-        ours: dict[int, list[Result]] = {}
-        ref: dict[int, list] = {}
+        base = None
         for n in nodes:
+            ours: list[Result] = []
+            ref: list = []
             for _ in range(runs):  # interleaved, so drift in the machine hits both alike
-                ours.setdefault(n, []).append(run_swarmrl(checkpoint, n, Path(tmp)))
-                ref.setdefault(n, []).append(run_shardcast(checkpoint, n, Path(tmp)))
-            o, r = ours[n], ref[n]
-            os_, rs = [x.seconds for x in o], [x.seconds for x in r]
-            print(f"  {n} node(s), seconds, median (min-max) of {runs}:")
-            print(f"    swarmrl   {_fmt(os_)}  prepare {_fmt([x.prepare_seconds for x in o])}")
-            print(f"    shardcast {_fmt(rs)}  prepare {_fmt([x.prepare_seconds for x in r])}")
+                ours.append(run_swarmrl(checkpoint, n, Path(tmp)))
+                ref.append(run_shardcast(checkpoint, n, Path(tmp)))
+            t_ours, t_ref = _median(ours, "seconds"), _median(ref, "seconds")
+            print(f"  {n} node(s): seconds from announcement to the last verified copy,")
+            print(f"  median (min-max) of {runs}; prepare = the origin's work before announcing")
             print(
-                f"    throughput per node: swarmrl {gb / statistics.median(os_):.2f} GB/s, "
-                f"shardcast {gb / statistics.median(rs):.2f} GB/s; "
-                f"ratio shardcast/swarmrl time {statistics.median(rs) / statistics.median(os_):.2f}x"
+                f"    swarmrl   {_fmt([r.seconds for r in ours])}"
+                f"   prepare {_fmt([r.prepare_seconds for r in ours])}"
             )
             print(
-                f"    CPU s per GB delivered: swarmrl "
-                f"{statistics.median([x.cpu_seconds for x in o]) / (gb * n):.2f}, shardcast "
-                f"{statistics.median([x.cpu_seconds for x in r]) / (gb * n):.2f}; "
-                f"origin sent {statistics.median([x.origin_share for x in o]):.0%} of swarmrl's bytes"
+                f"    shardcast {_fmt([r.seconds for r in ref])}"
+                f"   prepare {_fmt([r.prepare_seconds for r in ref])}"
             )
-        if 1 in ours and len(nodes) > 1:
-            base = statistics.median([x.seconds for x in ours[1]])
-            for n in nodes[1:]:
-                ratio = statistics.median([x.seconds for x in ours[n]]) / base
-                print(f"  swarmrl time at {n} nodes / at 1 node: {ratio:.2f}x")
+            print(
+                f"    per node: swarmrl {gb / t_ours:.2f} GB/s, shardcast {gb / t_ref:.2f} GB/s: "
+                f"swarmrl {t_ref / t_ours:.2f}x faster"
+            )
+            cpu_ours = _median(ours, "cpu_seconds") / (gb * n)
+            cpu_ref = _median(ref, "cpu_seconds") / (gb * n)
+            print(f"    CPU s per GB delivered: swarmrl {cpu_ours:.2f}, shardcast {cpu_ref:.2f}")
+            print(f"    bytes the swarmrl origin sent itself: {_median(ours, 'origin_share'):.0%}")
+            if base is None:
+                base = t_ours
+            else:
+                print(f"    swarmrl time at {n} nodes / at {nodes[0]}: {t_ours / base:.2f}x")
 
 
 def _cli() -> None:
