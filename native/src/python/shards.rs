@@ -6,10 +6,10 @@
 use std::io::ErrorKind;
 use std::path::PathBuf;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{
     PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
-use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
