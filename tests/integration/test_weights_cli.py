@@ -1,0 +1,139 @@
+"""`swarmrl weights serve|pull` as a person runs them: separate processes, the real
+deployment file of the session's anvil, keys from an encrypted keystore."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from swarmrl import keystore
+from swarmrl.chain.deploy import write_deployment
+
+from .conftest import RECORDER
+
+SWARMRL = str(Path(sys.executable).with_name("swarmrl"))
+
+
+@pytest.fixture
+def env(tmp_path, deployment, accounts):
+    keys = tmp_path / "keys"
+    keystore.save(keys, "orchestrator", accounts[RECORDER].key, "pw")
+    write_deployment(tmp_path / "deployment.json", deployment)
+    return {
+        **os.environ,
+        "SWARMRL_KEYSTORE_DIR": str(keys),
+        "SWARMRL_PASSWORD": "pw",
+        "SWARMRL_DEPLOYMENT": str(tmp_path / "deployment.json"),
+    }
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(np.random.default_rng(3).integers(0, 256, 3_000_000, np.uint8).tobytes())
+    return path
+
+
+@pytest.fixture
+def origin(tmp_path, env, checkpoint):
+    """A running `weights serve`; yields its multiaddr (its first line of stdout)."""
+    proc = subprocess.Popen(
+        [
+            SWARMRL,
+            "weights",
+            "serve",
+            str(checkpoint),
+            "--key",
+            "orchestrator",
+            "--step",
+            "4",
+            "--shard-mib",
+            "1",
+            "--store",
+            str(tmp_path / "origin"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        addr = proc.stdout.readline().strip()
+        assert addr.startswith("/ip4/127.0.0.1/tcp/"), proc.stderr.read()
+        assert "/p2p/12D3KooW" in addr
+        yield addr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _pull(env, *args, timeout=120):
+    return subprocess.run(
+        [SWARMRL, "weights", "pull", *args], env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_pull_gets_the_served_checkpoint_and_prints_its_path(origin, env, checkpoint, tmp_path):
+    out = _pull(env, "--bootstrap", origin, "--out", str(tmp_path / "pulled"))
+    assert out.returncode == 0, out.stderr
+    path = Path(out.stdout.strip())
+    assert path.parent.parent == tmp_path / "pulled"
+    assert path.name == checkpoint.name
+    assert path.read_bytes() == checkpoint.read_bytes()
+    assert "step 4: 3/3 shards" in out.stderr
+
+
+@pytest.mark.slow
+def test_pull_refuses_a_checkpoint_from_an_untrusted_origin(origin, env, tmp_path, accounts):
+    out = _pull(
+        env, "--bootstrap", origin, "--out", str(tmp_path / "pulled"),
+        "--trust", accounts[0].address, "--timeout", "4",
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "rejected checkpoint step 4: checkpoint step 4 is signed by untrusted" in out.stderr
+    assert out.stderr.strip().endswith("error: no complete checkpoint arrived within 4 s")
+    assert not list((tmp_path / "pulled").glob("step-*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bootstrap", "not-a-multiaddr"], "is not a multiaddr with a /p2p/ peer id"),
+        (
+            [
+                "--bootstrap",
+                "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN",
+            ],
+            "could not connect to",
+        ),
+        (["--bootstrap", "/ip4/127.0.0.1/tcp/1", "--trust", "0x12"], "is not an Ethereum address"),
+    ],
+)
+def test_bad_pull_arguments_are_one_sentence(env, tmp_path, args, message):
+    out = _pull(env, *args, "--out", str(tmp_path / "pulled"), timeout=60)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    assert message in last
+
+
+def test_serve_without_a_checkpoint_or_key_is_one_sentence(env, tmp_path, checkpoint):
+    missing = subprocess.run(
+        [SWARMRL, "weights", "serve", str(tmp_path / "nope"), "--key", "orchestrator"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines()[-1] == f"error: no checkpoint at {tmp_path / 'nope'}"
+    no_key = subprocess.run(
+        [SWARMRL, "weights", "serve", str(checkpoint), "--key", "ghost"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert no_key.returncode == 1
+    assert "no key named 'ghost'" in no_key.stderr.strip().splitlines()[-1]
