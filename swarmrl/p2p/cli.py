@@ -16,8 +16,12 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from swarmrl.chain.eip712 import Domain
 
 weights_app = typer.Typer(
     help="Peer-to-peer weight broadcast: serve a checkpoint, or pull one.", no_args_is_help=True
@@ -88,7 +92,8 @@ class _ProgressLine:
             sys.stderr.write("\n")
 
 
-def _context(deployment: Path | None) -> tuple[object, str, list[str]]:
+def _context(deployment: Path | None) -> tuple[Domain, str, list[str]]:
+    """The swarm domain, run id and recorders of the deployment file."""
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.p2p.records import swarm_domain
 
@@ -127,7 +132,7 @@ def serve(
     stop = _until_signalled()
     node = SwarmNode(
         store=WeightStore(store),
-        domain=domain,  # type: ignore[arg-type]
+        domain=domain,
         run=run,
         trusted=[account.address],
         peer_key=load_or_create_peer_key(peer_key_path(directory, key)),
@@ -196,7 +201,7 @@ def pull(
     stop = _until_signalled()
     node = SwarmNode(
         store=WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9)),
-        domain=domain,  # type: ignore[arg-type]
+        domain=domain,
         run=run,
         trusted=trust or recorders,
         peer_key=peer_key,

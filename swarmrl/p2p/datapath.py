@@ -128,7 +128,7 @@ class ShardServer:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             while not self._closed:
                 conn.settimeout(self._idle_timeout)
-                request = _recv_exactly(conn, _REQUEST.size, allow_eof=True)
+                request = _recv_request(conn)
                 if request is None:
                     return
                 conn.settimeout(self._io_timeout)
@@ -213,9 +213,7 @@ class ShardClient:
         sock = self._connect()
         try:
             sock.sendall(_REQUEST.pack(MAGIC, bytes.fromhex(manifest_hash), index))
-            header = _recv_exactly(sock, _RESPONSE.size)
-            assert header is not None
-            status, size = _RESPONSE.unpack(header)
+            status, size = _RESPONSE.unpack(_recv_exactly(sock, _RESPONSE.size))
             if status != OK:
                 if size or status not in STATUS_TEXT:
                     raise MisbehavingPeerError(f"{self.endpoint} sent an invalid status {status}")
@@ -246,18 +244,25 @@ class ShardClient:
             self._sock = None
 
 
-def _recv_exactly(sock: socket.socket, n: int, *, allow_eof: bool = False) -> bytes | None:
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
         k = sock.recv_into(view[got:])
         if k == 0:
-            if allow_eof and got == 0:
-                return None
             raise DataPathError("the connection closed in the middle of a message")
         got += k
     return bytes(buf)
+
+
+def _recv_request(sock: socket.socket) -> bytes | None:
+    """The next request, or None if the client closed the connection between requests."""
+    first = sock.recv(_REQUEST.size)
+    if not first:
+        return None
+    missing = _REQUEST.size - len(first)
+    return first + _recv_exactly(sock, missing) if missing else first
 
 
 def _send_quietly(conn: socket.socket, data: bytes) -> None:

@@ -79,7 +79,6 @@ class Host:
         self._key_pair = key_pair
         self._listen = multiaddr.Multiaddr(listen)
         self._topics = frozenset(topics)
-        self._protocols: dict[str, _Protocol] = {}
         self._topic_handlers: dict[str, TopicHandler] = {}
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -262,7 +261,6 @@ class Host:
         async def on_stream(stream: INetStream) -> None:
             await self._handle_stream(stream, spec, protocol)
 
-        self._protocols[protocol] = spec
         self._call(_sync_async, self._host.set_stream_handler, TProtocol(protocol), on_stream)
 
     def request(
