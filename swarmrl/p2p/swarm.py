@@ -321,6 +321,10 @@ class SwarmNode:
                 on_progress=lambda p: self._on_event(Event("progress", p.step, progress=p)),
                 on_ban=lambda peer_id, why: self._on_event(Event("banned", version.step, why)),
             )
+            # Only the newest checkpoint is worth fetching: older downloads stop and
+            # are dropped (their threads see the newer step).
+            for older in self._downloads.values():
+                older.stop()
             self._downloads[version.manifest_hash] = download
         threading.Thread(
             target=self._download, args=(download,), name="swarmrl-download", daemon=True
@@ -355,12 +359,13 @@ class SwarmNode:
     def _download(self, download: Download) -> None:
         version = download.version
         self._send_advert(force=True)
-        while not download.run(timeout=5.0):
-            if self._closed.is_set():
-                return
-            if self._newest_step() > version.step:
-                self.store.drop(version)  # superseded while it stalled
-                return
+        try:
+            finished = self._fetch_until_done(download)
+        finally:
+            with self._lock:
+                self._downloads.pop(version.manifest_hash, None)
+        if not finished:
+            return
         try:
             path = self.store.finish(version)
         except (ValueError, OSError) as e:
@@ -371,6 +376,18 @@ class SwarmNode:
         with self._ready:
             self._ready.notify_all()
         self._on_event(Event("ready", version.step, path=version.unpacked or path))
+
+    def _fetch_until_done(self, download: Download) -> bool:
+        """True once every shard is held; False if the node closed or a newer step
+        superseded this one (which is then dropped from the store)."""
+        version = download.version
+        while not download.run(timeout=5.0):
+            if self._closed.is_set():
+                return False
+            if self._newest_step() > version.step:
+                self.store.drop(version)
+                return False
+        return True
 
     def _serve_manifest(self, peer: str, body: bytes) -> list[bytes]:
         request = wire.parse(ManifestRequest, body)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -307,3 +308,27 @@ def test_peers_know_each_other_by_signed_record(swarm, origin_key, checkpoint):
     other.wait_for(1, timeout=WAIT)
     assert other.book.get(node.peer_id).account == staker.address
     assert other.book.get(origin.peer_id).account == origin_key.address
+
+
+def test_a_newer_step_supersedes_a_download_in_progress(swarm, origin_key, tmp_path):
+    origin = swarm("origin", account=origin_key)
+    first, second = tmp_path / "one.bin", tmp_path / "two.bin"
+    first.write_bytes(b"\x01" * (64 * SHARD))
+    second.write_bytes(b"\x02" * (8 * SHARD))
+    started = threading.Event()
+    node = swarm(
+        "node",
+        bootstrap=origin.addrs,
+        on_event=lambda e: e.kind == "progress" and e.step == 1 and started.set(),
+    )
+    origin.publish(first, model="demo", step=1, shard_size=SHARD)
+    assert started.wait(WAIT)
+    origin.publish(second, model="demo", step=2, shard_size=SHARD)
+    assert node.wait_for(2, timeout=WAIT).path.read_bytes() == second.read_bytes()
+    # Step 1 either finished first or is dropped once its fetchers stop; never kept
+    # half-fetched.
+    deadline = time.monotonic() + WAIT
+    while list((tmp_path / "node").rglob("*.partial")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list((tmp_path / "node").rglob("*.partial"))
+    assert all(version.complete for version in node.store.versions())
