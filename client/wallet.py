@@ -20,6 +20,7 @@ import typer
 from eth_account.signers.local import LocalAccount
 
 from swarmrl import keystore
+from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:
     from swarmrl.chain.protocol import Protocol
@@ -29,17 +30,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-KeystoreDir = typer.Option(
-    None, "--keystore-dir", help="Where keystores live [default: $SWARMRL_KEYSTORE_DIR or XDG]."
-)
-PasswordFile = typer.Option(
-    None, "--password-file", help="Read the password from this file (first line)."
-)
-DeploymentFile = typer.Option(
-    None,
-    "--deployment",
-    help="The deployment file [default: $SWARMRL_DEPLOYMENT, else the one `chain up` wrote].",
-)
 RpcUrl = typer.Option(None, "--rpc-url", help="Override the deployment's RPC URL.")
 UNIT = 10**18
 

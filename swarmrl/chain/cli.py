@@ -34,7 +34,7 @@ StateDir = typer.Option(
     None,
     "--state-dir",
     help="Where the pid file, log and deployment.json live "
-    "[default: $SWARMRL_CHAIN_DIR or $XDG_DATA_HOME/swarmrl/chain].",
+    "(default: $SWARMRL_CHAIN_DIR or $XDG_DATA_HOME/swarmrl/chain).",
 )
 
 
@@ -183,7 +183,7 @@ def deploy_cmd(
     ),
     out: Path = typer.Option(..., "--out", help="Where to write the deployment file."),
     password_file: Path | None = typer.Option(
-        None, "--password-file", help="Keystore password file [default: $SWARMRL_PASSWORD]."
+        None, "--password-file", help="Keystore password file (default: $SWARMRL_PASSWORD)."
     ),
     run: str = typer.Option("dev", "--run", help="Run name or 0x-prefixed bytes32 run id."),
     recorder: list[str] = typer.Option(
@@ -191,7 +191,7 @@ def deploy_cmd(
     ),
     validator: list[str] = typer.Option([], "--validator", help="Validator address (repeatable)."),
     treasury: str | None = typer.Option(
-        None, "--treasury", help="Receiver of slashed stake [default: the deployer]."
+        None, "--treasury", help="Receiver of slashed stake (default: the deployer)."
     ),
     quorum: int = typer.Option(1, min=1, help="Validator votes to invalidate or slash."),
     min_stake: int = typer.Option(100, min=0, help="Stake per node, in whole tokens."),

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+
 if TYPE_CHECKING:
     from swarmrl.chain.eip712 import Domain
 
@@ -27,17 +29,6 @@ weights_app = typer.Typer(
     help="Peer-to-peer weight broadcast: serve a checkpoint, or pull one.", no_args_is_help=True
 )
 
-DeploymentFile = typer.Option(
-    None,
-    "--deployment",
-    help="The deployment file [default: $SWARMRL_DEPLOYMENT, else the one `chain up` wrote].",
-)
-KeystoreDir = typer.Option(
-    None, "--keystore-dir", help="Where keystores live [default: $SWARMRL_KEYSTORE_DIR or XDG]."
-)
-PasswordFile = typer.Option(
-    None, "--password-file", help="Read the password from this file (first line)."
-)
 Listen = typer.Option(
     "/ip4/127.0.0.1/tcp/0", "--listen", help="Multiaddr to listen on (shard bytes use the same IP)."
 )
@@ -106,7 +97,7 @@ def serve(
     path: Path = typer.Argument(..., help="The checkpoint: one file, or a directory."),
     key: str = typer.Option(..., "--key", help="Keystore name of the origin's signing key."),
     step: int = typer.Option(0, "--step", min=0, help="The policy step this checkpoint is."),
-    model: str | None = typer.Option(None, "--model", help="Model name [default: the path's]."),
+    model: str | None = typer.Option(None, "--model", help="Model name (default: the path's)."),
     store: Path = typer.Option(
         Path("swarm-store"), "--store", help="Where versions and bundles are kept."
     ),
@@ -162,7 +153,7 @@ def pull(
     bootstrap: list[str] = typer.Option(..., "--bootstrap", help="Peers to join (multiaddrs)."),
     out: Path = typer.Option(..., "--out", help="Where checkpoints are kept."),
     trust: list[str] = typer.Option(
-        [], "--trust", help="Origin addresses to accept [default: the deployment's recorders]."
+        [], "--trust", help="Origin addresses to accept (default: the deployment's recorders)."
     ),
     step: int | None = typer.Option(None, "--step", min=0, help="Wait for this step or newer."),
     seed: bool = typer.Option(False, "--seed", help="Keep serving (and following) afterwards."),
