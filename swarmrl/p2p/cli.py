@@ -24,6 +24,7 @@ from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:
     from swarmrl.chain.eip712 import Domain
+    from swarmrl.p2p.swarm import Event
 
 weights_app = typer.Typer(
     help="Peer-to-peer weight broadcast: serve a checkpoint, or pull one.", no_args_is_help=True
@@ -63,10 +64,7 @@ class _ProgressLine:
         self.tty = sys.stderr.isatty()
         self._quarter = -1
 
-    def __call__(self, event: object) -> None:
-        from swarmrl.p2p.swarm import Event
-
-        assert isinstance(event, Event)
+    def __call__(self, event: Event) -> None:
         if event.kind == "progress" and event.progress is not None:
             p = event.progress
             rate = p.bytes_done / max(p.seconds, 1e-9) / 1e6

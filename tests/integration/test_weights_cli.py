@@ -137,3 +137,63 @@ def test_serve_without_a_checkpoint_or_key_is_one_sentence(env, tmp_path, checkp
     )  # fmt: skip
     assert no_key.returncode == 1
     assert "no key named 'ghost'" in no_key.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_seeder_killed_mid_transfer_is_routed_around(
+    origin, env, checkpoint, tmp_path, deployment
+):
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.p2p.store import WeightStore
+    from swarmrl.p2p.swarm import SwarmNode
+
+    seeder = subprocess.Popen(
+        [
+            SWARMRL,
+            "weights",
+            "pull",
+            "--bootstrap",
+            origin,
+            "--out",
+            str(tmp_path / "seeder"),
+            "--seed",
+            "--listen",
+            "/ip4/127.0.0.1/tcp/0",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert Path(seeder.stdout.readline().strip()).read_bytes() == checkpoint.read_bytes()
+        seeder_addr = next(
+            line.split("seeding as ", 1)[1].split()[0]
+            for line in seeder.stderr
+            if "seeding as " in line
+        )
+
+        def kill_on_first_shard(event):
+            if event.kind == "progress" and seeder.poll() is None:
+                seeder.kill()  # SIGKILL: no goodbye to anyone
+
+        node = SwarmNode(
+            store=WeightStore(tmp_path / "node"),
+            domain=swarm_domain(deployment.chain_id, deployment.contracts.compute_pool),
+            run=deployment.run_id,
+            trusted=deployment.recorders,
+            peer_key=create_new_key_pair(),
+            bootstrap=[seeder_addr, origin],
+            on_event=kill_on_first_shard,
+        )
+        try:
+            version = node.wait_for(4, timeout=120)
+            assert version.path.read_bytes() == checkpoint.read_bytes()
+        finally:
+            node.close()
+        assert seeder.wait(timeout=10) == -9
+    finally:
+        seeder.kill()
+        seeder.wait()
