@@ -204,6 +204,68 @@ def run_swarmrl(checkpoint: Path, nodes: int, workdir: Path) -> Result:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _floor_main(args: argparse.Namespace) -> None:
+    """One node's unavoidable data work without any network: read the checkpoint into
+    a shard buffer (as a receive would), verify it with the native kernel, write it into
+    a preallocated file, sync it."""
+    from swarmrl import shards
+
+    manifest = shards.Manifest.from_json(Path(args.manifest).read_bytes())
+    buffer = bytearray(manifest.shard_size)
+    _say(ready=True)
+    sys.stdin.readline()
+    start = time.monotonic()
+    out = os.open(args.out, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.posix_fallocate(out, 0, manifest.file_size)
+    with open(args.file, "rb", buffering=0) as f:
+        for index in range(manifest.shard_count):
+            offset, length = shards.shard_range(manifest, index)
+            view = memoryview(buffer)[:length]
+            f.readinto(view)
+            shards.verify_shard(manifest, index, view, threads=1)
+            os.pwrite(out, view, offset)
+    os.fsync(out)
+    os.close(out)
+    _say(start=start, end=time.monotonic())
+
+
+def machine_floor(checkpoint: Path, nodes: int, workdir: Path) -> float:
+    """Seconds for `nodes` processes at once to do a node's data work (_floor_main):
+    what this machine needs for N nodes before any byte crosses a socket."""
+    from swarmrl import shards
+
+    root = Path(tempfile.mkdtemp(dir=workdir, prefix="floor-"))
+    procs: list[_Proc] = []
+    try:
+        manifest_path = root / "manifest.json"
+        manifest = shards.build_manifest(
+            checkpoint, model="floor", step=0, shard_size=SHARD_MIB * MIB
+        )
+        manifest_path.write_bytes(manifest.to_json())
+        procs = [
+            _Proc(
+                "floor",
+                "--file",
+                str(checkpoint),
+                "--manifest",
+                str(manifest_path),
+                "--out",
+                str(root / f"n{i}.bin"),
+            )
+            for i in range(nodes)
+        ]
+        for p in procs:
+            p.read()
+        for p in procs:
+            p.tell("go")
+        times = [p.read() for p in procs]
+        return max(t["end"] for t in times) - min(t["start"] for t in times)
+    finally:
+        for p in procs:
+            p.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def loopback_ceiling(checkpoint: Path) -> float:
     """GB/s of one sendfile stream from this process to a reader process."""
     receiver = _Proc("receiver")
@@ -247,6 +309,7 @@ def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -
             for _ in range(runs):  # interleaved, so drift in the machine hits both alike
                 ours.append(run_swarmrl(checkpoint, n, Path(tmp)))
                 ref.append(run_shardcast(checkpoint, n, Path(tmp)))
+            floors = [machine_floor(checkpoint, n, Path(tmp)) for _ in range(runs)]
             t_ours, t_ref = _median(ours, "seconds"), _median(ref, "seconds")
             print(f"  {n} node(s): seconds from announcement to the last verified copy,")
             print(f"  median (min-max) of {runs}; prepare = the origin's work before announcing")
@@ -269,6 +332,10 @@ def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -
                 f"    swarmrl origin sent {_median(ours, 'origin_share'):.0%} of the bytes; "
                 f"bytes sent / needed {_median(ours, 'sent_per_needed'):.3f}"
             )
+            print(
+                f"    machine floor, {n} process(es) each reading, verifying, writing and "
+                f"syncing 1 copy, no network: {_fmt(floors)} s"
+            )
             if base is None:
                 base = t_ours
             else:
@@ -282,6 +349,9 @@ def _cli() -> None:
     for opt in ("--store", "--trusted", "--key", "--file", "--bootstrap"):
         peer.add_argument(opt)
     sub.add_parser("receiver")
+    floor = sub.add_parser("floor")
+    for opt in ("--file", "--manifest", "--out"):
+        floor.add_argument(opt)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 8])
@@ -290,6 +360,8 @@ def _cli() -> None:
         _peer_main(args)
     elif args.mode == "receiver":
         _receiver_main(args)
+    elif args.mode == "floor":
+        _floor_main(args)
     else:
         main(args.runs, args.size_mib, tuple(args.nodes))
 
