@@ -43,7 +43,7 @@ from libp2p.crypto.keys import KeyPair
 from swarmrl import shards
 from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import wire
-from swarmrl.p2p.datapath import Endpoint, ShardServer
+from swarmrl.p2p.datapath import IO_TIMEOUT, Endpoint, ShardServer
 from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook, Progress
 from swarmrl.p2p.host import DEFAULT_LISTEN, Host, RemoteError
 from swarmrl.p2p.messages import (
@@ -118,6 +118,7 @@ class SwarmNode:
         self._topic_checkpoints = checkpoints_topic(run)
         self._topic_peers = peers_topic(run)
         self._downloads: dict[str, Download] = {}
+        self._threads: list[threading.Thread] = []
         self._ready = threading.Condition()
         self._closed = threading.Event()
         self._last_advert = -MIN_ADVERT_GAP
@@ -326,9 +327,11 @@ class SwarmNode:
             for older in self._downloads.values():
                 older.stop()
             self._downloads[version.manifest_hash] = download
-        threading.Thread(
+        thread = threading.Thread(
             target=self._download, args=(download,), name="swarmrl-download", daemon=True
-        ).start()
+        )
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
 
     def _find_manifest(self, announcement: Announcement, first: str) -> Manifest | None:
         peers = [first] + [p for p in self.host.peers() if p != first]
@@ -459,9 +462,13 @@ class SwarmNode:
                 self._ready.wait(0.5 if remaining is None else min(remaining, 0.5))
 
     def close(self) -> None:
+        """Stops fetching (a shard in flight finishes or times out first), serving and
+        the host; then the files are closed. Idempotent."""
         self._closed.set()
         for download in list(self._downloads.values()):
             download.stop()
+        for thread in self._threads:
+            thread.join(timeout=IO_TIMEOUT)
         if hasattr(self, "server"):
             self.server.close()
         self.host.close()
