@@ -69,6 +69,9 @@ from swarmrl.shards import DEFAULT_SHARD_SIZE, Manifest
 log = logging.getLogger("swarmrl.p2p")
 
 POLL_INTERVAL = 0.5
+# A peer that does not answer a poll this fast is skipped until the next round,
+# so one slow peer cannot hold up learning from the others.
+POLL_TIMEOUT = 3.0
 ADVERT_INTERVAL = 30.0
 MIN_ADVERT_GAP = 2.0
 # Announcements already refused, remembered so that gossip repeats cost no signature
@@ -124,7 +127,7 @@ class SwarmNode:
         self._last_advert = -MIN_ADVERT_GAP
         self._advert_due = False
         self._rejected: dict[str, None] = {}  # manifest hashes, oldest first
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _consider holds it around _still_wanted
 
         self.host = Host(
             peer_key, listen=listen, topics=[self._topic_checkpoints, self._topic_peers]
@@ -197,6 +200,7 @@ class SwarmNode:
                 HAVE_PROTOCOL,
                 wire.dump(HaveRequest(advert=self.advert())),
                 response_limit=MAX_ADVERT_BYTES,
+                timeout=POLL_TIMEOUT,
             )
             advert = wire.parse(Advert, body)
             self._learn(peer, advert)
@@ -288,26 +292,18 @@ class SwarmNode:
     def _consider(
         self, announcement: Announcement, peer: str, manifest: Manifest | None = None
     ) -> None:
-        with self._lock:
-            mhash = announcement.manifest_hash
-            if self.store.get(mhash) or mhash in self._rejected:
-                return
-            try:
-                announcement.verify(self.domain, self.trusted)
-            except SignatureError as e:
-                self._reject(announcement, str(e))
-                return
-            newest = self._newest_step()
-            if announcement.step <= newest:
-                self._reject(
-                    announcement, f"step {announcement.step} is not newer than step {newest}"
-                )
-                return
-            self._on_event(Event("announced", announcement.step, announcement.model))
+        if not self._still_wanted(announcement, first_look=True):
+            return
+        self._on_event(Event("announced", announcement.step, announcement.model))
+        if manifest is None:
+            # Outside the lock: a slow peer delays this announcement, nothing else.
+            manifest = self._find_manifest(announcement, peer)
             if manifest is None:
-                manifest = self._find_manifest(announcement, peer)
-                if manifest is None:
-                    return
+                return
+        with self._lock:
+            # Another thread may have taken this or a newer step meanwhile.
+            if not self._still_wanted(announcement, first_look=False):
+                return
             try:
                 announcement.matches(manifest)
                 version = self.store.begin(announcement, manifest)
@@ -327,11 +323,33 @@ class SwarmNode:
             for older in self._downloads.values():
                 older.stop()
             self._downloads[version.manifest_hash] = download
-        thread = threading.Thread(
-            target=self._download, args=(download,), name="swarmrl-download", daemon=True
-        )
-        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread = threading.Thread(
+                target=self._download, args=(download,), name="swarmrl-download", daemon=True
+            )
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
+
+    def _still_wanted(self, announcement: Announcement, *, first_look: bool) -> bool:
+        """Whether to fetch this checkpoint: not held, not refused before, signed by a
+        trusted key (checked on the first look only), and newer than every step here.
+        Refusals are logged and remembered."""
+        mhash = announcement.manifest_hash
+        with self._lock:
+            if self.store.get(mhash) or mhash in self._rejected:
+                return False
+            if first_look:
+                try:
+                    announcement.verify(self.domain, self.trusted)
+                except SignatureError as e:
+                    self._reject(announcement, str(e))
+                    return False
+            newest = self._newest_step()
+            if announcement.step <= newest:
+                self._reject(
+                    announcement, f"step {announcement.step} is not newer than step {newest}"
+                )
+                return False
+        return True
 
     def _find_manifest(self, announcement: Announcement, first: str) -> Manifest | None:
         peers = [first] + [p for p in self.host.peers() if p != first]
