@@ -11,7 +11,6 @@ Heavy imports (web3) happen inside the commands so `swarmrl --help` stays fast.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -170,11 +169,6 @@ def status(
             typer.echo(f"  {name:18} {address}")
 
 
-def _read_secret_line(path: Path) -> str:
-    lines = path.read_text().splitlines()
-    return lines[0] if lines else ""
-
-
 @chain_app.command("deploy")
 def deploy_cmd(
     rpc_url: str = typer.Option(..., "--rpc-url", help="Any chain, e.g. Base Sepolia's RPC URL."),
@@ -206,6 +200,7 @@ def deploy_cmd(
         import pydantic_core
         from eth_account import Account
 
+        from swarmrl import keystore
         from swarmrl.chain.anvil import connect
         from swarmrl.chain.deploy import (
             TOKEN,
@@ -219,12 +214,7 @@ def deploy_cmd(
 
         if out.exists() and not force:
             raise ChainConfigError(f"{out} exists; pass --force to overwrite it")
-        if password_file is not None:
-            password = _read_secret_line(password_file)
-        elif (env := os.environ.get("SWARMRL_PASSWORD")) is not None:
-            password = env
-        else:
-            password = typer.prompt("Keystore password", hide_input=True)
+        password = keystore.read_password(password_file)
         try:
             key = Account.decrypt(pydantic_core.from_json(keystore_file.read_bytes()), password)
         except (ValueError, KeyError, TypeError):

@@ -23,6 +23,9 @@ import typer
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+    from libp2p.crypto.keys import KeyPair
+
     from swarmrl.chain.eip712 import Domain
     from swarmrl.p2p.swarm import Event
 
@@ -90,6 +93,18 @@ def _context(deployment: Path | None) -> tuple[Domain, str, list[str]]:
     return swarm_domain(d.chain_id, d.contracts.compute_pool), d.run_id, list(d.recorders)
 
 
+def _unlock(
+    key: str, keystore_dir: Path | None, password_file: Path | None
+) -> tuple[LocalAccount, KeyPair]:
+    """Key `key` from its keystore, and the libp2p identity kept beside it."""
+    from swarmrl import keystore
+    from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+
+    directory = keystore_dir or keystore.default_dir()
+    account = keystore.unlock(directory, key, keystore.read_password(password_file))
+    return account, load_or_create_peer_key(peer_key_path(directory, key))
+
+
 @weights_app.command()
 def serve(
     path: Path = typer.Argument(..., help="The checkpoint: one file, or a directory."),
@@ -107,8 +122,6 @@ def serve(
     deployment: Path | None = DeploymentFile,
 ) -> None:
     """Sign, announce and serve a checkpoint; print this peer's multiaddr first."""
-    from swarmrl import keystore
-    from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 
@@ -116,15 +129,14 @@ def serve(
     if not path.exists():
         raise ValueError(f"no checkpoint at {path}")
     domain, run, _ = _context(deployment)
-    directory = keystore_dir or keystore.default_dir()
-    account = keystore.unlock(directory, key, keystore.read_password(password_file))
+    account, peer_key = _unlock(key, keystore_dir, password_file)
     stop = _until_signalled()
     node = SwarmNode(
         store=WeightStore(store),
         domain=domain,
         run=run,
         trusted=[account.address],
-        peer_key=load_or_create_peer_key(peer_key_path(directory, key)),
+        peer_key=peer_key,
         account=account,
         listen=listen,
         bootstrap=bootstrap,
@@ -170,8 +182,7 @@ def pull(
     """Join the swarm, fetch the newest trusted checkpoint, print its path; exit 0."""
     from eth_utils import is_address
 
-    from swarmrl import keystore
-    from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+    from swarmrl.p2p.identity import load_or_create_peer_key
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 
@@ -180,13 +191,10 @@ def pull(
         if not is_address(address):
             raise ValueError(f"--trust {address!r} is not an Ethereum address")
     domain, run, recorders = _context(deployment)
-    account = None
     if key is not None:
-        directory = keystore_dir or keystore.default_dir()
-        account = keystore.unlock(directory, key, keystore.read_password(password_file))
-        peer_key = load_or_create_peer_key(peer_key_path(directory, key))
-    else:
-        peer_key = load_or_create_peer_key(out / ".peer-key")
+        account, peer_key = _unlock(key, keystore_dir, password_file)
+    else:  # an anonymous peer, but the same one across restarts of this store
+        account, peer_key = None, load_or_create_peer_key(out / ".peer-key")
     stop = _until_signalled()
     node = SwarmNode(
         store=WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9)),

@@ -60,7 +60,6 @@ class PeerState:
     inflight: int = 0
     retry_at: float = 0.0
     banned: str | None = None
-    bytes_from: int = 0
 
 
 class PeerBook:
@@ -293,7 +292,6 @@ class Download:
                 if peer.rate is None
                 else (RATE_SMOOTHING * sample + (1 - RATE_SMOOTHING) * peer.rate)
             )
-            peer.bytes_from += len(data)
             if stored:
                 self._bytes += len(data)
             progress = Progress(

@@ -79,7 +79,6 @@ class Host:
         self._key_pair = key_pair
         self._listen = multiaddr.Multiaddr(listen)
         self._topics = frozenset(topics)
-        self._topic_handlers: dict[str, TopicHandler] = {}
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None

@@ -159,9 +159,12 @@ class WeightStore:
 
     # ---- adding versions ---------------------------------------------------------
 
-    def add_origin(self, path: Path, manifest: Manifest, announcement: Announcement) -> Version:
+    def add_origin(
+        self, path: Path, manifest: Manifest, announcement: Announcement, *, owned: bool = False
+    ) -> Version:
         """Registers the origin's own checkpoint file (already hashed into `manifest`)
-        as complete, served in place."""
+        as complete, served in place; the store deletes it when pruning only if `owned`
+        (a bundle it built), never the trainer's file."""
         announcement.matches(manifest)
         fd = os.open(path, os.O_RDONLY)
         if os.fstat(fd).st_size != manifest.file_size:
@@ -176,7 +179,7 @@ class WeightStore:
             directory,
             Path(path),
             bytearray(b"\x01" * manifest.shard_count),
-            owned=False,
+            owned=owned,
             complete=True,
             _fd=fd,
         )

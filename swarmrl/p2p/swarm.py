@@ -451,8 +451,7 @@ class SwarmNode:
             newest = self._newest_step()
             if step <= newest:
                 raise ValueError(f"step {step} is not newer than the published step {newest}")
-            version = self.store.add_origin(path, manifest, announcement)
-        version.owned = owned
+            version = self.store.add_origin(path, manifest, announcement, owned=owned)
         self.announce(version)
         self.store.prune()
         return version
