@@ -152,14 +152,22 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
                 byte = f.read(1)[0]
                 f.seek(offset)
                 f.write(bytes([byte ^ 1]))
-        origin.close()
-        newcomer = node("newcomer", liar.addrs + volunteers[1].addrs)
-        got = newcomer.wait_for(1, timeout=120).path.read_bytes() == checkpoint.read_bytes()
+        for honest in (origin, *volunteers[1:]):
+            honest.close()
+        newcomer = node("newcomer", liar.addrs)
+        deadline = time.monotonic() + 60
+        while not newcomer.book.is_banned(liar.peer_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
         banned = newcomer.book.is_banned(liar.peer_id)
+        # node1 restarts: its store re-checks the copy on disk and seeds it again.
+        back = node("node1", [])
+        newcomer.join(back.addrs[0])
+        got = newcomer.wait_for(1, timeout=120).path.read_bytes() == checkpoint.read_bytes()
         _say(
-            f"  with the origin gone and node0 serving corrupt bytes, a newcomer caught a bad "
-            f"shard before writing it (node0 banned={banned}) and got a verified copy from "
-            f"the others: identical={got}"
+            f"  the origin and nodes 1-3 leave, node0 turns bad (a flipped bit per shard); a "
+            f"newcomer that reaches only node0 catches each bad shard before writing it "
+            f"(node0 banned={banned}), then gets a verified copy from node1, back from a "
+            f"restart: identical={got}"
         )
 
         impostor = Account.create()
