@@ -17,8 +17,9 @@ NATIVE_SOURCES := Cargo.toml Cargo.lock native/Cargo.toml $(shell find native/sr
 NODE_STAMP := contracts/node_modules/.installed
 # What the build needs from Debian: a C toolchain and linker (cargo, blake3's SIMD
 # code, the toploc reference's C++ extension), and node with npm for the
-# contract toolchain (any node >= 18 on PATH will do, so it is checked by command).
-SYSTEM_PACKAGES := build-essential
+# contract toolchain (any node >= 18 on PATH will do, so it is checked by command);
+# bubblewrap isolates the code verifier's sandbox (rlimits alone are the fallback).
+SYSTEM_PACKAGES := build-essential bubblewrap
 
 export CARGO_TERM_QUIET := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1

@@ -1,0 +1,100 @@
+"""What every inference backend offers: sampling with proofs, and prefill.
+
+A backend holds one policy (an HF model directory with safetensors weights and a
+tokenizer). ``generate`` samples completions and proves them: the final-norm
+hidden state that produced each generated token is captured and handed to
+``swarmrl.toploc.build_proofs``. ``prefill`` recomputes those hidden states for a
+given prompt + completion in one forward pass; that is how a validator checks a
+proof. ``load_weights`` swaps in a newer checkpoint of the same architecture
+without restarting.
+
+The hidden state for output token ``i`` is the one at sequence position
+``len(prompt) - 1 + i``: the state whose logits the token was sampled from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+FinishReason = Literal["eos", "stop", "length"]
+
+# TOPLOC's settings: one proof per 32 decoded tokens, committing to the top 128 values.
+PROOF_CHUNK = 32
+PROOF_TOPK = 128
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes a batch repeatable."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must not be negative, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must not be empty")
+
+
+@dataclass
+class Completion:
+    """One sampled completion of one prompt.
+
+    ``logprobs[i]`` is the log-probability of ``output_ids[i]`` under the
+    temperature-scaled distribution it was sampled from (before top-p), the
+    quantity GRPO's importance ratio needs. ``text`` decodes ``output_ids``,
+    stop string included.
+    """
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: FinishReason
+    proofs: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class Prefill:
+    """What a single forward pass over prompt + output recomputes.
+
+    ``hidden`` is a ``len(output_ids) x hidden_size`` tensor of final-norm states;
+    ``logprobs`` are the output tokens' log-probabilities at ``temperature``.
+    """
+
+    hidden: Any
+    logprobs: list[float]
+
+
+class Backend(Protocol):
+    """An inference engine holding one policy."""
+
+    name: str
+    model_dir: Path
+    tokenizer: Any  # a transformers PreTrainedTokenizerBase
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, prove: bool = True
+    ) -> list[Completion]:
+        """One completion per prompt (repeat a prompt for a group), with proofs if ``prove``."""
+        ...
+
+    def prefill(
+        self, prompt_ids: list[int], output_ids: list[int], *, temperature: float = 1.0
+    ) -> Prefill:
+        """Hidden states and log-probabilities of ``output_ids`` in one forward pass."""
+        ...
+
+    def load_weights(self, model_dir: Path) -> None:
+        """Replace the weights in place with those of ``model_dir`` (same architecture)."""
+        ...

@@ -1,0 +1,160 @@
+"""The task format both roles read: one problem a policy is asked to solve.
+
+Modelled on INTELLECT-2's RL dataset: ``problem_id, task_type, prompt,
+verification_info, solve_rate``. ``verification_info`` is what the task's
+verifier needs (for ``math``: ``{"ground_truth": "..."}``; for ``code``:
+``{"tests": [{"stdin": "...", "stdout": "..."}], "time_limit_s": 2.0}``); files
+hold it as a JSON string so that every task type fits one column.
+
+Files are parquet (``.parquet``) or JSON lines (``.jsonl``), chosen by suffix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+TaskType = Literal["math", "code"]
+TASK_TYPES: tuple[str, ...] = ("math", "code")
+
+# Bounds on what one untrusted file may make us hold per task.
+MAX_PROMPT_CHARS = 64_000
+MAX_VERIFICATION_INFO_CHARS = 4_000_000
+
+
+class Task(BaseModel):
+    """One problem: what the policy sees and what its verifier checks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    problem_id: str = Field(min_length=1, max_length=256)
+    task_type: TaskType
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    verification_info: dict[str, Any]
+    solve_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    def row(self) -> dict[str, Any]:
+        """The task as a file row: verification_info as canonical JSON."""
+        return {
+            "problem_id": self.problem_id,
+            "task_type": self.task_type,
+            "prompt": self.prompt,
+            "verification_info": json.dumps(
+                self.verification_info, sort_keys=True, separators=(",", ":")
+            ),
+            "solve_rate": self.solve_rate,
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Task:
+        """A task from a file row; ValueError with one sentence if it is malformed."""
+        info = row.get("verification_info")
+        if isinstance(info, str):
+            if len(info) > MAX_VERIFICATION_INFO_CHARS:
+                raise ValueError("verification_info is too large")
+            try:
+                info = pydantic_core.from_json(info)
+            except ValueError as e:
+                raise ValueError(f"verification_info is not valid JSON ({e})") from None
+        try:
+            return cls(**{**row, "verification_info": info})
+        except (ValidationError, TypeError) as e:
+            raise ValueError(_first_error(e)) from None
+
+
+def _first_error(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "row"
+        return f"{where}: {err['msg'].lower()}"
+    return str(e)
+
+
+def read_tasks(path: Path) -> list[Task]:
+    """Every task in a parquet or JSONL file; ValueError naming the bad row."""
+    rows = _read_rows(Path(path))
+    tasks = []
+    seen: set[str] = set()
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: row {i} is not an object")
+        try:
+            task = Task.from_row(row)
+        except ValueError as e:
+            raise ValueError(f"{path}: row {i}: {e}") from None
+        if task.problem_id in seen:
+            raise ValueError(f"{path}: row {i}: duplicate problem_id {task.problem_id!r}")
+        seen.add(task.problem_id)
+        tasks.append(task)
+    return tasks
+
+
+def _read_rows(path: Path) -> list[Any]:
+    if path.suffix == ".jsonl":
+        rows = []
+        with path.open("rb") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(pydantic_core.from_json(line))
+                    except ValueError:
+                        raise ValueError(f"{path}: line {n} is not valid JSON") from None
+        return rows
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise ValueError(f"{path} is not a readable parquet file ({e})") from None
+    raise ValueError(f"{path}: tasks are read from .parquet or .jsonl files")
+
+
+def write_tasks(tasks: Iterable[Task], path: Path) -> None:
+    """Write tasks as parquet or JSONL (by suffix), replacing the file atomically."""
+    path = Path(path)
+    rows = [t.row() for t in tasks]
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".jsonl":
+        with tmp.open("w") as f:
+            for row in rows:
+                f.write(json.dumps(row, separators=(",", ":")) + "\n")
+    elif path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema(
+            [
+                ("problem_id", pa.string()),
+                ("task_type", pa.string()),
+                ("prompt", pa.string()),
+                ("verification_info", pa.string()),
+                ("solve_rate", pa.float64()),
+            ]
+        )
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    else:
+        raise ValueError(f"{path}: tasks are written as .parquet or .jsonl files")
+    tmp.replace(path)
+
+
+def budget_prompt(prompt: str, target_len: int) -> str:
+    """The prompt with its thinking budget, as INTELLECT-2 states it to the model."""
+    return f"{prompt}\nThink for {target_len} tokens before giving a response."
+
+
+# INTELLECT-2's length-penalty weight.
+LENGTH_ALPHA = 3e-4
+
+
+def length_penalty(target_len: int, output_len: int, alpha: float = LENGTH_ALPHA) -> float:
+    """INTELLECT-2's length term: ``alpha * |target_len - output_len|``."""
+    return alpha * abs(target_len - output_len)
