@@ -28,12 +28,16 @@ app.add_typer(bench_app, name="bench")
 def _register_apps() -> None:
     """The one place swarmrl reaches into the apps: their command groups."""
     from client.wallet import app as wallet_app
+    from orchestrator.cli import model_app, rollouts_app, tasks_app  # light: torch loads later
     from swarmrl.chain.cli import chain_app  # light: web3 loads inside the commands
     from swarmrl.p2p.cli import weights_app  # light: libp2p loads inside the commands
 
     app.add_typer(wallet_app, name="wallet")
     app.add_typer(chain_app, name="chain")
     app.add_typer(weights_app, name="weights")
+    app.add_typer(model_app, name="model")
+    app.add_typer(tasks_app, name="tasks")
+    app.add_typer(rollouts_app, name="rollouts")
 
 
 _register_apps()

@@ -1,0 +1,135 @@
+"""`swarmrl model init`: the embedded default policy, pre-trained from scratch.
+
+A tiny character-level Llama (``swarmrl.models.tiny``) learns the demo tasks'
+worked solutions by plain next-token prediction on the completion part, for a
+fixed number of steps: enough to answer some problems, not enough to answer
+most, so RL has something to improve. Everything is seeded and run on the CPU
+in a single thread, so the same seed gives the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from orchestrator.tasks.generators import demo_solution, demo_tasks
+from swarmrl.models import tiny
+from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.tasks import budget_prompt
+
+# Written last into a finished model directory: its presence means "complete".
+RECIPE_FILE = "swarmrl-init.json"
+# Thinking budgets the demo states in its prompts.
+DEMO_TARGETS = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides the initial weights."""
+
+    seed: int = 0
+    steps: int = 600
+    batch: int = 32
+    lr: float = 3e-3
+    warmup: int = 30
+    weight_decay: float = 0.01
+
+
+def build_default_model(
+    out: Path,
+    recipe: Recipe = Recipe(),
+    *,
+    progress: Callable[[int, float], None] | None = None,
+) -> Path:
+    """Pre-train the default model into ``out`` unless it is there already."""
+    out = Path(out)
+    done = out / RECIPE_FILE
+    if done.is_file() and json.loads(done.read_text()) == asdict(recipe):
+        return out
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and holds something other than this default model")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".init-", dir=out.parent))
+    try:
+        model, tokenizer = _train(recipe, progress)
+        tiny.save(model, tokenizer, staging)
+        (staging / RECIPE_FILE).write_text(json.dumps(asdict(recipe), indent=2) + "\n")
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def training_texts(seed: int, count: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) pairs: demo tasks with budgets and worked solutions."""
+    tokenizer = tiny.build_tokenizer()
+    rng = random.Random(seed)
+    pairs = []
+    for task in demo_tasks(count, seed=seed):
+        prompt = encode_prompt(tokenizer, budget_prompt(task.prompt, rng.choice(DEMO_TARGETS)))
+        answer = tokenizer(demo_solution(task), add_special_tokens=False)["input_ids"]
+        pairs.append((prompt, [*answer, tokenizer.eos_token_id]))
+    return pairs
+
+
+def _train(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tuple:
+    threads = torch.get_num_threads()
+    # One thread: reductions then add up in one order, so the weights are reproducible.
+    torch.set_num_threads(1)
+    try:
+        return _train_single_threaded(recipe, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_single_threaded(
+    recipe: Recipe, progress: Callable[[int, float], None] | None
+) -> tuple:
+    model, tokenizer = tiny.build_model(recipe.seed)
+    # The training set's tasks come from a seed the demo's evaluation tasks never use.
+    pairs = training_texts(seed=10_000 + recipe.seed, count=recipe.steps * recipe.batch)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay
+    )
+    for step in range(recipe.steps):
+        ids, labels = _batch(pairs[step * recipe.batch : (step + 1) * recipe.batch], tokenizer)
+        for group in optimizer.param_groups:
+            group["lr"] = _lr(step, recipe)
+        loss = model(input_ids=ids, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if progress is not None:
+            progress(step + 1, loss.item())
+    return model.eval(), tokenizer
+
+
+def _batch(pairs: list[tuple[list[int], list[int]]], tokenizer: object) -> tuple:
+    """Right-padded ids with labels only on the completion (the prompt is given)."""
+    width = max(len(p) + len(c) for p, c in pairs)
+    ids = torch.full((len(pairs), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(pairs), width), -100, dtype=torch.long)
+    for row, (prompt, completion) in enumerate(pairs):
+        seq = prompt + completion
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(prompt) : len(seq)] = torch.tensor(completion)
+    return ids, labels
+
+
+def _lr(step: int, recipe: Recipe) -> float:
+    if step < recipe.warmup:
+        return recipe.lr * (step + 1) / recipe.warmup
+    done = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+    return recipe.lr * 0.5 * (1 + math.cos(math.pi * done))

@@ -1,0 +1,282 @@
+"""The torch backend: transformers models sampled by our own decode loop.
+
+The loop runs the model's decoder stack and its output head separately, so the
+final-norm hidden state of every step is in hand without a second pass or any
+hook: it is the tensor the logits are computed from. Those states are the
+TOPLOC activations. Batches are left-padded with explicit position ids, and a
+KV cache carries each step to the next.
+
+Why not ``model.generate()``: it cannot hand back the hidden states that
+produced each token without ``output_hidden_states`` for every layer at every
+step, and it spends per-step time on machinery (logits processors, stopping
+criteria objects) that a rollout worker does not need; see
+``benchmarks/inference.py`` for the side-by-side figures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarmrl import toploc
+from swarmrl.models.backend import (
+    PROOF_CHUNK,
+    PROOF_TOPK,
+    Completion,
+    FinishReason,
+    Prefill,
+    SamplingParams,
+)
+from swarmrl.models.checkpoint import load_tokenizer, read_state_dict
+
+# Stop strings are looked for in the decoded tail of this many tokens beyond the
+# longest stop string's length, enough for tokens that are shorter than a character.
+_STOP_TAIL_SLACK = 4
+
+
+def default_device() -> torch.device:
+    """The GPU when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class TorchBackend:
+    """A policy loaded with transformers, sampled and prefilled on CPU or GPU."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model_dir = Path(model_dir)
+        self.device = torch.device(device) if device is not None else default_device()
+        # float32 on the CPU: bf16 matmuls there are slow and no more faithful.
+        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                self.model_dir, dtype=self.dtype, local_files_only=True
+            )
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{self.model_dir} is not a loadable model directory ({e})") from None
+        self.model = model.to(self.device).eval()
+        self._decoder = self.model.get_decoder()
+        self._head = self.model.get_output_embeddings()
+        self._max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        self._eos = _eos_ids(self.model, self.tokenizer)
+        self._pad = self.tokenizer.pad_token_id
+        if self._pad is None:
+            self._pad = next(iter(self._eos), 0)
+
+    # -- sampling ---------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, prove: bool = True
+    ) -> list[Completion]:
+        """One completion per prompt, sampled together in one batch."""
+        if not prompts:
+            return []
+        self._check_lengths(prompts, params.max_tokens)
+        batch = len(prompts)
+        width = max(map(len, prompts))
+        ids = torch.full((batch, width), self._pad, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(params.seed)
+
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        hidden = self._decoder(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state[:, -1]
+        position = positions[:, -1:]
+        states: list[torch.Tensor] = []
+        tokens: list[torch.Tensor] = []
+        logprobs: list[torch.Tensor] = []
+        finish: list[FinishReason | None] = [None] * batch
+        lengths = [params.max_tokens] * batch
+        eos = torch.tensor(sorted(self._eos), dtype=torch.long, device=self.device)
+        stop_tail = max((len(s) for s in params.stop), default=0) + _STOP_TAIL_SLACK
+        ones = torch.ones((batch, 1), dtype=mask.dtype, device=self.device)
+
+        for step in range(params.max_tokens):
+            logits = self._head(hidden).float()
+            token, logprob = _sample(logits, params, generator)
+            states.append(hidden)
+            tokens.append(token)
+            logprobs.append(logprob)
+            ended = torch.isin(token, eos).tolist() if len(eos) else [False] * batch
+            for row in range(batch):
+                if finish[row] is None:
+                    if ended[row]:
+                        finish[row], lengths[row] = "eos", step + 1
+                    elif params.stop and self._hit_stop(tokens, row, params.stop, stop_tail):
+                        finish[row], lengths[row] = "stop", step + 1
+            if all(f is not None for f in finish) or step + 1 == params.max_tokens:
+                break
+            mask = torch.cat([mask, ones], dim=1)
+            position = position + 1
+            hidden = self._decoder(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=position,
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state[:, -1]
+
+        all_tokens = torch.stack(tokens, dim=1).tolist()
+        all_logprobs = torch.stack(logprobs, dim=1).tolist()
+        all_states = torch.stack(states, dim=1) if prove else None
+        completions = []
+        for row, prompt in enumerate(prompts):
+            n = lengths[row]
+            output = all_tokens[row][:n]
+            proofs = []
+            if all_states is not None:
+                proofs = toploc.build_proofs(all_states[row, :n], PROOF_CHUNK, PROOF_TOPK)
+            completions.append(
+                Completion(
+                    prompt_ids=list(prompt),
+                    output_ids=output,
+                    logprobs=all_logprobs[row][:n],
+                    text=self.tokenizer.decode(output, skip_special_tokens=True),
+                    finish_reason=finish[row] or "length",
+                    proofs=proofs,
+                )
+            )
+        return completions
+
+    def _hit_stop(
+        self, tokens: list[torch.Tensor], row: int, stop: tuple[str, ...], tail: int
+    ) -> bool:
+        recent = [int(t[row]) for t in tokens[-tail:]]
+        text = self.tokenizer.decode(recent, skip_special_tokens=True)
+        return any(s in text for s in stop)
+
+    def _check_lengths(self, prompts: list[list[int]], max_tokens: int) -> None:
+        for i, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {i} is empty")
+        longest = max(map(len, prompts)) + max_tokens
+        if self._max_positions is not None and longest > self._max_positions:
+            raise ValueError(
+                f"prompt plus max_tokens is {longest} tokens, more than the model's "
+                f"{self._max_positions} positions"
+            )
+
+    # -- validation -------------------------------------------------------------
+
+    @torch.inference_mode()
+    def prefill(
+        self, prompt_ids: list[int], output_ids: list[int], *, temperature: float = 1.0
+    ) -> Prefill:
+        """The states and log-probabilities generation saw, recomputed in one pass."""
+        if not prompt_ids or not output_ids:
+            raise ValueError("prefill needs a non-empty prompt and output")
+        self._check_lengths([prompt_ids], len(output_ids))
+        vocab = self.model.config.vocab_size
+        if not all(0 <= t < vocab for t in (*prompt_ids, *output_ids)):
+            raise ValueError(f"token ids must lie in [0, {vocab})")
+        ids = torch.tensor([prompt_ids + output_ids], dtype=torch.long, device=self.device)
+        states = self._decoder(input_ids=ids, use_cache=False).last_hidden_state[0]
+        start = len(prompt_ids) - 1
+        hidden = states[start : start + len(output_ids)]
+        logits = self._head(hidden).float()
+        if temperature > 0:
+            logits = logits / temperature
+        logprob = torch.log_softmax(logits, dim=-1)
+        target = torch.tensor(output_ids, device=self.device)[:, None]
+        return Prefill(hidden=hidden, logprobs=logprob.gather(1, target)[:, 0].tolist())
+
+    # -- weights ----------------------------------------------------------------
+
+    @torch.no_grad()
+    def load_weights(self, model_dir: Path) -> None:
+        """Copy a newer checkpoint's tensors into the loaded model, shape by shape."""
+        model_dir = Path(model_dir)
+        _check_same_architecture(self.model.config.to_dict(), model_dir)
+        state = read_state_dict(model_dir)
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        unknown = sorted(set(state) - set(params))
+        if unknown:
+            raise ValueError(f"{model_dir} holds tensors this model lacks: {unknown[:3]}")
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        missing = sorted(set(dict(self.model.named_parameters())) - set(state) - tied)
+        if missing:
+            raise ValueError(f"{model_dir} lacks tensors of this model: {missing[:3]}")
+        for name, tensor in state.items():
+            if tensor.shape != params[name].shape:
+                raise ValueError(
+                    f"{model_dir}: {name} has shape {tuple(tensor.shape)}, "
+                    f"expected {tuple(params[name].shape)}"
+                )
+        for name, tensor in state.items():
+            params[name].copy_(tensor)
+        self.model_dir = model_dir
+
+
+def _sample(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens drawn with temperature and top-p, and their log-probabilities."""
+    if params.temperature == 0:
+        token = logits.argmax(dim=-1)
+        return token, torch.log_softmax(logits, dim=-1).gather(1, token[:, None])[:, 0]
+    logprob = torch.log_softmax(logits / params.temperature, dim=-1)
+    probs = logprob.exp()
+    if params.top_p < 1:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always).
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        choice = torch.multinomial(sorted_probs, 1, generator=generator)
+        token = order.gather(1, choice)[:, 0]
+    else:
+        token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return token, logprob.gather(1, token[:, None])[:, 0]
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for source in (model.generation_config, model.config):
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            ids.update(eos if isinstance(eos, list) else [eos])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _check_same_architecture(current: dict[str, Any], model_dir: Path) -> None:
+    path = model_dir / "config.json"
+    try:
+        new = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a readable model config ({e})") from None
+    for key in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size"):
+        if new.get(key) != current.get(key):
+            raise ValueError(
+                f"{model_dir} is a different architecture: {key} is {new.get(key)!r}, "
+                f"expected {current.get(key)!r}"
+            )

@@ -1,0 +1,112 @@
+"""Tasks in, proven and scored rollout records out.
+
+Each task gets a group of ``n`` completions (GRPO compares a completion with its
+siblings). Prompts state a thinking budget chosen per task by ``target_for``,
+which sees the speed measured so far: INTELLECT-2 gives faster nodes longer
+targets. Groups are sampled together in batches of about ``batch_size``
+sequences; each batch draws from its own seed, derived from the caller's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from eth_utils import keccak
+
+from swarmrl.models.backend import Backend, SamplingParams
+from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.rollouts.records import Rollout
+from swarmrl.tasks import Task, budget_prompt, length_penalty
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Whose rollouts these are, for which run and policy step."""
+
+    run: str
+    policy_step: int
+    node: str
+
+
+def batch_seed(seed: int, batch: int) -> int:
+    """The sampling seed of one batch: a hash, so neighbouring seeds share nothing."""
+    return int.from_bytes(keccak(f"{seed}/{batch}".encode())[:8], "big")
+
+
+def generate_rollouts(
+    backend: Backend,
+    tasks: Sequence[Task],
+    *,
+    n: int,
+    params: SamplingParams,
+    provenance: Provenance,
+    seed: int,
+    score: Callable[[Task, str], float],
+    target_for: Callable[[float | None], int],
+    batch_size: int = 32,
+    on_batch: Callable[[int, int, float], None] | None = None,
+) -> list[Rollout]:
+    """``n`` sealed records per task, in task order.
+
+    ``score`` is the task reward of a completion's text; ``on_batch`` hears
+    (records so far, total, tokens/s of the batch).
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    groups_per_batch = max(1, batch_size // n)
+    total = len(tasks) * n
+    speed: float | None = None
+    records: list[Rollout] = []
+    for batch, start in enumerate(range(0, len(tasks), groups_per_batch)):
+        chunk = tasks[start : start + groups_per_batch]
+        targets = [target_for(speed) for _ in chunk]
+        prompts = [
+            encode_prompt(backend.tokenizer, budget_prompt(t.prompt, target))
+            for t, target in zip(chunk, targets, strict=True)
+        ]
+        sampling = SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop=params.stop,
+            seed=batch_seed(seed, batch),
+        )
+        began = time.perf_counter()
+        completions = backend.generate([p for p in prompts for _ in range(n)], sampling)
+        elapsed = time.perf_counter() - began
+        speed = sum(len(c.output_ids) for c in completions) / max(elapsed, 1e-9)
+        for i, completion in enumerate(completions):
+            task, target = chunk[i // n], targets[i // n]
+            task_reward = score(task, completion.text)
+            penalty = length_penalty(target, len(completion.output_ids))
+            records.append(
+                Rollout(
+                    run=provenance.run,
+                    policy_step=provenance.policy_step,
+                    node=provenance.node,
+                    problem_id=task.problem_id,
+                    task_type=task.task_type,
+                    prompt=task.prompt,
+                    verification_info=task.row()["verification_info"],
+                    seed=seed,
+                    sample=i % n,
+                    temperature=float(params.temperature),
+                    top_p=float(params.top_p),
+                    max_tokens=params.max_tokens,
+                    target_len=target,
+                    prompt_ids=completion.prompt_ids,
+                    output_ids=completion.output_ids,
+                    logprobs=completion.logprobs,
+                    finish_reason=completion.finish_reason,
+                    task_reward=task_reward,
+                    length_penalty=penalty,
+                    reward=task_reward - penalty,
+                    proofs=completion.proofs,
+                ).sealed()
+            )
+        if on_batch is not None:
+            on_batch(len(records), total, speed)
+    return records
+

@@ -1,0 +1,179 @@
+"""The rollout record: one completion of one task, with everything to check it.
+
+A record carries the task's own data (prompt and verification info), so a file
+of records can be verified without the task set. Its ``digest`` is the keccak of
+the canonical JSON of every other field; the node signs the digest of a whole
+file (``file_digest``), which commits to every record in order.
+
+Files are parquet with the schema version in the file metadata. Readers accept
+only the versions they know, and check every record's digest, so a file that
+was altered after it was written is refused as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from eth_utils import keccak
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType
+
+SCHEMA_VERSION = 1
+VERSION_KEY = b"swarmrl.rollouts.version"
+
+# Bounds on what one untrusted record may make a validator hold or compute.
+MAX_TOKENS = 1 << 17
+MAX_PROOFS = MAX_TOKENS // 32 + 1
+
+_U64 = (1 << 64) - 1
+
+
+class Rollout(BaseModel):
+    """One proven, scored completion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    version: Literal[1] = SCHEMA_VERSION
+    run: str = Field(min_length=1, max_length=128)
+    policy_step: int = Field(ge=0, le=_U64)
+    node: str = Field(pattern=r"^0x[0-9a-fA-F]{40}$")
+    problem_id: str = Field(min_length=1, max_length=256)
+    task_type: TaskType
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    verification_info: str  # canonical JSON, as in task files
+    seed: int = Field(ge=0, le=_U64)
+    sample: int = Field(ge=0, le=1 << 20)
+    temperature: float = Field(ge=0.0, le=100.0)
+    top_p: float = Field(gt=0.0, le=1.0)
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS)
+    target_len: int = Field(ge=1, le=MAX_TOKENS)
+    prompt_ids: list[int] = Field(min_length=1, max_length=MAX_TOKENS)
+    output_ids: list[int] = Field(min_length=1, max_length=MAX_TOKENS)
+    logprobs: list[float] = Field(max_length=MAX_TOKENS)
+    finish_reason: Literal["eos", "stop", "length"]
+    task_reward: float
+    length_penalty: float
+    reward: float
+    proofs: list[bytes] = Field(max_length=MAX_PROOFS)
+    digest: bytes = Field(default=b"", max_length=32)
+
+    def content_digest(self) -> bytes:
+        """keccak256 of the canonical JSON of every field but the digest."""
+        fields = self.model_dump(exclude={"digest"})
+        fields["proofs"] = [p.hex() for p in self.proofs]
+        return keccak(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
+
+    def task(self) -> Task:
+        """The task this record carries, as its verifier needs it."""
+        return Task.from_row(
+            {
+                "problem_id": self.problem_id,
+                "task_type": self.task_type,
+                "prompt": self.prompt,
+                "verification_info": self.verification_info,
+            }
+        )
+
+    def sealed(self) -> Rollout:
+        """This record with its digest filled in."""
+        return self.model_copy(update={"digest": self.content_digest()})
+
+
+def file_digest(rollouts: Sequence[Rollout]) -> bytes:
+    """What a node signs for a file: keccak256 of its records' digests, in order."""
+    return keccak(b"".join(r.digest for r in rollouts))
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    ints = pa.list_(pa.int64())
+    return pa.schema(
+        [
+            ("version", pa.int64()),
+            ("run", pa.string()),
+            ("policy_step", pa.uint64()),
+            ("node", pa.string()),
+            ("problem_id", pa.string()),
+            ("task_type", pa.string()),
+            ("prompt", pa.string()),
+            ("verification_info", pa.string()),
+            ("seed", pa.uint64()),
+            ("sample", pa.int64()),
+            ("temperature", pa.float64()),
+            ("top_p", pa.float64()),
+            ("max_tokens", pa.int64()),
+            ("target_len", pa.int64()),
+            ("prompt_ids", ints),
+            ("output_ids", ints),
+            ("logprobs", pa.list_(pa.float64())),
+            ("finish_reason", pa.string()),
+            ("task_reward", pa.float64()),
+            ("length_penalty", pa.float64()),
+            ("reward", pa.float64()),
+            ("proofs", pa.list_(pa.binary())),
+            ("digest", pa.binary(32)),
+        ],
+        metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()},
+    )
+
+
+def write_rollouts(rollouts: Sequence[Rollout], path: Path) -> None:
+    """Write sealed records as parquet, replacing ``path`` atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    for i, r in enumerate(rollouts):
+        if r.digest != r.content_digest():
+            raise ValueError(f"record {i} ({r.problem_id}) is not sealed with its digest")
+    table = pa.Table.from_pylist([r.model_dump() for r in rollouts], schema=_arrow_schema())
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def read_rollouts(path: Path) -> list[Rollout]:
+    """Every record of a rollout file; ValueError in one sentence if any is not sound."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        parquet = pq.ParquetFile(path)
+        metadata = parquet.schema_arrow.metadata or {}
+        version = metadata.get(VERSION_KEY)
+        if version != str(SCHEMA_VERSION).encode():
+            shown = version.decode(errors="replace") if version else "none"
+            raise ValueError(
+                f"{path} is rollout schema version {shown}; this swarmrl reads "
+                f"version {SCHEMA_VERSION}"
+            )
+        rows = parquet.read().to_pylist()
+    except (pa.ArrowException, OSError) as e:
+        # pyarrow reports corrupt bytes as OSError too; the file itself exists.
+        raise ValueError(f"{path} is not a readable rollout file ({e})") from None
+    rollouts = []
+    for i, row in enumerate(rows):
+        try:
+            rollout = Rollout(**row)
+        except (ValidationError, TypeError) as e:
+            raise ValueError(f"{path}: record {i}: {_first_error(e)}") from None
+        if rollout.digest != rollout.content_digest():
+            raise ValueError(f"{path}: record {i} does not match its digest (altered?)")
+        rollouts.append(rollout)
+    return rollouts
+
+
+def _first_error(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "record"
+        return f"{where}: {err['msg'].lower()}"
+    return str(e)
