@@ -92,9 +92,7 @@ def _train(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tup
         torch.set_num_threads(threads)
 
 
-def _train_single_threaded(
-    recipe: Recipe, progress: Callable[[int, float], None] | None
-) -> tuple:
+def _train_single_threaded(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tuple:
     model, tokenizer = tiny.build_model(recipe.seed)
     # The training set's tasks come from a seed the demo's evaluation tasks never use.
     pairs = training_texts(seed=10_000 + recipe.seed, count=recipe.steps * recipe.batch)

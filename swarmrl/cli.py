@@ -42,7 +42,7 @@ def _register_apps() -> None:
 
 _register_apps()
 
-BENCHMARKS = ("toploc", "shards", "broadcast")
+BENCHMARKS = ("toploc", "shards", "broadcast", "inference")
 
 
 def _version(show: bool) -> None:
@@ -95,6 +95,14 @@ def bench_broadcast(
 ) -> None:
     """Weight broadcast to 1 and 8 nodes vs. shardcast 0.3.2 (1 GiB, loopback)."""
     _run_benchmark("broadcast", runs)
+
+
+@bench_app.command("inference")
+def bench_inference(
+    runs: int = typer.Option(5, min=1, help="Timed runs per figure (median)."),
+) -> None:
+    """Rollout tokens/s vs. transformers generate(), proof overhead, prefill cost (CPU)."""
+    _run_benchmark("inference", runs)
 
 
 @bench_app.command("all")

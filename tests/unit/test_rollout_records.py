@@ -122,7 +122,7 @@ def test_unsealed_records_are_not_written(tmp_path):
 def test_arbitrary_bytes_never_crash_the_reader(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("fuzz") / "r.parquet"
     path.write_bytes(data)
-    with pytest.raises(ValueError, match="not a readable rollout file|schema version"):
+    with pytest.raises(ValueError, match=r"not a readable rollout file|schema version"):
         read_rollouts(path)
 
 

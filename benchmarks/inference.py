@@ -1,0 +1,136 @@
+"""Rollout inference on the CPU: swarmrl's torch backend against transformers.
+
+Three figures per model, each the median of ``runs`` timed runs after a warm-up:
+
+1. Tokens/s of ``TorchBackend.generate`` (proofs off) against plain
+   ``model.generate()`` of transformers on the same weights, batch and lengths:
+   sampling at temperature 1, every sequence exactly ``length`` new tokens (the
+   reference with ``min_new_tokens``; ours with end-of-sequence ignored), so
+   both do the same work.
+2. The cost of proving: generation with proof capture and TOPLOC building
+   against generation without, as a fraction of the latter.
+3. Prefill validation: one forward pass over prompt + ``length``-token output
+   (``TorchBackend.prefill``, what a validator runs per rollout) against
+   generating that one sequence.
+
+Models: the embedded default (random weights of its architecture: speed does
+not depend on training) and SmolLM2-135M-Instruct when ``make setup`` has
+installed it (imported to safetensors once, into a temporary directory).
+
+    python -m benchmarks.inference [--runs 5] [--batch 8] [--length 256]
+    or   swarmrl bench inference
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from benchmarks.timing import median_seconds
+from swarmrl.models.backend import SamplingParams
+from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.models.torch_backend import TorchBackend
+
+PROMPT = "What is 47 + 38?\nThink for 256 tokens before giving a response."
+
+
+def measure(model_dir: Path, batch: int, length: int, runs: int) -> dict[str, float]:
+    backend = TorchBackend(model_dir, device="cpu")
+    # Fixed-length outputs, as min_new_tokens gives the reference.
+    backend._eos.clear()
+    prompt = encode_prompt(backend.tokenizer, PROMPT)
+    prompts = [prompt] * batch
+    params = SamplingParams(max_tokens=length, temperature=1.0, seed=0)
+    ids = torch.tensor(prompts)
+    mask = torch.ones_like(ids)
+
+    def reference() -> None:
+        with torch.inference_mode():
+            out = backend.model.generate(
+                ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=length,
+                min_new_tokens=length,
+                pad_token_id=backend.tokenizer.pad_token_id or 0,
+            )
+        assert out.shape[1] == ids.shape[1] + length
+
+    def ours(prove: bool) -> None:
+        out = backend.generate(prompts, params, prove=prove)
+        assert all(len(c.output_ids) == length for c in out)
+
+    tokens = batch * length
+    ref_s = median_seconds(reference, runs)
+    plain_s = median_seconds(lambda: ours(False), runs)
+    proved_s = median_seconds(lambda: ours(True), runs)
+    completion = backend.generate([prompt], params, prove=False)[0]
+    single_s = median_seconds(lambda: backend.generate([prompt], params, prove=False), runs)
+    prefill_s = median_seconds(
+        lambda: backend.prefill(completion.prompt_ids, completion.output_ids), runs
+    )
+    return {
+        "reference_tps": tokens / ref_s,
+        "ours_tps": tokens / plain_s,
+        "proof_overhead": proved_s / plain_s - 1,
+        "single_s": single_s,
+        "prefill_s": prefill_s,
+    }
+
+
+def report(name: str, params: int, batch: int, length: int, figures: dict[str, float]) -> None:
+    f = figures
+    print(f"{name} ({params / 1e6:.1f} M parameters), batch {batch} x {length} new tokens")
+    print(f"  transformers generate()        {f['reference_tps']:>9.0f} tokens/s")
+    print(
+        f"  swarmrl torch backend          {f['ours_tps']:>9.0f} tokens/s   "
+        f"{f['ours_tps'] / f['reference_tps']:.2f}x   (goal >= 1.0x)"
+    )
+    print(f"  proof capture + TOPLOC build   {f['proof_overhead']:>+9.1%}          (goal <= 5%)")
+    print(
+        f"  prefill of one {length}-token rollout {f['prefill_s'] * 1e3:.1f} ms vs generating it "
+        f"{f['single_s'] * 1e3:.0f} ms: {f['single_s'] / f['prefill_s']:.0f}x cheaper "
+        "(goal >= 10x)"
+    )
+
+
+def main(runs: int = 5, batch: int = 8, length: int = 256) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from swarmrl.models import tiny
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; median of {runs}")
+    with tempfile.TemporaryDirectory() as tmp:
+        model, tokenizer = tiny.build_model(seed=0)
+        default = Path(tmp) / "default"
+        tiny.save(model, tokenizer, default)
+        params = sum(p.numel() for p in model.parameters())
+        report("embedded default", params, batch, length, measure(default, batch, length, runs))
+        try:
+            from swarmrl.models.smollm2 import import_smollm2
+
+            smol = import_smollm2(Path(tmp) / "smollm2")
+        except ValueError as e:
+            print(f"SmolLM2-135M skipped: {e}")
+            return
+        backend = TorchBackend(smol, device="cpu")
+        params = sum(p.numel() for p in backend.model.parameters())
+        del backend
+        report("SmolLM2-135M-Instruct", params, batch, length, measure(smol, batch, length, runs))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=256)
+    args = parser.parse_args()
+    main(args.runs, args.batch, args.length)

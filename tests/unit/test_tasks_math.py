@@ -1,0 +1,239 @@
+"""The math verifier: boxed-answer extraction, equivalence, and the killable sympy worker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.tasks.math_verifier import (
+    MAX_ANSWER_CHARS,
+    answers_match,
+    extract_answer,
+    latex_to_sympy,
+    normalize_answer,
+    verify_math,
+)
+
+# --- extraction ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"so the answer is \boxed{42}.", "42"),
+        (r"\boxed{1} or rather \boxed{2}", "2"),
+        (r"\boxed{\frac{1}{\sqrt{2}}}", r"\frac{1}{\sqrt{2}}"),
+        (r"\boxed{{a}^{b_{c}}}", r"{a}^{b_{c}}"),
+        (r"\boxed {7}", "7"),
+        (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
+        (r"<think>maybe \boxed{3}</think> it is \boxed{4}", "4"),
+        (r"<think>\boxed{3}</think><think>\boxed{5}</think>final \boxed{6}", "6"),
+        (r"\boxed{1} and \boxeds{2}", "1"),
+        ("", None),
+        ("no box here", None),
+        (r"<think>\boxed{3}</think> I give up", None),
+        (r"\boxed{1} then the box is cut off \boxed{2", None),
+        (r"\boxed", None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+@given(st.text())
+def test_extract_answer_never_raises(text):
+    result = extract_answer(text)
+    assert result is None or result in text
+
+
+@given(
+    prefix=st.text(),
+    content=st.text(alphabet=st.characters(blacklist_characters="{}\\<")),
+    suffix=st.text(alphabet=st.characters(blacklist_characters="\\<")),
+)
+def test_the_final_box_is_found_after_anything(prefix, content, suffix):
+    assert extract_answer(f"{prefix}\\boxed{{{content}}}{suffix}") == content
+
+
+# --- equivalence --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("candidate", "truth"),
+    [
+        ("42", "42"),
+        (" 42 ", "42"),
+        ("$42$", "42"),
+        (r"\$42", "42"),
+        ("42.", "42"),
+        ("1,000", "1000"),
+        ("1{,}000", "1000"),
+        ("12,345.5", "12345.5"),
+        ("x = 5", "5"),
+        ("y_1=-3", "-3"),
+        (r"\text{5}", "5"),
+        (r"\textbf{\text{5}}", "5"),
+        (r"\left( 1, 2 \right)", "(1,2)"),
+        (r"\dfrac{3}{4}", r"\frac{3}{4}"),
+        (r"\tfrac{3}{4}", r"\frac{3}{4}"),
+        (r"3\!\,\,000", "3000"),
+        (r"90^\circ", "90"),
+        (r"50\%", "50"),
+        ("{7}", "7"),
+    ],
+)
+def test_normalised_forms_match(candidate, truth):
+    assert normalize_answer(candidate) == normalize_answer(truth)
+    assert answers_match(candidate, truth)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "truth"),
+    [
+        ("0.5", r"\frac{1}{2}"),
+        ("0.5", "1/2"),
+        (r"\frac12", "0.5"),
+        (r"-\frac{3}{4}", "-0.75"),
+        (r"\tfrac{3}{4}", "3/4"),
+        ("2.50", "2.5"),
+        (".25", "1/4"),
+        ("1000", "1000.0000000001"),  # within the relative tolerance
+        ("0.1", r"\frac{1}{10}"),
+    ],
+)
+def test_numbers_match_by_value(candidate, truth):
+    assert answers_match(candidate, truth)
+    assert answers_match(truth, candidate)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "truth"),
+    [
+        (r"2\sqrt{2}", r"\sqrt{8}"),
+        ("x^2+2x+1", "(x+1)^2"),
+        (r"\frac{\pi}{2}", r"\pi/2"),
+        (r"\sqrt{2}\cdot\sqrt{3}", r"\sqrt{6}"),
+        (r"\frac{\sqrt{3}}{3}", r"\frac{1}{\sqrt{3}}"),
+        (r"\sqrt[3]{8}", "2"),
+        (r"2^{10}", "1024"),
+        (r"3 \times 4", "12"),
+        (r"\sin(\pi/6)", "0.5"),
+        (r"\frac{x}{2}", "0.5x"),
+    ],
+)
+def test_symbolic_equivalences(candidate, truth):
+    assert answers_match(candidate, truth)
+    assert answers_match(truth, candidate)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "truth"),
+    [
+        ("6", "5"),
+        ("-5", "5"),
+        ("0.333", "1/3"),
+        ("1000", "1001"),
+        ("1,00", "100"),  # not a thousands separator
+        ("x+1", "x+2"),
+        (r"\sqrt{2}", "1.414"),
+        (r"2\sqrt{3}", r"\sqrt{8}"),
+        ("1/0", "0"),
+        (r"\frac{1}{0}", r"\frac{2}{0}"),
+        ("", "0"),
+        ("5", ""),
+        (r"\int_0^1 x\,dx", "1/2"),  # outside the supported subset
+        ("2+", "2"),
+    ],
+)
+def test_non_equivalences(candidate, truth):
+    assert not answers_match(candidate, truth)
+
+
+def test_overlong_answers_are_rejected_unread():
+    long = "1" * (MAX_ANSWER_CHARS + 1)
+    assert not answers_match(long, long)
+
+
+def test_text_that_looks_like_python_is_never_run(tmp_path: Path):
+    marker = tmp_path / "ran"
+    for hostile in (
+        f"__import__('os').system('touch {marker}')",
+        f"open('{marker}', 'w')",
+        "x.__class__",
+        "lambda: 1",
+    ):
+        assert not answers_match(hostile, "0")
+        with pytest.raises(ValueError, match="supported LaTeX subset"):
+            latex_to_sympy(hostile)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("latex", "sympy_text"),
+    [
+        (r"2\sqrt{2}", "2*sqrt((2))"),
+        (r"\frac12", "((1)/(2))"),
+        ("x^23", "x**(2)*3"),  # LaTeX binds one character
+        ("3x(x+1)", "3*x*(x+1)"),
+        ("0.25", "(25/100)"),
+        (r"\sqrt[3]{x}", "root((x),3)"),
+        (r"2\cdot\pi", "2*pi"),
+    ],
+)
+def test_latex_conversion(latex, sympy_text):
+    assert latex_to_sympy(latex) == sympy_text
+
+
+@pytest.mark.parametrize(
+    "latex",
+    ["(1", "1)", "^2", r"\frac{1}", r"\unknown{1}", "1=2", "a_1", "(" * 400 + "1" + ")" * 400],
+)
+def test_latex_outside_the_subset_is_refused(latex):
+    with pytest.raises(ValueError, match="supported LaTeX subset"):
+        latex_to_sympy(latex)
+
+
+def test_deep_nesting_is_refused_not_a_crash():
+    deep = r"\sqrt{" * 300 + "4" + "}" * 300
+    assert not answers_match(deep, "2")
+    assert not answers_match("(" * 499 + "2" + ")" * 499, "2")
+
+
+def test_a_pathological_check_times_out_and_the_worker_recovers():
+    assert answers_match(r"2\sqrt{2}", r"\sqrt{8}")  # worker up before the clock starts
+    start = time.monotonic()
+    assert not answers_match(r"9^{9^{9}}", "1", timeout_s=0.5)
+    assert time.monotonic() - start < 1.5
+    assert answers_match(r"2\sqrt{2}", r"\sqrt{8}")
+    assert not answers_match(r"2\sqrt{3}", r"\sqrt{8}")
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("nan"), float("inf")])
+def test_bad_timeouts_are_rejected(timeout_s):
+    with pytest.raises(ValueError, match="timeout_s"):
+        answers_match("1", "1", timeout_s=timeout_s)
+
+
+# --- verify_math --------------------------------------------------------------------------
+
+
+def test_verify_math_reads_the_final_answer_only():
+    info = {"ground_truth": "85"}
+    assert verify_math(r"<think>47+38... \boxed{84}?</think> So \boxed{85}.", info)
+    assert not verify_math(r"<think>\boxed{85}</think> So \boxed{84}.", info)
+    assert not verify_math("the answer is 85", info)
+    assert verify_math(r"\boxed{85}", {"ground_truth": 85})
+
+
+@pytest.mark.parametrize(
+    "info",
+    [{}, {"ground_truth": None}, {"ground_truth": ""}, {"ground_truth": True}, ["85"], None],
+)
+def test_malformed_verification_info_is_an_error(info):
+    with pytest.raises(ValueError, match="verification_info") as e:
+        verify_math(r"\boxed{85}", info)
+    assert "\n" not in str(e.value)

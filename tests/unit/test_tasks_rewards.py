@@ -1,0 +1,129 @@
+"""Task rewards, the length penalty on top, and the thinking-budget choice."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.tasks.generators import demo_solution, demo_tasks
+from orchestrator.tasks.rewards import choose_target_length, reward, task_reward
+from swarmrl.tasks import LENGTH_ALPHA, Task
+
+CODE_TASK = Task(
+    problem_id="code-1",
+    task_type="code",
+    prompt="Read n and print 2n.",
+    verification_info={"tests": [{"stdin": "4\n", "stdout": "8\n"}]},
+)
+MATH_TASK = demo_tasks(1, seed=0)[0]
+
+
+def test_math_reward_is_binary():
+    assert task_reward(MATH_TASK, demo_solution(MATH_TASK)) == 1.0
+    assert task_reward(MATH_TASK, r"\boxed{-1}") == 0.0
+    assert task_reward(MATH_TASK, "") == 0.0
+
+
+def test_code_reward_runs_the_program():
+    assert task_reward(CODE_TASK, "```python\nprint(2 * int(input()))\n```") == 1.0
+    assert task_reward(CODE_TASK, "```python\nprint(2 + int(input()))\n```") == 0.0
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        MATH_TASK.model_copy(update={"verification_info": {"answer": "3"}}),
+        CODE_TASK.model_copy(update={"verification_info": {"tests": "none"}}),
+    ],
+    ids=["math", "code"],
+)
+def test_malformed_verification_info_is_a_value_error(task):
+    with pytest.raises(ValueError, match="verification_info"):
+        task_reward(task, r"\boxed{3}")
+
+
+def test_reward_subtracts_the_length_penalty():
+    solution = demo_solution(MATH_TASK)
+    earned, penalty, total = reward(MATH_TASK, solution, target_len=1000, output_len=600)
+    assert earned == 1.0
+    assert penalty == pytest.approx(LENGTH_ALPHA * 400)
+    assert total == pytest.approx(1.0 - LENGTH_ALPHA * 400)
+    assert reward(MATH_TASK, r"\boxed{-1}", 500, 500) == (0.0, 0.0, 0.0)
+    assert reward(MATH_TASK, r"\boxed{-1}", 0, 100)[2] == pytest.approx(-LENGTH_ALPHA * 100)
+
+
+@pytest.mark.parametrize(("target", "output"), [(-1, 10), (10, -1), (10.0, 10), (10, True)])
+def test_reward_rejects_bad_lengths(target, output):
+    with pytest.raises(ValueError, match="must be a non-negative integer"):
+        reward(MATH_TASK, "", target, output)
+
+
+# --- thinking budgets ---------------------------------------------------------------------
+
+
+def test_feasible_targets_are_drawn_uniformly():
+    rng = random.Random(0)
+    # 100 tokens/s for 30 s: 1000 and 3000 fit (3000 exactly), 4000 and 8000 do not.
+    draws = Counter(
+        choose_target_length([8000, 1000, 3000, 4000], 100.0, 30.0, rng) for _ in range(4000)
+    )
+    assert set(draws) == {1000, 3000}
+    assert abs(draws[1000] - draws[3000]) < 300
+
+
+def test_a_slow_node_gets_the_smallest_target():
+    assert choose_target_length([2000, 500, 1000], 1.0, 10.0, random.Random(0)) == 500
+
+
+def test_the_choice_is_reproducible_from_the_rng():
+    def draws(seed: int) -> list[int]:
+        rng = random.Random(seed)
+        return [choose_target_length([1, 2, 3, 4, 5], 10.0, 1.0, rng) for _ in range(50)]
+
+    assert draws(1) == draws(1)
+    assert draws(1) != draws(2)
+    # duplicates and order in the configured set do not change the draw
+    rng_a, rng_b = random.Random(3), random.Random(3)
+    a = [choose_target_length([5, 1, 3, 3], 10.0, 1.0, rng_a) for _ in range(20)]
+    b = [choose_target_length([1, 3, 5], 10.0, 1.0, rng_b) for _ in range(20)]
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    ("targets", "tokens_per_s", "window_s"),
+    [
+        ([], 10.0, 1.0),
+        ([0, 10], 10.0, 1.0),
+        ([-5], 10.0, 1.0),
+        ([1.5], 10.0, 1.0),
+        ([True], 10.0, 1.0),
+        ([10], 0.0, 1.0),
+        ([10], -1.0, 1.0),
+        ([10], float("nan"), 1.0),
+        ([10], float("inf"), 1.0),
+        ([10], 10.0, 0),
+        ([10], 10.0, float("inf")),
+    ],
+)
+def test_choose_target_length_validates(targets, tokens_per_s, window_s):
+    with pytest.raises(ValueError, match="must"):
+        choose_target_length(targets, tokens_per_s, window_s, random.Random(0))
+
+
+@given(
+    targets=st.lists(st.integers(1, 100_000), min_size=1, max_size=8),
+    tokens_per_s=st.floats(0.01, 10_000),
+    window_s=st.floats(0.01, 10_000),
+    seed=st.integers(0, 2**32),
+)
+def test_the_choice_is_a_target_and_feasible_when_possible(targets, tokens_per_s, window_s, seed):
+    chosen = choose_target_length(targets, tokens_per_s, window_s, random.Random(seed))
+    assert chosen in targets
+    if any(t / tokens_per_s <= window_s for t in targets):
+        assert chosen / tokens_per_s <= window_s
+    else:
+        assert chosen == min(targets)
