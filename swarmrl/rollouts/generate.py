@@ -109,4 +109,3 @@ def generate_rollouts(
         if on_batch is not None:
             on_batch(len(records), total, speed)
     return records
-
