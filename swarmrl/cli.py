@@ -116,9 +116,10 @@ def bench_all() -> None:
 @app.command()
 def demo() -> None:
     """Run a whole local swarm on the embedded defaults."""
+    from orchestrator.demo_rollouts import run as rollouts_stage
     from swarmrl.demo import run
 
-    run()
+    run(later_stages=[rollouts_stage])
 
 
 def main() -> None:

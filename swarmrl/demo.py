@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,10 +23,7 @@ from swarmrl import shards, toploc
 if TYPE_CHECKING:
     from swarmrl.chain.deploy import Deployment
 
-NOT_YET = (
-    "rollout generation with proofs, tasks and verifiers",
-    "orchestrator: scheduler, validator, GRPO trainer",
-)
+NOT_YET = ("orchestrator: scheduler, validator daemon, GRPO trainer",)
 
 
 def _say(text: str) -> None:
@@ -274,14 +272,20 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         chain.stop()
 
 
-def run() -> None:
-    """Runs every stage that exists and names the ones that do not yet."""
+def run(later_stages: Sequence[Callable[[Path], None]] = ()) -> None:
+    """Runs every stage that exists and names the ones that do not yet.
+
+    ``later_stages`` are the apps' own stages (rollouts, for one), handed in by
+    the CLI because swarmrl does not import the apps.
+    """
     _say("swarmrl demo: a local swarm on the embedded defaults\n")
     _toploc_stage()
     deployment, orchestrator = _chain_stage()
     with tempfile.TemporaryDirectory(prefix="swarmrl-demo-") as tmp:
         _shards_stage(Path(tmp))
         _swarm_stage(Path(tmp), deployment, orchestrator)
+        for stage in later_stages:
+            stage(Path(tmp))
     _say("\nnot yet available:")
     for stage in NOT_YET:
         _say(f"  - {stage}")

@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Generation speed and per-example deadlines measure the machine, not the code:
@@ -14,3 +15,11 @@ settings.register_profile(
     derandomize=bool(os.environ.get("CI")),
 )
 settings.load_profile("swarmrl")
+
+
+@pytest.fixture(scope="session")
+def default_model(tmp_path_factory):
+    """The embedded default policy, built once per session as `swarmrl model init` does."""
+    from orchestrator.pretrain import build_default_model
+
+    return build_default_model(tmp_path_factory.mktemp("models") / "default")

@@ -339,6 +339,11 @@ _backend_lock = threading.Lock()
 _backend_chosen: _Backend | None = None
 
 
+def sandbox_kind() -> str:
+    """What isolates candidate programs here: "bubblewrap" or "rlimits only"."""
+    return "bubblewrap" if _backend().kind == "bwrap" else "rlimits only"
+
+
 def _backend() -> _Backend:
     global _backend_chosen
     with _backend_lock:

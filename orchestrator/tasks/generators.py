@@ -24,7 +24,7 @@ _ID = re.compile(rf"({ARITH_PREFIX}|{REASON_PREFIX})-(-?\d+)-(\d+)")
 
 
 def arithmetic_tasks(n: int, seed: int) -> list[Task]:
-    """``n`` tasks like "What is 47 + 38?" with +, - and * on operands up to two digits."""
+    """``n`` tasks like "What is 47 + 38?" with +, - and * on one- or two-digit operands."""
     _check_args(n, seed)
     return [_arithmetic_task(seed, i) for i in range(n)]
 
@@ -84,12 +84,15 @@ def _math_task(problem_id: str, prompt: str, answer: int) -> Task:
 def _arithmetic_operands(problem_id: str) -> tuple[int, str, int]:
     rng = random.Random(problem_id)
     op = rng.choice("+-*")
+    # Half one-digit, which a short pre-training masters, half two-digit, which it does
+    # not: the mix leaves the initial policy a solve rate RL can raise.
+    top = 9 if rng.random() < 0.5 else 99
     if op == "+":
-        return rng.randint(1, 99), op, rng.randint(1, 99)
+        return rng.randint(1, top), op, rng.randint(1, top)
     if op == "-":
-        a = rng.randint(1, 99)
+        a = rng.randint(1, top)
         return a, op, rng.randint(1, a)  # never negative: the tiny model has no sign steps
-    return rng.randint(2, 99), op, rng.randint(2, 9)  # one-digit multiplier keeps it small
+    return rng.randint(2, top), op, rng.randint(2, 9)  # one-digit multiplier keeps it small
 
 
 def _arithmetic_task(seed: int, i: int) -> Task:

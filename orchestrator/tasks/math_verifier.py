@@ -13,6 +13,8 @@ import contextlib
 import math
 import multiprocessing
 import re
+import signal
+import sys
 import threading
 from fractions import Fraction
 from multiprocessing.connection import Connection
@@ -356,9 +358,19 @@ class _SymbolicWorker:
 _WORKER = _SymbolicWorker()
 
 
+def _die_with_parent() -> None:
+    """A worker deep in sympy when its parent dies would spin on, orphaned, for minutes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def _worker_main(conn: Connection) -> None:
     import resource
 
+    _die_with_parent()
     with contextlib.suppress(ValueError, OSError):  # some platforms have no RLIMIT_AS
         resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY_BYTES, _WORKER_MEMORY_BYTES))
     _symbolic_equal("x", "x")  # import and warm sympy before saying ready

@@ -1,5 +1,6 @@
 """`swarmrl demo` end to end, as `make demo` runs it."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,9 +9,11 @@ import pytest
 
 
 @pytest.mark.slow
-def test_demo_runs_every_available_stage():
+def test_demo_runs_every_available_stage(default_model):
     swarmrl = Path(sys.executable).with_name("swarmrl")
-    out = subprocess.run([swarmrl, "demo"], capture_output=True, text=True, timeout=300)
+    # The session's default model stands in for the one `make demo` caches on first run.
+    env = {**os.environ, "SWARMRL_MODELS_DIR": str(default_model.parent)}
+    out = subprocess.run([swarmrl, "demo"], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr
     assert "32/32 chunks accepted" in out.stdout
     assert "16/16 chunks before accepted, 16/16 after rejected" in out.stdout
@@ -27,4 +30,12 @@ def test_demo_runs_every_available_stage():
         "impostor announced step 2 with its own key: rejected checkpoint step 2 is signed by"
         in (out.stdout)
     )
+    assert "48/48 accepted" in out.stdout
+    assert "a node that claims a reward it did not earn: rejected (its task reward is 1" in (
+        out.stdout
+    )
+    assert "a node that generated with a cheaper model: rejected (TOPLOC rejected" in out.stdout
+    for verdict in ("a correct program passes", "a wrong one fails", "an endless loop fails"):
+        assert verdict in out.stdout
+    assert "one that phones home fails" in out.stdout
     assert "not yet available" in out.stdout

@@ -111,7 +111,7 @@ def test_column_addition_writes_and_carries():
         t
         for t in arithmetic_tasks(500, seed=2)
         if re.fullmatch(r"What is \d\d \+ \d\d\?", t.prompt)
-        and int(t.prompt[8]) + int(t.prompt[13]) >= 10
+        and int(t.prompt[9]) + int(t.prompt[14]) >= 10
     )
     a, b = int(task.prompt[8:10]), int(task.prompt[13:15])
     first = demo_solution(task).split("\n")[0]

@@ -237,3 +237,38 @@ def test_malformed_verification_info_is_an_error(info):
     with pytest.raises(ValueError, match="verification_info") as e:
         verify_math(r"\boxed{85}", info)
     assert "\n" not in str(e.value)
+
+
+def test_the_sympy_worker_dies_with_its_parent(tmp_path):
+    """A process killed mid-check must not leave its worker spinning, orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, sys, threading\n"
+        "from orchestrator.tasks import math_verifier as m\n"
+        "threading.Thread(target=m.answers_match, args=('9^{9^{9}}', '1', 60.0)).start()\n"
+        "import time; time.sleep(2)\n"
+        "print(m._WORKER._process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    worker = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":  # dead, waiting for init to reap it
+            return
+        time.sleep(0.05)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError("the worker outlived its parent")

@@ -1,0 +1,141 @@
+"""The demo's rollout stage: a volunteer proves its completions, a validator checks them.
+
+Run by `swarmrl demo` after the swarm stage. The default policy is built on
+the first run (a few minutes on a laptop CPU) and cached under the models
+directory; later runs load it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import typer
+
+from orchestrator.pretrain import Recipe, build_default_model
+from orchestrator.tasks.code_verifier import sandbox_kind, verify_code
+from orchestrator.tasks.generators import demo_tasks
+from orchestrator.tasks.rewards import choose_target_length, task_reward
+from swarmrl.models import tiny
+from swarmrl.models.backend import SamplingParams
+from swarmrl.models.files import default_models_dir
+from swarmrl.models.torch_backend import TorchBackend
+from swarmrl.rollouts.generate import Provenance, generate_rollouts
+from swarmrl.rollouts.records import file_digest, read_rollouts, write_rollouts
+from swarmrl.rollouts.verify import verify_rollout
+
+TASKS, GROUP = 12, 4
+TARGETS = (64, 128, 256)
+NODE = "0x" + "5a" * 20
+# The tasks a volunteer is given come from a seed the pre-training never drew from.
+TASK_SEED = 7
+
+
+def _say(text: str) -> None:
+    typer.echo(text)
+
+
+def run(workdir: Path) -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    recipe = Recipe()
+    model_dir = default_models_dir() / "default"
+    _say("[rollouts] the coordinator's initial policy: a tiny Llama pre-trained on the demo tasks")
+    began = time.perf_counter()
+    build_default_model(model_dir, recipe)
+    backend = TorchBackend(model_dir, device="cpu")
+    size = sum(p.numel() for p in backend.model.parameters()) / 1e6
+    _say(
+        f"  {size:.1f} M parameters, {recipe.steps} pre-training steps, seed {recipe.seed} "
+        f"(ready in {time.perf_counter() - began:.0f} s; cached in {model_dir})"
+    )
+
+    tasks = demo_tasks(TASKS, seed=TASK_SEED)
+    rng = random.Random(0)
+    began = time.perf_counter()
+    records = generate_rollouts(
+        backend,
+        tasks,
+        n=GROUP,
+        params=SamplingParams(max_tokens=256, temperature=1.0),
+        provenance=Provenance(run="demo", policy_step=0, node=NODE),
+        seed=1,
+        score=task_reward,
+        target_for=lambda speed: (
+            min(TARGETS) if speed is None else choose_target_length(TARGETS, speed, 2.0, rng)
+        ),
+    )
+    generated = time.perf_counter() - began
+    tokens = sum(len(r.output_ids) for r in records)
+    proofs = sum(len(r.proofs) for r in records)
+    path = workdir / "rollouts.parquet"
+    write_rollouts(records, path)
+    solved = sum(r.task_reward for r in records)
+    _say(
+        f"  a volunteer sampled {GROUP} completions for each of {TASKS} tasks: {tokens} tokens "
+        f"in {generated:.1f} s, {proofs} TOPLOC proofs, file digest "
+        f"0x{file_digest(records).hex()[:16]}..."
+    )
+    _say(
+        f"  solved {solved:.0f}/{len(records)}, mean reward "
+        f"{sum(r.reward for r in records) / len(records):.3f}: room for RL to improve"
+    )
+
+    began = time.perf_counter()
+    from_file = read_rollouts(path)
+    verdicts = [verify_rollout(backend, r, task_reward) for r in from_file]
+    checked = time.perf_counter() - began
+    _say(
+        f"  the validator replayed every rollout by prefill: {sum(v.accepted for v in verdicts)}/"
+        f"{len(verdicts)} accepted in {checked:.1f} s ({generated / checked:.0f}x less than "
+        "generating them)"
+    )
+
+    cheat = next(r for r in from_file if r.task_reward == 0) if solved < len(records) else None
+    if cheat is not None:
+        inflated = cheat.model_copy(update={"task_reward": 1.0, "reward": 1.0}).sealed()
+        verdict = verify_rollout(backend, inflated, task_reward)
+        _say(f"  a node that claims a reward it did not earn: rejected ({verdict.reason})")
+    _cheaper_model_scene(workdir, backend, tasks[:1])
+    _sandbox_scene()
+
+
+def _cheaper_model_scene(workdir: Path, backend: TorchBackend, tasks: list) -> None:
+    model, tokenizer = tiny.build_model(seed=99)
+    cheap_dir = workdir / "cheap-model"
+    tiny.save(model, tokenizer, cheap_dir)
+    cheap = TorchBackend(cheap_dir, device="cpu")
+    forged = generate_rollouts(
+        cheap,
+        tasks,
+        n=1,
+        params=SamplingParams(max_tokens=64, temperature=1.0),
+        provenance=Provenance(run="demo", policy_step=0, node=NODE),
+        seed=2,
+        score=task_reward,
+        target_for=lambda speed: 64,
+    )
+    verdict = verify_rollout(backend, forged[0], task_reward)
+    _say(f"  a node that generated with a cheaper model: rejected ({verdict.reason})")
+
+
+def _sandbox_scene() -> None:
+    info = {"tests": [{"stdin": "3 4\n", "stdout": "7\n"}, {"stdin": "10 -2\n", "stdout": "8\n"}]}
+    programs = {
+        "a correct program": "a, b = map(int, input().split())\nprint(a + b)",
+        "a wrong one": "a, b = map(int, input().split())\nprint(a * b)",
+        "an endless loop": "while True:\n    pass",
+        "one that phones home": (
+            "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\nprint(7)"
+        ),
+    }
+    verdicts = []
+    for name, source in programs.items():
+        began = time.perf_counter()
+        ok = verify_code(f"```python\n{source}\n```", info)
+        seconds = time.perf_counter() - began
+        verdicts.append(f"{name} {'passes' if ok else 'fails'} ({seconds:.1f} s)")
+    _say(f"  code tasks run in a {sandbox_kind()} sandbox: " + "; ".join(verdicts))
