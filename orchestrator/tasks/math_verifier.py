@@ -10,14 +10,15 @@ its time limit, since sympy can take unbounded time and memory on tiny inputs (9
 from __future__ import annotations
 
 import contextlib
+import json
 import math
-import multiprocessing
 import re
+import select
 import signal
+import subprocess
 import sys
 import threading
 from fractions import Fraction
-from multiprocessing.connection import Connection
 from typing import Any
 
 # Longer answers are not worth normalising, let alone handing to sympy.
@@ -306,56 +307,68 @@ _WORKER_MEMORY_BYTES = 2 << 30
 
 
 class _SymbolicWorker:
-    """One persistent sympy process, reused across checks, replaced when a check overruns."""
+    """One persistent sympy process, reused across checks, replaced when a check overruns.
+
+    A plain subprocess speaking JSON lines, not multiprocessing: a spawned child would
+    re-import the caller's main module (torch and all, or a script without a main guard).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: multiprocessing.process.BaseProcess | None = None
-        self._conn: Connection | None = None
+        self._process: subprocess.Popen[bytes] | None = None
 
     def equal(self, a: str, b: str, timeout_s: float) -> bool:
         with self._lock:
-            conn = self._connection()
+            process = self._running()
             try:
-                conn.send((a, b))
-                if conn.poll(timeout_s):
-                    return bool(conn.recv())
-            except (OSError, EOFError):
-                pass  # the worker died mid-check (e.g. out of memory): not a match
-            self._discard()
-            return False
+                process.stdin.write(json.dumps([a, b]).encode() + b"\n")
+                process.stdin.flush()
+                answer = _read_line(process, timeout_s)
+            except OSError:
+                answer = None  # the worker died mid-check (e.g. out of memory): not a match
+            if answer is None:
+                self._discard()
+                return False
+            return answer == b"1\n"
 
-    def _connection(self) -> Connection:
-        if self._conn is not None and self._process is not None and self._process.is_alive():
-            return self._conn
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
         self._discard()
-        ctx = multiprocessing.get_context("spawn")
-        ours, theirs = ctx.Pipe()
-        process = ctx.Process(
-            target=_worker_main, args=(theirs,), name="swarmrl-sympy", daemon=True
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-c", _WORKER_CODE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
-        process.start()
-        theirs.close()
-        self._process, self._conn = process, ours
-        try:
-            ready = ours.poll(_STARTUP_TIMEOUT_S) and ours.recv() == "ready"
-        except (OSError, EOFError):
-            ready = False
-        if not ready:
+        if _read_line(self._process, _STARTUP_TIMEOUT_S) != b"ready\n":
             self._discard()
             raise RuntimeError("the sympy worker process did not start")
-        return ours
+        return self._process
 
     def _discard(self) -> None:
         if self._process is not None:
             self._process.kill()
-            self._process.join()
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = None
+            self._process.wait()
+            for pipe in (self._process.stdin, self._process.stdout):
+                pipe.close()
+        self._process = None
+
+
+def _read_line(process: subprocess.Popen[bytes], timeout_s: float) -> bytes | None:
+    """One reply line, or None if none came within the time limit or the worker died."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    if not ready:
+        return None
+    return process.stdout.readline() or None
 
 
 _WORKER = _SymbolicWorker()
+_WORKER_CODE = "from orchestrator.tasks.math_verifier import serve_worker; serve_worker()"
 
 
 def _die_with_parent() -> None:
@@ -367,24 +380,25 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def _worker_main(conn: Connection) -> None:
+def serve_worker() -> None:
+    """The worker's loop: a JSON ``[a, b]`` per line in, ``1`` or ``0`` per line out."""
     import resource
 
     _die_with_parent()
     with contextlib.suppress(ValueError, OSError):  # some platforms have no RLIMIT_AS
         resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY_BYTES, _WORKER_MEMORY_BYTES))
     _symbolic_equal("x", "x")  # import and warm sympy before saying ready
-    conn.send("ready")
-    while True:
+    out = sys.stdout.buffer
+    out.write(b"ready\n")
+    out.flush()
+    for line in sys.stdin.buffer:
         try:
-            a, b = conn.recv()
-        except EOFError:
-            return
-        try:
+            a, b = json.loads(line)
             result = _symbolic_equal(a, b)
         except Exception:
             result = False  # whatever sympy cannot decide is not a match
-        conn.send(result)
+        out.write(b"1\n" if result else b"0\n")
+        out.flush()
 
 
 def _symbolic_equal(a: str, b: str) -> bool:

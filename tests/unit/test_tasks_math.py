@@ -252,7 +252,7 @@ def test_the_sympy_worker_dies_with_its_parent(tmp_path):
         "from orchestrator.tasks import math_verifier as m\n"
         "threading.Thread(target=m.answers_match, args=('9^{9^{9}}', '1', 60.0)).start()\n"
         "import time; time.sleep(2)\n"
-        "print(m._WORKER._process.pid, flush=True)\n"
+        "print(m._WORKER.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
     parent = subprocess.Popen(
