@@ -1,6 +1,7 @@
 """Rewards as INTELLECT-2 computes them: a binary task reward minus a length penalty.
 
-The length penalty pulls a completion's length towards the thinking budget its node was
+The task reward is the verifier's verdict; the length penalty (``swarmrl.tasks.length_penalty``,
+which nodes compute too) pulls a completion's length towards the thinking budget its node was
 given; ``choose_target_length`` picks that budget from what the node can actually generate
 within the submission window.
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 from orchestrator.tasks.code_verifier import verify_code
 from orchestrator.tasks.math_verifier import verify_math
-from swarmrl.tasks import Task, length_penalty
+from swarmrl.tasks import Task
 
 
 def task_reward(task: Task, completion: str) -> float:
@@ -26,18 +27,6 @@ def task_reward(task: Task, completion: str) -> float:
     else:
         ok = verify_code(completion, task.verification_info)
     return 1.0 if ok else 0.0
-
-
-def reward(
-    task: Task, completion: str, target_len: int, output_len: int
-) -> tuple[float, float, float]:
-    """``(task reward, length penalty, total)`` where total = task reward - length penalty."""
-    for name, value in (("target_len", target_len), ("output_len", output_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
-    earned = task_reward(task, completion)
-    penalty = length_penalty(target_len, output_len)
-    return earned, penalty, earned - penalty
 
 
 def choose_target_length(

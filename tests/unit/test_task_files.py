@@ -1,0 +1,90 @@
+"""Task files (parquet and JSONL): round trips, and one clear error for bad rows."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from swarmrl.tasks import Task, budget_prompt, length_penalty, read_tasks, write_tasks
+
+TASKS = [
+    Task(
+        problem_id="m1",
+        task_type="math",
+        prompt="What is 1/2 + 1/4?",
+        verification_info={"ground_truth": "\\frac{3}{4}"},
+        solve_rate=0.25,
+    ),
+    Task(
+        problem_id="c1",
+        task_type="code",
+        prompt="Echo the input.",
+        verification_info={"tests": [{"stdin": "a\n", "stdout": "a\n"}]},
+    ),
+]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_round_trip(tmp_path, suffix):
+    path = tmp_path / f"tasks{suffix}"
+    write_tasks(TASKS, path)
+    assert read_tasks(path) == TASKS
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+GOOD = TASKS[0].row()
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({**GOOD, "task_type": "poetry"}, "row 1: task_type"),
+        ({**GOOD, "verification_info": "{"}, "row 1: verification_info is not valid JSON"),
+        ({**GOOD, "verification_info": "[1]"}, "row 1: verification_info"),
+        ({**GOOD, "solve_rate": 1.5}, "row 1: solve_rate"),
+        ({**GOOD, "prompt": ""}, "row 1: prompt"),
+        ({**GOOD, "extra": 1}, "row 1: extra"),
+        ({k: v for k, v in GOOD.items() if k != "prompt"}, "row 1: prompt"),
+        ([1, 2], "row 1 is not an object"),
+    ],
+)
+def test_bad_rows_name_the_row_and_field(tmp_path, row, message):
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, [row])
+    with pytest.raises(ValueError, match=message):
+        read_tasks(path)
+
+
+def test_bad_files_are_one_clear_error(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, [GOOD, GOOD])
+    with pytest.raises(ValueError, match="row 2: duplicate problem_id 'm1'"):
+        read_tasks(path)
+    path.write_text(json.dumps(GOOD) + "\n{nope\n")
+    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+        read_tasks(path)
+    bad = tmp_path / "t.parquet"
+    bad.write_bytes(b"PAR1garbagePAR1")
+    with pytest.raises(ValueError, match="not a readable parquet file"):
+        read_tasks(bad)
+    pq.write_table(pa.table({"problem_id": ["x"]}), bad)
+    with pytest.raises(ValueError, match="row 1"):
+        read_tasks(bad)
+    with pytest.raises(ValueError, match=r"from \.parquet or \.jsonl"):
+        read_tasks(tmp_path / "t.csv")
+    with pytest.raises(FileNotFoundError):
+        read_tasks(tmp_path / "missing.parquet")
+
+
+def test_the_budget_and_its_penalty():
+    assert budget_prompt("Q?", 128) == "Q?\nThink for 128 tokens before giving a response."
+    assert length_penalty(128, 100) == pytest.approx(3e-4 * 28)
+    assert length_penalty(100, 128) == length_penalty(128, 100)
+    assert length_penalty(64, 64) == 0
