@@ -35,3 +35,20 @@ def one_core() -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, cpus)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
+    """Median wall time of each of `fns`, timed in turn within every round.
+
+    On a noisy machine, drift (other load, clock changes) then hits every
+    contender alike instead of whichever ran during the slow stretch.
+    """
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -7,6 +7,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from swarmrl.tasks import Task, budget_prompt, length_penalty, read_tasks, write_tasks
 
@@ -88,3 +90,20 @@ def test_the_budget_and_its_penalty():
     assert length_penalty(128, 100) == pytest.approx(3e-4 * 28)
     assert length_penalty(100, 128) == length_penalty(128, 100)
     assert length_penalty(64, 64) == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=300), st.just(json.dumps(GOOD).encode())), max_size=4))
+def test_arbitrary_jsonl_lines_are_read_or_refused_in_one_sentence(tmp_path_factory, lines):
+    path = tmp_path_factory.mktemp("fuzz") / "t.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    error = None
+    try:
+        tasks = read_tasks(path)
+    except ValueError as e:
+        error = str(e)
+    if error is not None:
+        assert error.startswith(str(path))
+        assert "\n" not in error
+    else:
+        assert all(isinstance(t, Task) for t in tasks)
