@@ -26,6 +26,9 @@ ZERO_ADDRESS = "0x" + "00" * 20
 ModelDir = typer.Option(..., "--model", help="The policy: an HF model directory (safetensors).")
 BackendName = typer.Option("torch", "--backend", help="Inference backend: torch or vllm.")
 Device = typer.Option(None, "--device", help="torch device (default: cuda if present, else cpu).")
+TasksFile = typer.Option(..., "--tasks", help="Tasks: .parquet or .jsonl.")
+MaxTokens = typer.Option(256, "--max-tokens", min=1, help="Longest completion, in tokens.")
+Temperature = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature (0: greedy).")
 
 
 def _err(text: str) -> None:
@@ -101,13 +104,13 @@ def tasks_generate(
 @tasks_app.command("filter")
 def tasks_filter(
     model: Path = ModelDir,
-    tasks: Path = typer.Option(..., "--tasks", help="Input tasks: .parquet or .jsonl."),
+    tasks: Path = TasksFile,
     out: Path = typer.Option(..., "--out", help="Kept tasks, with their solve rates."),
     k: int = typer.Option(8, "--k", min=1, help="Samples per task."),
     low: float = typer.Option(0.0, "--min", min=0.0, max=1.0, help="Lowest solve rate kept."),
     high: float = typer.Option(0.9, "--max", min=0.0, max=1.0, help="Highest solve rate kept."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1),
-    temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+    max_tokens: int = MaxTokens,
+    temperature: float = Temperature,
     seed: int = typer.Option(0, "--seed", min=0),
     backend: str = BackendName,
     device: str = Device,
@@ -146,11 +149,11 @@ def _parse_targets(text: str) -> tuple[int, ...]:
 @rollouts_app.command("generate")
 def rollouts_generate(
     model: Path = ModelDir,
-    tasks: Path = typer.Option(..., "--tasks", help="Tasks: .parquet or .jsonl."),
+    tasks: Path = TasksFile,
     out: Path = typer.Option(..., "--out", help="Output rollout file (.parquet)."),
     n: int = typer.Option(4, "--n", min=1, help="Completions per task (the GRPO group)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1),
-    temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+    max_tokens: int = MaxTokens,
+    temperature: float = Temperature,
     top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
     targets: str = typer.Option(
         "64,128,256", "--targets", help="Thinking budgets to choose from, by measured speed."

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -45,7 +46,7 @@ def run(workdir: Path) -> None:
     model_dir = default_models_dir() / "default"
     _say("[rollouts] the coordinator's initial policy: a tiny Llama pre-trained on the demo tasks")
     began = time.perf_counter()
-    build_default_model(model_dir, recipe)
+    build_default_model(model_dir, recipe, progress=_training_progress(recipe))
     backend = TorchBackend(model_dir, device="cpu")
     size = sum(p.numel() for p in backend.model.parameters()) / 1e6
     _say(
@@ -101,6 +102,19 @@ def run(workdir: Path) -> None:
         _say(f"  a node that claims a reward it did not earn: rejected ({verdict.reason})")
     _cheaper_model_scene(workdir, backend, tasks[:1])
     _sandbox_scene()
+
+
+def _training_progress(recipe: Recipe) -> Callable[[int, float], None]:
+    began = time.perf_counter()
+
+    def report(step: int, loss: float) -> None:
+        if step == 1:
+            _say("  not cached yet: pre-training on this CPU (a few minutes, once)")
+        if step % 100 == 0:
+            elapsed = time.perf_counter() - began
+            _say(f"  step {step}/{recipe.steps}  loss {loss:.3f}  ({elapsed:.0f} s)")
+
+    return report
 
 
 def _cheaper_model_scene(workdir: Path, backend: TorchBackend, tasks: list) -> None:

@@ -64,10 +64,11 @@ class Task(BaseModel):
         try:
             return cls(**{**row, "verification_info": info})
         except (ValidationError, TypeError) as e:
-            raise ValueError(_first_error(e)) from None
+            raise ValueError(first_error(e)) from None
 
 
-def _first_error(e: Exception) -> str:
+def first_error(e: Exception) -> str:
+    """A validation error as one sentence: the first problem and where it is."""
     if isinstance(e, ValidationError):
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "row"

@@ -7,6 +7,7 @@ measured with ``k`` samples per task, without proofs (nobody checks them here).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from orchestrator.tasks.rewards import task_reward
@@ -37,13 +38,7 @@ def solve_rates(
         prompts = [
             encode_prompt(backend.tokenizer, budget_prompt(t.prompt, FILTER_TARGET)) for t in chunk
         ]
-        sampling = SamplingParams(
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            stop=params.stop,
-            seed=batch_seed(seed, batch),
-        )
+        sampling = dataclasses.replace(params, seed=batch_seed(seed, batch))
         completions = backend.generate(
             [p for p in prompts for _ in range(k)], sampling, prove=False
         )

@@ -9,6 +9,7 @@ sequences; each batch draws from its own seed, derived from the caller's.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,13 +67,7 @@ def generate_rollouts(
             encode_prompt(backend.tokenizer, budget_prompt(t.prompt, target))
             for t, target in zip(chunk, targets, strict=True)
         ]
-        sampling = SamplingParams(
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            stop=params.stop,
-            seed=batch_seed(seed, batch),
-        )
+        sampling = dataclasses.replace(params, seed=batch_seed(seed, batch))
         began = time.perf_counter()
         completions = backend.generate([p for p in prompts for _ in range(n)], sampling)
         elapsed = time.perf_counter() - began

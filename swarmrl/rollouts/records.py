@@ -20,7 +20,7 @@ from typing import Any, Literal
 from eth_utils import keccak
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType
+from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType, first_error
 
 SCHEMA_VERSION = 1
 VERSION_KEY = b"swarmrl.rollouts.version"
@@ -164,16 +164,8 @@ def read_rollouts(path: Path) -> list[Rollout]:
         try:
             rollout = Rollout(**row)
         except (ValidationError, TypeError) as e:
-            raise ValueError(f"{path}: record {i}: {_first_error(e)}") from None
+            raise ValueError(f"{path}: record {i}: {first_error(e)}") from None
         if rollout.digest != rollout.content_digest():
             raise ValueError(f"{path}: record {i} does not match its digest (altered?)")
         rollouts.append(rollout)
     return rollouts
-
-
-def _first_error(e: Exception) -> str:
-    if isinstance(e, ValidationError):
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "record"
-        return f"{where}: {err['msg'].lower()}"
-    return str(e)
