@@ -3,8 +3,9 @@
 A tiny character-level Llama (``swarmrl.models.tiny``) learns the demo tasks'
 worked solutions by plain next-token prediction on the completion part, for a
 fixed number of steps: enough to answer some problems, not enough to answer
-most, so RL has something to improve. Everything is seeded and run on the CPU
-in a single thread, so the same seed gives the same weights.
+most, so RL has something to improve. Everything is seeded and runs on the
+CPU, so the same seed gives the same weights on the same machine and thread
+count (matrix kernels add up in an order that depends on both).
 """
 
 from __future__ import annotations
@@ -83,16 +84,6 @@ def training_texts(seed: int, count: int) -> list[tuple[list[int], list[int]]]:
 
 
 def _train(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tuple:
-    threads = torch.get_num_threads()
-    # One thread: reductions then add up in one order, so the weights are reproducible.
-    torch.set_num_threads(1)
-    try:
-        return _train_single_threaded(recipe, progress)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train_single_threaded(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tuple:
     model, tokenizer = tiny.build_model(recipe.seed)
     # The training set's tasks come from a seed the demo's evaluation tasks never use.
     pairs = training_texts(seed=10_000 + recipe.seed, count=recipe.steps * recipe.batch)

@@ -30,7 +30,7 @@ def test_demo_runs_every_available_stage(default_model):
         "impostor announced step 2 with its own key: rejected checkpoint step 2 is signed by"
         in (out.stdout)
     )
-    assert "48/48 accepted" in out.stdout
+    assert "one prefill pass each: 48/48 accepted" in out.stdout
     assert "a node that claims a reward it did not earn: rejected (its task reward is 1" in (
         out.stdout
     )
