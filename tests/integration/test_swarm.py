@@ -208,14 +208,20 @@ def test_a_restarted_node_resumes_from_the_shards_on_disk(swarm, origin_key, che
     origin = swarm("origin", account=origin_key)
     origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
     crashed = threading.Event()
+    known = threading.Event()  # progress can come before swarm() has returned the node
     holder = {}
+
+    def close_when_known():
+        known.wait(WAIT)
+        holder["node"].close()
 
     def crash_after_some(event):
         if event.kind == "progress" and event.progress.held >= 6 and not crashed.is_set():
             crashed.set()
-            threading.Thread(target=holder["node"].close).start()
+            threading.Thread(target=close_when_known).start()
 
     holder["node"] = swarm("node", bootstrap=origin.addrs, on_event=crash_after_some)
+    known.set()
     assert crashed.wait(WAIT)
     holder["node"].close()
     served_before = origin.server.bytes_served
