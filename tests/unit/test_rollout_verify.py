@@ -10,7 +10,6 @@ from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 from swarmrl.rollouts.verify import verify_rollout
 from swarmrl.tasks import Task, length_penalty
-from tests.model_fixtures import random_tiny_model
 
 TASKS = [
     Task(
@@ -26,17 +25,6 @@ TASKS = [
 def score(task, text):
     """A stand-in verifier: deterministic in the text, so it can be recomputed."""
     return float(len(text) % 2 == 0)
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return random_tiny_model(root / "a", seed=11), random_tiny_model(root / "b", seed=12)
-
-
-@pytest.fixture(scope="module")
-def backend(model_dirs):
-    return TorchBackend(model_dirs[0], device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -15,17 +15,6 @@ from swarmrl.models.torch_backend import TorchBackend
 from tests.model_fixtures import random_tiny_model
 
 
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return random_tiny_model(root / "a", seed=1), random_tiny_model(root / "b", seed=2)
-
-
-@pytest.fixture(scope="module")
-def backend(model_dirs):
-    return TorchBackend(model_dirs[0], device="cpu")
-
-
 def prompts(backend, *texts):
     return [encode_prompt(backend.tokenizer, t) for t in texts]
 
