@@ -8,6 +8,7 @@ path, one line per verified rollout and a summary).
 from __future__ import annotations
 
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -179,6 +180,10 @@ def rollouts_generate(
 
     if out.suffix != ".parquet":
         raise ValueError(f"{out}: rollouts are written as .parquet files")
+    if not re.fullmatch(r"0x[0-9a-fA-F]{40}", node):
+        raise ValueError(f"--node must be a 0x-prefixed 20-byte address, got {node!r}")
+    if not 1 <= len(run) <= 128:
+        raise ValueError("--run must be 1 to 128 characters")
     budgets = _parse_targets(targets)
     _quiet_transformers()
     items = read_tasks(tasks)

@@ -110,6 +110,9 @@ def test_bad_input_is_one_sentence_and_exit_1(tmp_path):
     assert out.returncode == 1
     assert "row 1" in out.stderr
     swarmrl("tasks", "generate", "--n", 2, "--out", tasks)
+    out = swarmrl(*generate, "--model", model, "--node", "0x12", check=False)
+    assert out.returncode == 1
+    assert out.stderr.strip() == "error: --node must be a 0x-prefixed 20-byte address, got '0x12'"
     out = swarmrl(*generate, "--model", tmp_path, check=False)
     assert out.returncode == 1
     assert "error: " in out.stderr
