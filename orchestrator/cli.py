@@ -155,7 +155,7 @@ def rollouts_generate(
     n: int = typer.Option(4, "--n", min=1, help="Completions per task (the GRPO group)."),
     max_tokens: int = MaxTokens,
     temperature: float = Temperature,
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
+    top_p: float = typer.Option(1.0, "--top-p", max=1.0, help="Nucleus mass kept, in (0, 1]."),
     targets: str = typer.Option(
         "64,128,256", "--targets", help="Thinking budgets to choose from, by measured speed."
     ),
@@ -182,6 +182,8 @@ def rollouts_generate(
         raise ValueError(f"{out}: rollouts are written as .parquet files")
     if not re.fullmatch(r"0x[0-9a-fA-F]{40}", node):
         raise ValueError(f"--node must be a 0x-prefixed 20-byte address, got {node!r}")
+    if window <= 0:
+        raise ValueError(f"--window must be positive, got {window}")
     if not 1 <= len(run) <= 128:
         raise ValueError("--run must be 1 to 128 characters")
     budgets = _parse_targets(targets)
