@@ -5,11 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+from transformers import LlamaForCausalLM
+
 from swarmrl.models import tiny
 
 
 def random_tiny_model(out: Path, seed: int) -> Path:
-    """The default architecture, randomly initialised from ``seed``, saved in ``out``."""
-    model, tokenizer = tiny.build_model(seed)
-    tiny.save(model, tokenizer, out)
+    """The default architecture, randomly initialised from ``seed``, saved in ``out``.
+
+    Initialised 5x wider than transformers' default so that greedy decoding
+    depends on the prompt: at the default scale every prompt decodes to the same
+    run of newlines, and tests comparing outputs would compare nothing.
+    """
+    tokenizer = tiny.build_tokenizer()
+    config = tiny.build_config(len(tokenizer))
+    config.initializer_range = 0.1
+    torch.manual_seed(seed)
+    tiny.save(LlamaForCausalLM(config), tokenizer, out)
     return out

@@ -110,31 +110,37 @@ class TorchBackend:
             use_cache=True,
         ).last_hidden_state[:, -1]
         position = positions[:, -1:]
-        states: list[torch.Tensor] = []
-        tokens: list[torch.Tensor] = []
-        logprobs: list[torch.Tensor] = []
+        # rows[i] is the prompt that batch position i is decoding; finished rows leave the
+        # batch (and the KV cache), so later steps pay only for the rows still going.
+        rows = list(range(batch))
+        outputs: list[list[int]] = [[] for _ in range(batch)]
+        steps: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
         finish: list[FinishReason | None] = [None] * batch
-        lengths = [params.max_tokens] * batch
         eos = torch.tensor(sorted(self._eos), dtype=torch.long, device=self.device)
         stop_tail = max((len(s) for s in params.stop), default=0) + _STOP_TAIL_SLACK
-        ones = torch.ones((batch, 1), dtype=mask.dtype, device=self.device)
 
         for step in range(params.max_tokens):
             logits = self._head(hidden).float()
             token, logprob = _sample(logits, params, generator)
-            states.append(hidden)
-            tokens.append(token)
-            logprobs.append(logprob)
-            ended = torch.isin(token, eos).tolist() if len(eos) else [False] * batch
-            for row in range(batch):
-                if finish[row] is None:
-                    if ended[row]:
-                        finish[row], lengths[row] = "eos", step + 1
-                    elif params.stop and self._hit_stop(tokens, row, params.stop, stop_tail):
-                        finish[row], lengths[row] = "stop", step + 1
-            if all(f is not None for f in finish) or step + 1 == params.max_tokens:
+            steps.append((rows, logprob, hidden))
+            ended = torch.isin(token, eos).tolist() if len(eos) else [False] * len(rows)
+            keep = []
+            for pos, (row, new) in enumerate(zip(rows, token.tolist(), strict=True)):
+                outputs[row].append(new)
+                if ended[pos]:
+                    finish[row] = "eos"
+                elif params.stop and self._hit_stop(outputs[row], params.stop, stop_tail):
+                    finish[row] = "stop"
+                else:
+                    keep.append(pos)
+            if not keep or step + 1 == params.max_tokens:
                 break
-            mask = torch.cat([mask, ones], dim=1)
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, position, token = mask[index], position[index], token[index]
+                rows = [rows[pos] for pos in keep]
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
             position = position + 1
             hidden = self._decoder(
                 input_ids=token[:, None],
@@ -143,34 +149,43 @@ class TorchBackend:
                 past_key_values=cache,
                 use_cache=True,
             ).last_hidden_state[:, -1]
+        return self._completions(prompts, outputs, finish, steps, prove)
 
-        all_tokens = torch.stack(tokens, dim=1).tolist()
-        all_logprobs = torch.stack(logprobs, dim=1).tolist()
-        all_states = torch.stack(states, dim=1) if prove else None
+    def _completions(
+        self,
+        prompts: list[list[int]],
+        outputs: list[list[int]],
+        finish: list[FinishReason | None],
+        steps: list[tuple[list[int], torch.Tensor, torch.Tensor]],
+        prove: bool,
+    ) -> list[Completion]:
+        """Each prompt's completion, its log-probabilities and states gathered from the steps."""
+        owner = [row for rows, _, _ in steps for row in rows]
+        where: list[list[int]] = [[] for _ in prompts]
+        for i, row in enumerate(owner):
+            where[row].append(i)
+        logprobs = torch.cat([lp for _, lp, _ in steps]).tolist()
+        states = torch.cat([h for _, _, h in steps]) if prove else None
         completions = []
         for row, prompt in enumerate(prompts):
-            n = lengths[row]
-            output = all_tokens[row][:n]
             proofs = []
-            if all_states is not None:
-                proofs = toploc.build_proofs(all_states[row, :n], PROOF_CHUNK, PROOF_TOPK)
+            if states is not None:
+                index = torch.tensor(where[row], device=states.device)
+                proofs = toploc.build_proofs(states[index], PROOF_CHUNK, PROOF_TOPK)
             completions.append(
                 Completion(
                     prompt_ids=list(prompt),
-                    output_ids=output,
-                    logprobs=all_logprobs[row][:n],
-                    text=self.tokenizer.decode(output, skip_special_tokens=True),
+                    output_ids=outputs[row],
+                    logprobs=[logprobs[i] for i in where[row]],
+                    text=self.tokenizer.decode(outputs[row], skip_special_tokens=True),
                     finish_reason=finish[row] or "length",
                     proofs=proofs,
                 )
             )
         return completions
 
-    def _hit_stop(
-        self, tokens: list[torch.Tensor], row: int, stop: tuple[str, ...], tail: int
-    ) -> bool:
-        recent = [int(t[row]) for t in tokens[-tail:]]
-        text = self.tokenizer.decode(recent, skip_special_tokens=True)
+    def _hit_stop(self, output: list[int], stop: tuple[str, ...], tail: int) -> bool:
+        text = self.tokenizer.decode(output[-tail:], skip_special_tokens=True)
         return any(s in text for s in stop)
 
     def _check_lengths(self, prompts: list[list[int]], max_tokens: int) -> None:

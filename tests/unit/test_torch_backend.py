@@ -25,6 +25,7 @@ GREEDY = SamplingParams(max_tokens=40, temperature=0)
 def test_batched_greedy_matches_one_at_a_time_and_transformers_generate(backend):
     batch = prompts(backend, "What is 2 + 2?", "Hi", "A longer prompt, padded less.")
     together = backend.generate(batch, GREEDY)
+    assert len({tuple(c.output_ids) for c in together}) == 3  # the prompts matter
     for prompt, completion in zip(batch, together, strict=True):
         alone = backend.generate([prompt], GREEDY)[0]
         assert completion.output_ids == alone.output_ids
@@ -144,3 +145,26 @@ def test_bad_requests_are_one_clear_error(backend):
         backend.prefill([1], [])
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0)
+
+
+def test_rows_that_finish_leave_the_batch_without_disturbing_the_rest(backend):
+    texts = ("What is 2 + 2?", "Hi", "A longer prompt, padded less.", "x")
+    batch = prompts(backend, *texts)
+    full = backend.generate(batch, GREEDY)
+    # A character row 0 emits that first appears at different places in the rows (or never).
+    stop = next(ch for ch in full[0].text if len({c.text.find(ch) for c in full}) > 1)
+    params = SamplingParams(max_tokens=40, temperature=0, stop=(stop,))
+    together = backend.generate(batch, params)
+    assert together[0].finish_reason == "stop"
+    assert len({len(c.output_ids) for c in together}) > 1  # rows ended at different steps
+    for prompt, completion in zip(batch, together, strict=True):
+        alone = backend.generate([prompt], params)[0]
+        assert completion.output_ids == alone.output_ids
+        assert completion.finish_reason == alone.finish_reason
+        assert len(completion.logprobs) == len(completion.output_ids)
+        prefill = backend.prefill(completion.prompt_ids, completion.output_ids, temperature=0)
+        assert all(v.accepted for v in toploc.verify_proofs(prefill.hidden, completion.proofs))
+        assert (
+            max(abs(a - b) for a, b in zip(prefill.logprobs, completion.logprobs, strict=True))
+            < 1e-3
+        )
