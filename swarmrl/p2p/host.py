@@ -215,7 +215,12 @@ class Host:
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._stop is None or self._stop.is_set():
             raise RuntimeError("the libp2p host is closed")
-        return trio.from_thread.run(fn, *args, trio_token=self._token)
+        try:
+            return trio.from_thread.run(fn, *args, trio_token=self._token)
+        except (trio.Cancelled, trio.RunFinishedError):
+            # The host shut down while the call was in flight; Cancelled is a
+            # BaseException and would otherwise kill the calling thread.
+            raise RuntimeError("the libp2p host is closed") from None
 
     @property
     def peer_id(self) -> str:
