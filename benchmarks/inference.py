@@ -1,6 +1,8 @@
 """Rollout inference on the CPU: swarmrl's torch backend against transformers.
 
-Three figures per model, each the median of ``runs`` timed runs after a warm-up:
+Three figures per model from ``runs`` rounds after a warm-up, the contenders timed
+in turn within each round; ratios are medians of same-round ratios, which cancel
+most of this VM's drift:
 
 1. Tokens/s of ``TorchBackend.generate`` (proofs off) against plain
    ``model.generate()`` of transformers on the same weights, batch and lengths:
@@ -24,12 +26,13 @@ installed it (imported to safetensors once, into a temporary directory).
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
-from benchmarks.timing import interleaved_medians, median_seconds
+from benchmarks.timing import interleaved_times, median_seconds, paired_ratio
 from swarmrl import toploc
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.checkpoint import encode_prompt
@@ -68,14 +71,15 @@ def measure(model_dir: Path, batch: int, length: int, runs: int) -> dict[str, fl
         assert all(len(c.output_ids) == length for c in out)
 
     tokens = batch * length
-    medians = interleaved_medians(
+    times = interleaved_times(
         {"reference": reference, "plain": lambda: ours(False), "proved": lambda: ours(True)}, runs
     )
+    medians = {name: statistics.median(t) for name, t in times.items()}
     # The work proving adds, timed alone: building every row's proofs from captured states.
     states = torch.randn(batch, length, backend.model.config.hidden_size)
     build_s = median_seconds(lambda: [toploc.build_proofs(s, 32, 128) for s in states], runs)
     completion = backend.generate([prompt], params, prove=False)[0]
-    single = interleaved_medians(
+    single = interleaved_times(
         {
             "generate": lambda: backend.generate([prompt], params, prove=False),
             "prefill": lambda: backend.prefill(completion.prompt_ids, completion.output_ids),
@@ -85,10 +89,12 @@ def measure(model_dir: Path, batch: int, length: int, runs: int) -> dict[str, fl
     return {
         "reference_tps": tokens / medians["reference"],
         "ours_tps": tokens / medians["plain"],
-        "proof_overhead": medians["proved"] / medians["plain"] - 1,
+        "speedup": paired_ratio(times, "reference", "plain"),
+        "proof_overhead": paired_ratio(times, "proved", "plain") - 1,
         "build_share": build_s / medians["plain"],
-        "single_s": single["generate"],
-        "prefill_s": single["prefill"],
+        "single_s": statistics.median(single["generate"]),
+        "prefill_s": statistics.median(single["prefill"]),
+        "prefill_ratio": paired_ratio(single, "generate", "prefill"),
     }
 
 
@@ -98,7 +104,7 @@ def report(name: str, params: int, batch: int, length: int, figures: dict[str, f
     print(f"  transformers generate()        {f['reference_tps']:>9.0f} tokens/s")
     print(
         f"  swarmrl torch backend          {f['ours_tps']:>9.0f} tokens/s   "
-        f"{f['ours_tps'] / f['reference_tps']:.2f}x   (goal >= 1.0x)"
+        f"{f['speedup']:.2f}x   (goal >= 1.0x)"
     )
     print(
         f"  proof capture + TOPLOC build   {f['proof_overhead']:>+9.1%} end to end, "
@@ -106,7 +112,7 @@ def report(name: str, params: int, batch: int, length: int, figures: dict[str, f
     )
     print(
         f"  prefill of one {length}-token rollout {f['prefill_s'] * 1e3:.1f} ms vs generating it "
-        f"{f['single_s'] * 1e3:.0f} ms: {f['single_s'] / f['prefill_s']:.0f}x cheaper "
+        f"{f['single_s'] * 1e3:.0f} ms: {f['prefill_ratio']:.0f}x cheaper "
         "(goal >= 10x)"
     )
 
@@ -118,7 +124,7 @@ def main(runs: int = 5, batch: int = 8, length: int = 256) -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; median of {runs}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; {runs} rounds")
     with tempfile.TemporaryDirectory() as tmp:
         model, tokenizer = tiny.build_model(seed=0)
         default = Path(tmp) / "default"

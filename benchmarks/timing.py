@@ -37,11 +37,12 @@ def one_core() -> Iterator[None]:
         os.sched_setaffinity(0, cpus)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
-    """Median wall time of each of `fns`, timed in turn within every round.
+def interleaved_times(fns: dict[str, Callable[[], Any]], runs: int) -> dict[str, list[float]]:
+    """Wall times of each of `fns` over `runs` rounds, every one timed in turn per round.
 
     On a noisy machine, drift (other load, clock changes) then hits every
-    contender alike instead of whichever ran during the slow stretch.
+    contender alike instead of whichever ran during the slow stretch; and
+    same-round ratios cancel most of what drift is left.
     """
     for fn in fns.values():
         fn()
@@ -51,4 +52,9 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], runs: int) -> dict[st
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def paired_ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over rounds of a's time divided by b's time in the same round."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
