@@ -20,6 +20,8 @@ import pydantic_core
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
+from swarmrl.files import data_dir
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # JSON V3 files are a few hundred bytes; anything far larger is not a keystore.
 MAX_KEYSTORE_BYTES = 64 * 1024
@@ -38,10 +40,7 @@ class KeyInfo:
 
 def default_dir() -> Path:
     """$SWARMRL_KEYSTORE_DIR, else the keystore folder under the XDG data home."""
-    if env := os.environ.get("SWARMRL_KEYSTORE_DIR"):
-        return Path(env)
-    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "swarmrl" / "keystore"
+    return data_dir("keystore", "SWARMRL_KEYSTORE_DIR")
 
 
 def _path(directory: Path, name: str) -> Path:

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swarmrl.files import replacing
+
 TaskType = Literal["math", "code"]
 TASK_TYPES: tuple[str, ...] = ("math", "code")
 
@@ -122,29 +124,27 @@ def _read_rows(path: Path) -> list[Any]:
 def write_tasks(tasks: Iterable[Task], path: Path) -> None:
     """Write tasks as parquet or JSONL (by suffix), replacing the file atomically."""
     path = Path(path)
-    rows = [t.row() for t in tasks]
-    tmp = path.with_name(path.name + ".tmp")
-    if path.suffix == ".jsonl":
-        with tmp.open("w") as f:
-            for row in rows:
-                f.write(json.dumps(row, separators=(",", ":")) + "\n")
-    elif path.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        schema = pa.schema(
-            [
-                ("problem_id", pa.string()),
-                ("task_type", pa.string()),
-                ("prompt", pa.string()),
-                ("verification_info", pa.string()),
-                ("solve_rate", pa.float64()),
-            ]
-        )
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    else:
+    if path.suffix not in (".jsonl", ".parquet"):
         raise ValueError(f"{path}: tasks are written as .parquet or .jsonl files")
-    tmp.replace(path)
+    rows = [t.row() for t in tasks]
+    with replacing(path) as tmp:
+        if path.suffix == ".jsonl":
+            with tmp.open("w") as f:
+                f.writelines(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            schema = pa.schema(
+                [
+                    ("problem_id", pa.string()),
+                    ("task_type", pa.string()),
+                    ("prompt", pa.string()),
+                    ("verification_info", pa.string()),
+                    ("solve_rate", pa.float64()),
+                ]
+            )
+            pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
 
 
 def budget_prompt(prompt: str, target_len: int) -> str:

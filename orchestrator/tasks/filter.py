@@ -2,22 +2,24 @@
 
 INTELLECT-2 dropped problems its starting policy always or never solved: their
 GRPO groups have no reward variance, so they teach nothing. The solve rate is
-measured with ``k`` samples per task, without proofs (nobody checks them here).
+measured with ``k`` rollouts per task, sampled exactly as nodes sample them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 from orchestrator.tasks.rewards import task_reward
 from swarmrl.models.backend import Backend, SamplingParams
-from swarmrl.models.checkpoint import encode_prompt
-from swarmrl.rollouts.generate import batch_seed
-from swarmrl.tasks import Task, budget_prompt
+from swarmrl.rollouts.generate import Provenance, generate_rollouts
+from swarmrl.tasks import Task
 
 # The budget stated in prompts while measuring (the demo's middle target).
 FILTER_TARGET = 128
+
+
+# Whose rollouts these are does not matter: they are counted, never kept.
+_MEASURING = Provenance(run="filter", policy_step=0, node="0x" + "00" * 20)
 
 
 def solve_rates(
@@ -31,21 +33,20 @@ def solve_rates(
     score: Callable[[Task, str], float] = task_reward,
 ) -> list[float]:
     """The fraction of ``k`` samples that solve each task."""
-    per_batch = max(1, batch_size // k)
-    rates = []
-    for batch, start in enumerate(range(0, len(tasks), per_batch)):
-        chunk = tasks[start : start + per_batch]
-        prompts = [
-            encode_prompt(backend.tokenizer, budget_prompt(t.prompt, FILTER_TARGET)) for t in chunk
-        ]
-        sampling = dataclasses.replace(params, seed=batch_seed(seed, batch))
-        completions = backend.generate(
-            [p for p in prompts for _ in range(k)], sampling, prove=False
-        )
-        for i, task in enumerate(chunk):
-            group = completions[i * k : (i + 1) * k]
-            rates.append(sum(score(task, c.text) > 0 for c in group) / k)
-    return rates
+    records = generate_rollouts(
+        backend,
+        tasks,
+        n=k,
+        params=params,
+        provenance=_MEASURING,
+        seed=seed,
+        score=score,
+        target_for=lambda _speed: FILTER_TARGET,
+        batch_size=batch_size,
+    )
+    return [
+        sum(r.task_reward > 0 for r in records[i * k : (i + 1) * k]) / k for i in range(len(tasks))
+    ]
 
 
 def filter_tasks(

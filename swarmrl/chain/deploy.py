@@ -11,7 +11,6 @@ file, fsync, rename) so a reader never sees half of it.
 from __future__ import annotations
 
 import os
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +27,7 @@ from swarmrl.chain.errors import ChainConfigError
 from swarmrl.chain.paths import deployment_path
 from swarmrl.chain.revert import RevertDecoder
 from swarmrl.chain.tx import TxSender, TxSettings
+from swarmrl.files import write_atomically
 
 DEPLOYMENT_VERSION = 1
 TOKEN = 10**18  # StakeToken has 18 decimals
@@ -112,17 +112,7 @@ def run_id_from_name(name: str) -> str:
 def write_deployment(path: Path, deployment: Deployment) -> None:
     """Writes the file atomically: readers see the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = deployment.model_dump_json(indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, (deployment.model_dump_json(indent=2) + "\n").encode())
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from swarmrl.files import data_dir
+
 DEPLOYMENT_FILE = "deployment.json"
 
 
 def default_state_dir() -> Path:
     """$SWARMRL_CHAIN_DIR, else the chain folder under the XDG data home."""
-    if env := os.environ.get("SWARMRL_CHAIN_DIR"):
-        return Path(env)
-    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "swarmrl" / "chain"
+    return data_dir("chain", "SWARMRL_CHAIN_DIR")
 
 
 def deployment_path(explicit: Path | None = None) -> Path:

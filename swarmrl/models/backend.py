@@ -25,6 +25,19 @@ PROOF_CHUNK = 32
 PROOF_TOPK = 128
 
 
+def token_logprobs(logits: Any, tokens: Any, temperature: float) -> Any:
+    """Each row's log-probability of its token at ``temperature`` (greedy, 0, counts
+    as 1), from a ``len(tokens) x vocab`` tensor of logits: what ``Completion`` and
+    ``Prefill`` report, so generators and validators compute it one way."""
+    import torch
+
+    logits = logits.float()
+    if temperature > 0:
+        logits = logits / temperature
+    target = torch.as_tensor(tokens, device=logits.device)[:, None]
+    return torch.log_softmax(logits, dim=-1).gather(1, target)[:, 0]
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample. ``temperature == 0`` is greedy; ``seed`` makes a batch repeatable."""

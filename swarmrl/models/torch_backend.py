@@ -29,6 +29,7 @@ from swarmrl.models.backend import (
     FinishReason,
     Prefill,
     SamplingParams,
+    token_logprobs,
 )
 from swarmrl.models.checkpoint import load_tokenizer, read_state_dict
 
@@ -216,12 +217,8 @@ class TorchBackend:
         states = self._decoder(input_ids=ids, use_cache=False).last_hidden_state[0]
         start = len(prompt_ids) - 1
         hidden = states[start : start + len(output_ids)]
-        logits = self._head(hidden).float()
-        if temperature > 0:
-            logits = logits / temperature
-        logprob = torch.log_softmax(logits, dim=-1)
-        target = torch.tensor(output_ids, device=self.device)[:, None]
-        return Prefill(hidden=hidden, logprobs=logprob.gather(1, target)[:, 0].tolist())
+        logprobs = token_logprobs(self._head(hidden), output_ids, temperature)
+        return Prefill(hidden=hidden, logprobs=logprobs.tolist())
 
     # -- weights ----------------------------------------------------------------
 
@@ -231,13 +228,13 @@ class TorchBackend:
         model_dir = Path(model_dir)
         _check_same_architecture(self.model.config.to_dict(), model_dir)
         state = read_state_dict(model_dir)
-        params = dict(self.model.named_parameters())
-        params.update(dict(self.model.named_buffers()))
+        weights = dict(self.model.named_parameters())
+        params = {**weights, **dict(self.model.named_buffers())}
         unknown = sorted(set(state) - set(params))
         if unknown:
             raise ValueError(f"{model_dir} holds tensors this model lacks: {unknown[:3]}")
         tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
-        missing = sorted(set(dict(self.model.named_parameters())) - set(state) - tied)
+        missing = sorted(set(weights) - set(state) - tied)
         if missing:
             raise ValueError(f"{model_dir} lacks tensors of this model: {missing[:3]}")
         for name, tensor in state.items():
@@ -257,7 +254,7 @@ def _sample(
     """Tokens drawn with temperature and top-p, and their log-probabilities."""
     if params.temperature == 0:
         token = logits.argmax(dim=-1)
-        return token, torch.log_softmax(logits, dim=-1).gather(1, token[:, None])[:, 0]
+        return token, token_logprobs(logits, token, 0)
     logprob = torch.log_softmax(logits / params.temperature, dim=-1)
     probs = logprob.exp()
     if params.top_p < 1:

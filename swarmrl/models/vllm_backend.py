@@ -55,6 +55,7 @@ from swarmrl.models.backend import (
     FinishReason,
     Prefill,
     SamplingParams,
+    token_logprobs,
 )
 from swarmrl.models.checkpoint import load_tokenizer, weight_files
 
@@ -260,12 +261,7 @@ def _take_capture(
     logits = model.compute_logits(hidden)
     if logits is None:
         return None
-    logits = logits.float()
-    if temperature > 0:
-        logits = logits / temperature
-    target = torch.tensor(output_ids, device=logits.device)[:, None]
-    logprobs = torch.log_softmax(logits, dim=-1).gather(1, target)[:, 0]
-    return hidden.cpu(), logprobs.tolist()
+    return hidden.cpu(), token_logprobs(logits, output_ids, temperature).tolist()
 
 
 def _load_weights(model: torch.nn.Module, *, files: list[str]) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmrl import _native, shards
+from swarmrl.files import write_atomically
 from swarmrl.p2p.records import Announcement
 from swarmrl.shards import Manifest
 
@@ -118,15 +119,6 @@ def bits(bitfield: bytes, count: int) -> bytearray:
 
 def _version_dir_name(announcement: Announcement) -> str:
     return f"step-{announcement.step:010d}-{announcement.manifest_hash[:16]}"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class WeightStore:
@@ -301,8 +293,8 @@ class WeightStore:
         return found
 
     def _write_meta(self, directory: Path, manifest: Manifest, announcement: Announcement) -> None:
-        _write_atomic(directory / MANIFEST_FILE, manifest.to_json())
-        _write_atomic(directory / ANNOUNCEMENT_FILE, announcement.model_dump_json().encode())
+        write_atomically(directory / MANIFEST_FILE, manifest.to_json())
+        write_atomically(directory / ANNOUNCEMENT_FILE, announcement.model_dump_json().encode())
 
     @staticmethod
     def _intact(path: Path, manifest: Manifest) -> bytearray:

@@ -13,6 +13,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from eth_utils import keccak
 
@@ -29,6 +30,12 @@ class Provenance:
     run: str
     policy_step: int
     node: str
+
+
+def prompt_ids(tokenizer: Any, prompt: str, target_len: int) -> list[int]:
+    """A task's prompt with its thinking budget, as the policy reads it; validators
+    rebuild it with this same function."""
+    return encode_prompt(tokenizer, budget_prompt(prompt, target_len))
 
 
 def batch_seed(seed: int, batch: int) -> int:
@@ -64,7 +71,7 @@ def generate_rollouts(
         chunk = tasks[start : start + groups_per_batch]
         targets = [target_for(speed) for _ in chunk]
         prompts = [
-            encode_prompt(backend.tokenizer, budget_prompt(t.prompt, target))
+            prompt_ids(backend.tokenizer, t.prompt, target)
             for t, target in zip(chunk, targets, strict=True)
         ]
         sampling = dataclasses.replace(params, seed=batch_seed(seed, batch))

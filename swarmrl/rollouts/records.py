@@ -20,6 +20,7 @@ from typing import Any, Literal
 from eth_utils import keccak
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swarmrl.files import replacing
 from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType, first_error
 
 SCHEMA_VERSION = 1
@@ -132,9 +133,8 @@ def write_rollouts(rollouts: Sequence[Rollout], path: Path) -> None:
         if r.digest != r.content_digest():
             raise ValueError(f"record {i} ({r.problem_id}) is not sealed with its digest")
     table = pa.Table.from_pylist([r.model_dump() for r in rollouts], schema=_arrow_schema())
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def read_rollouts(path: Path) -> list[Rollout]:

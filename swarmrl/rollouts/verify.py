@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from swarmrl import toploc
 from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend
-from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.rollouts.generate import prompt_ids
 from swarmrl.rollouts.records import Rollout
-from swarmrl.tasks import Task, budget_prompt, length_penalty
+from swarmrl.tasks import Task, length_penalty
 
 # Log-probabilities recomputed by prefill differ from decode-time ones only by
 # float reassociation (batching, KV cache); a mean gap past this is not rounding.
@@ -45,10 +45,7 @@ def verify_rollout(
         task = rollout.task()
     except ValueError as e:
         return Verdict(False, f"its task data is malformed ({e})")
-    expected_prompt = encode_prompt(
-        backend.tokenizer, budget_prompt(rollout.prompt, rollout.target_len)
-    )
-    if rollout.prompt_ids != expected_prompt:
+    if rollout.prompt_ids != prompt_ids(backend.tokenizer, rollout.prompt, rollout.target_len):
         return Verdict(False, "its prompt ids are not the task's prompt with its budget")
     n = len(rollout.output_ids)
     if n > rollout.max_tokens:
