@@ -97,11 +97,13 @@ demo: setup
 # so it is built from the sdist against the installed torch (a few minutes, CPU only).
 # shardcast 0.3.2: pure Python (its one dependency, blake3, is pinned already); its
 # clients shell out to wget, which it would otherwise try to apt-get by itself.
-$(BENCH_STAMP): $(DEPS_STAMP)
+# TRL (the learner benchmark's GRPOTrainer) and what it needs beyond requirements.lock: benchmarks/requirements-bench.txt.
+$(BENCH_STAMP): $(DEPS_STAMP) benchmarks/requirements-bench.txt
 	@command -v wget >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wget; }
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --no-binary toploc toploc==0.1.6
 	$(BIN)/python -m pip install -q --no-deps shardcast==0.3.2
+	$(BIN)/python -m pip install -q --no-deps -r benchmarks/requirements-bench.txt
 	touch $@
 
 bench-deps: $(BENCH_STAMP)

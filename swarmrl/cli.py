@@ -35,6 +35,7 @@ def _register_apps() -> None:
         rollouts_verify,
         tasks_app,
     )
+    from orchestrator.train_local.cli import train_app
     from swarmrl.chain.cli import chain_app  # light: web3 loads inside the commands
     from swarmrl.p2p.cli import weights_app  # light: libp2p loads inside the commands
 
@@ -52,11 +53,12 @@ def _register_apps() -> None:
     rollouts_app.command("verify")(rollouts_verify)
     app.add_typer(rollouts_app, name="rollouts")
     app.command("eval")(eval_command)
+    app.add_typer(train_app, name="train")
 
 
 _register_apps()
 
-BENCHMARKS = ("toploc", "shards", "broadcast", "inference")
+BENCHMARKS = ("toploc", "shards", "broadcast", "inference", "learner")
 
 
 def _version(show: bool) -> None:
@@ -74,17 +76,14 @@ def _root(
     """swarmrl: decentralized RL of language models on a swarm of volunteer GPUs."""
 
 
-def _run_benchmark(name: str, runs: int | None) -> None:
+def _run_benchmark(name: str, *args: object) -> None:
     try:
         module = importlib.import_module(f"benchmarks.{name}")
     except ModuleNotFoundError as e:
         raise ValueError(
             "benchmarks run from a source checkout (make bench); this install has none"
         ) from e
-    if runs is None:
-        module.main()
-    else:
-        module.main(runs)
+    module.main(*args)
 
 
 @bench_app.command("toploc")
@@ -119,11 +118,22 @@ def bench_inference(
     _run_benchmark("inference", runs)
 
 
+@bench_app.command("learner")
+def bench_learner(
+    minutes: float = typer.Option(10.0, "--minutes", min=0.5, help="Training time of each."),
+    target: float = typer.Option(
+        0.25, "--target", min=0.0, max=1.0, help="The held-out reward whose time is compared."
+    ),
+) -> None:
+    """`train local` vs. TRL's GRPOTrainer: held-out reward against wall time (CPU)."""
+    _run_benchmark("learner", minutes, target)
+
+
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after the other, with default settings."""
     for name in BENCHMARKS:
-        _run_benchmark(name, None)
+        _run_benchmark(name)
         typer.echo()
 
 

@@ -1,0 +1,1 @@
+"""`swarmrl train local`: the trainer and its inference workers on one machine."""

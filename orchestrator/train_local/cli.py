@@ -1,0 +1,81 @@
+"""`swarmrl train local`: asynchronous GRPO on one machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from swarmrl.cli_options import BackendName, Device, ModelDir, TasksFile, quiet_transformers
+
+train_app = typer.Typer(help="Train a policy with asynchronous GRPO.", no_args_is_help=True)
+
+
+@train_app.command("local")
+def train_local_command(
+    model: Path = ModelDir,
+    tasks: Path = TasksFile,
+    out: Path = typer.Option(
+        ..., "--out", help="The run directory (checkpoints, metrics); reuse it to continue."
+    ),
+    steps: int = typer.Option(100, "--steps", min=1, help="Stop after this many steps."),
+    minutes: float = typer.Option(
+        None, "--minutes", min=0.0, help="Stop after this many minutes (default: no limit)."
+    ),
+    async_level: int = typer.Option(
+        2, "--async-level", min=0, help="Train on samples at most this many steps old."
+    ),
+    group_size: int = typer.Option(8, "--group-size", min=2, help="Completions per task."),
+    prompts_per_step: int = typer.Option(
+        16, "--prompts-per-step", min=1, help="Groups per optimizer step."
+    ),
+    workers: int = typer.Option(
+        None, "--workers", min=1, help="Inference worker processes (default: half the cores)."
+    ),
+    lr: float = typer.Option(1e-4, "--lr", min=0.0, help="Peak learning rate."),
+    warmup_steps: int = typer.Option(5, "--warmup-steps", min=0),
+    max_grad_norm: float = typer.Option(0.1, "--max-grad-norm", min=0.0),
+    advantage_scale: str = typer.Option(
+        "none", "--advantage-scale", help="none (reward minus group mean) or std (also / std)."
+    ),
+    max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="Longest completion."),
+    target_len: int = typer.Option(
+        128, "--target-len", min=1, help="Thinking budget stated in prompts."
+    ),
+    seed: int = typer.Option(0, "--seed", min=0),
+    backend: str = BackendName,
+    device: str = Device,
+) -> None:
+    """Train MODEL on TASKS: inference workers sample while the trainer trains.
+
+    Checkpoints go to OUT/checkpoints/step_<n>/, one JSON line per step to
+    OUT/metrics.jsonl and the curves to OUT/metrics.png.
+    """
+    from orchestrator.train_local.run import LocalRun, train_local
+    from orchestrator.trainer.loop import TrainerSettings
+
+    quiet_transformers()
+    settings = TrainerSettings(
+        steps=steps,
+        async_level=async_level,
+        group_size=group_size,
+        prompts_per_step=prompts_per_step,
+        lr=lr,
+        warmup_steps=warmup_steps,
+        max_grad_norm=max_grad_norm,
+        advantage_scale=advantage_scale,  # type: ignore[arg-type]  # checked by the settings
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    run = LocalRun(
+        model=model,
+        tasks=tasks,
+        out=out,
+        settings=settings,
+        minutes=minutes,
+        workers=workers,
+        target_len=target_len,
+        backend=backend,
+        device=device,
+    )
+    typer.echo(train_local(run, lambda text: typer.echo(text, err=True)))

@@ -1,0 +1,257 @@
+"""The trainer loop, top to bottom: take fresh groups, take a step, write a checkpoint.
+
+Whoever samples (``swarmrl train local``'s workers today, the swarm's nodes
+through the orchestrator next) leaves rollout files in the run's spool; the
+trainer never waits for them to catch up with it. It trains step n+1 from any
+group sampled with policy n, n-1, ... n-async_level, drops older ones, and after
+every optimizer step writes ``checkpoints/step_<n+1>/`` for samplers to load.
+
+A restarted trainer continues from its newest checkpoint: weights, optimizer,
+step, RNG and data position, so kill -9 at any moment loses at most the step in
+flight and never uses a group twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.feed import Expectations, RolloutFeed, Spool
+from orchestrator.trainer.loss import LossConfig
+from orchestrator.trainer.optim import build_optimizer, lr_at
+from orchestrator.trainer.samples import staleness
+from orchestrator.trainer.step import train_step
+from swarmrl.models.checkpoint import load_tokenizer
+from swarmrl.tasks import Task
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerSettings:
+    """The recipe's knobs. Defaults are INTELLECT-2's where it states them (clip 0.2,
+    delta 4, gradient norm 0.1, async level 2) and what the default model learns
+    with for the rest."""
+
+    run: str = "local"
+    steps: int = 100
+    async_level: int = 2
+    group_size: int = 8
+    prompts_per_step: int = 16
+    lr: float = 1e-4
+    warmup_steps: int = 5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 0.1
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    delta: float = 4.0
+    advantage_scale: Literal["none", "std"] = "none"
+    max_tokens: int = 128
+    temperature: float = 1.0
+    micro_batch: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "steps": self.steps >= 1,
+            "async_level": self.async_level >= 0,
+            "group_size": self.group_size >= 2,
+            "prompts_per_step": self.prompts_per_step >= 1,
+            "lr": self.lr > 0,
+            "warmup_steps": self.warmup_steps >= 0,
+            "weight_decay": self.weight_decay >= 0,
+            "max_grad_norm": self.max_grad_norm > 0,
+            "max_tokens": self.max_tokens >= 1,
+            "temperature": self.temperature > 0,
+            "micro_batch": self.micro_batch >= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
+        if self.advantage_scale not in ("none", "std"):
+            raise ValueError(f"advantage_scale must be none or std, not {self.advantage_scale!r}")
+        self.loss_config()  # eps and delta are checked there
+
+    def loss_config(self) -> LossConfig:
+        # Dr. GRPO: a constant, sequences per step x longest completion allowed.
+        normalizer = self.prompts_per_step * self.group_size * self.max_tokens
+        return LossConfig(
+            normalizer=float(normalizer),
+            eps_low=self.eps_low,
+            eps_high=self.eps_high,
+            delta=self.delta,
+        )
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One line of ``metrics.jsonl``."""
+
+    step: int
+    applied: bool
+    task_reward: float
+    reward: float
+    length: float
+    loss: float
+    grad_norm: float
+    clip_fraction: float
+    ratio_mean: float
+    ratio_max: float
+    kept_groups: int
+    stale_groups: int
+    filtered_groups: int
+    unusable_files: int
+    staleness_mean: float
+    staleness_max: int
+    tokens: int
+    seconds_waiting: float
+    seconds_training: float
+    seconds_checkpoint: float
+    lr: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Trainer:
+    """The policy, its optimizer and its feed of rollouts, restored from the run directory."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        base_model: Path,
+        tasks: list[Task],
+        settings: TrainerSettings,
+        *,
+        device: str = "cpu",
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.run_dir = Path(run_dir)
+        self.settings = settings
+        ckpt.sweep_staging(self.run_dir)
+        resume = ckpt.latest_step(self.run_dir)
+        source = base_model if resume is None else ckpt.step_dir(self.run_dir, resume)
+        self.tokenizer = load_tokenizer(source)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=torch.float32, local_files_only=True
+            )
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{source} is not a loadable model directory ({e})") from None
+        self.model = model.to(device).eval()
+        self.optimizer = build_optimizer(
+            self.model, lr=settings.lr, weight_decay=settings.weight_decay
+        )
+        state: dict[str, Any] = {}
+        if resume is not None:
+            state = ckpt.load_state(self.run_dir, resume)
+            self._check_same_run(state)
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+        self.step = resume or 0
+        by_id = {t.problem_id: t for t in tasks}
+        self.feed = RolloutFeed(
+            Spool(self.run_dir / "rollouts"),
+            Expectations(
+                run=settings.run,
+                tasks=by_id,
+                tokenizer=self.tokenizer,
+                vocab_size=self.model.config.vocab_size,
+                group_size=settings.group_size,
+                temperature=settings.temperature,
+            ),
+            position=state.get("feed", {}).get("position"),
+        )
+        self.feed.highest_counter.update(state.get("feed", {}).get("highest_counter", {}))
+        self.feed.counts.update(state.get("feed", {}).get("counts", {}))
+        if resume is None:
+            torch.manual_seed(settings.seed)
+            self._checkpoint()  # step 0, the policy samplers start from
+
+    def train(
+        self,
+        *,
+        should_stop: Callable[[], bool],
+        on_step: Callable[[StepReport], None],
+        poll_seconds: float = 0.05,
+    ) -> None:
+        """Train until ``settings.steps`` or until ``should_stop`` says so."""
+        s = self.settings
+        while self.step < s.steps and not should_stop():
+            began = time.perf_counter()
+
+            def wait() -> bool:
+                time.sleep(poll_seconds)
+                return not should_stop()
+
+            taken = self.feed.take(s.prompts_per_step, self.step, s.async_level, wait=wait)
+            if taken is None:
+                return
+            waited = time.perf_counter() - began
+            samples = [x for g in taken.groups for x in g.samples(s.advantage_scale)]
+            lr = lr_at(self.step, base_lr=s.lr, warmup_steps=s.warmup_steps)
+            result = train_step(
+                self.model,
+                self.optimizer,
+                samples,
+                s.loss_config(),
+                lr=lr,
+                max_grad_norm=s.max_grad_norm,
+                temperature=s.temperature,
+                micro_batch=s.micro_batch,
+            )
+            trained = time.perf_counter() - began - waited
+            if result.applied:
+                self.step += 1
+                self._checkpoint()
+            saved = time.perf_counter() - began - waited - trained
+            records = [r for g in taken.groups for r in g.records]
+            ages = [staleness(self.step - result.applied, g) for g in taken.groups]
+            on_step(
+                StepReport(
+                    step=self.step,
+                    applied=result.applied,
+                    task_reward=statistics.fmean(r.task_reward for r in records),
+                    reward=statistics.fmean(r.reward for r in records),
+                    length=statistics.fmean(len(r.output_ids) for r in records),
+                    loss=result.loss,
+                    grad_norm=result.grad_norm,
+                    clip_fraction=result.metrics["clip_fraction"],
+                    ratio_mean=result.metrics["ratio_mean"],
+                    ratio_max=result.metrics["ratio_max"],
+                    kept_groups=len(taken.groups),
+                    stale_groups=taken.stale,
+                    filtered_groups=taken.filtered,
+                    unusable_files=self.feed.counts["unusable_files"],
+                    staleness_mean=statistics.fmean(ages),
+                    staleness_max=max(ages),
+                    tokens=sum(len(r.output_ids) for r in records),
+                    seconds_waiting=waited,
+                    seconds_training=trained,
+                    seconds_checkpoint=saved,
+                    lr=lr,
+                )
+            )
+
+    def _checkpoint(self) -> None:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "feed": self.feed.state(),
+            "run": self.settings.run,
+        }
+        ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
+        self.feed.release()
+
+    def _check_same_run(self, state: dict[str, Any]) -> None:
+        if state.get("run") != self.settings.run:
+            raise ValueError(
+                f"{self.run_dir} holds run {state.get('run')!r}, not {self.settings.run!r}"
+            )

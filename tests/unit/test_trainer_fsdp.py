@@ -1,0 +1,184 @@
+"""Two CPU processes sharding the model with FSDP2 over gloo take the same GRPO steps
+as one process running ``train_step``: same loss, gradient norm, metrics and weights.
+
+The workers run once for the module and replay a plan of steps: a batch with a NaN
+advantage (skipped everywhere), an odd-sized batch (one rank does a micro-batch
+fewer and must still join the collectives), and a one-sample batch (one rank has
+nothing to train on at all). Rank 0 writes each step's gathered weights as a
+checkpoint through ``save_checkpoint``, read back here as an HF model directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import AutoTokenizer, LlamaForCausalLM
+
+from orchestrator.trainer.batch import completion_logprobs
+from orchestrator.trainer.checkpoint import save_checkpoint, step_dir
+from orchestrator.trainer.distributed import data_parallel_step, full_state_dict, shard
+from orchestrator.trainer.loss import LossConfig
+from orchestrator.trainer.optim import build_optimizer
+from orchestrator.trainer.samples import Sample
+from orchestrator.trainer.step import train_step
+from tests.model_fixtures import random_tiny_model
+
+# Two fresh interpreters importing torch and transformers take most of the ~20 s.
+pytestmark = pytest.mark.slow
+
+WORLD = 2
+SETTINGS = {"lr": 2e-5, "max_grad_norm": 0.5, "temperature": 0.8, "micro_batch": 2}
+WEIGHT_DECAY = 0.1
+LOSS = LossConfig(normalizer=5 * 16)
+# (name, sample indices, index whose advantage is NaN or None)
+PLAN = [("nan", [0, 1, 2, 3], 1), ("odd", [0, 1, 2, 3, 4], None), ("one", [3], None)]
+
+
+def load(model_dir: Path) -> LlamaForCausalLM:
+    """The policy in float64: see ``test_two_ranks_take_the_single_process_step``."""
+    return LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
+
+
+def make_samples(model_dir: Path) -> list[Sample]:
+    """Prompts and completions of different lengths, non-trivial advantages, and
+    sampler log-probabilities off the model's own so that ratios differ from 1
+    and some tokens fall outside the clip."""
+    gen = torch.Generator().manual_seed(7)
+    shapes = [(3, 6), (9, 2), (5, 11), (12, 4), (4, 8)]
+    prompts = [torch.randint(4, 100, (p,), generator=gen).tolist() for p, _ in shapes]
+    outputs = [torch.randint(4, 100, (o,), generator=gen).tolist() for _, o in shapes]
+    model = load(model_dir).eval()
+    with torch.no_grad():
+        own, _ = completion_logprobs(model, prompts, outputs, SETTINGS["temperature"])
+    advantages = [1.0, -0.5, 0.3, -1.2, 0.8]
+    return [
+        Sample(p, o, (own[b, : len(o)] + 0.15 * torch.randn(len(o), generator=gen)).tolist(), a)
+        for b, (p, o, a) in enumerate(zip(prompts, outputs, advantages, strict=True))
+    ]
+
+
+def batches(samples: list[Sample]) -> list[tuple[str, list[Sample]]]:
+    out = []
+    for name, indices, nan_at in PLAN:
+        batch = [samples[i] for i in indices]
+        if nan_at is not None:
+            batch[nan_at] = dataclasses.replace(batch[nan_at], advantage=float("nan"))
+        out.append((name, batch))
+    return out
+
+
+def loopback() -> str:
+    names = {name for _, name in socket.if_nameindex()}
+    return "lo0" if "lo0" in names else "lo"
+
+
+def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None:
+    torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = loopback()
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{out / 'rendezvous'}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        model = shard(load(model_dir))
+        optimizer = build_optimizer(model, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        results = {}
+        for step, (name, batch) in enumerate(batches(samples), start=1):
+            result = data_parallel_step(model, optimizer, batch, LOSS, **SETTINGS)
+            weights = full_state_dict(model)
+            results[name] = {**dataclasses.asdict(result), "gathered": len(weights)}
+            if rank == 0:
+                save_checkpoint(out / "run", step, model, tokenizer, {}, weights=weights)
+        tied = model.lm_head.weight is model.model.embed_tokens.weight
+        torch.save({"tied": tied, "results": results}, out / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The reference steps in this process, then the same steps on two ranks."""
+    root = tmp_path_factory.mktemp("fsdp")
+    model_dir = random_tiny_model(root / "model", seed=3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        samples = make_samples(model_dir)
+        model = load(model_dir)
+        optimizer = build_optimizer(model, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
+        reference = {"initial": weights_of(model)}
+        for name, batch in batches(samples):
+            result = train_step(model, optimizer, batch, LOSS, **SETTINGS)
+            reference[name] = (dataclasses.asdict(result), weights_of(model))
+    finally:
+        torch.set_num_threads(threads)
+
+    mp.spawn(worker, args=(model_dir, samples, root), nprocs=WORLD, join=True)
+    ranks = [torch.load(root / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
+    saved = {
+        name: weights_of(load(step_dir(root / "run", step)))
+        for step, (name, _, _) in enumerate(PLAN, start=1)
+    }
+    return reference, ranks, saved
+
+
+def assert_same_weights(got: dict, expected: dict, atol: float) -> None:
+    assert got.keys() == expected.keys()
+    for key, tensor in expected.items():
+        torch.testing.assert_close(got[key], tensor, rtol=0, atol=atol, msg=lambda m, k=key: k + m)
+
+
+def test_ties_survive_sharding_and_only_rank0_gathers(run):
+    _, ranks, _ = run
+    assert all(r["tied"] for r in ranks)
+    assert ranks[0]["results"]["odd"]["gathered"] > 0
+    assert ranks[1]["results"]["odd"]["gathered"] == 0
+
+
+def test_non_finite_batch_is_skipped_on_every_rank(run):
+    reference, ranks, saved = run
+    assert reference["nan"][0]["applied"] is False
+    # The NaN sits in rank 1's slice: rank 0 skips on the all-reduced verdict alone.
+    for r in ranks:
+        assert r["results"]["nan"]["applied"] is False
+    assert_same_weights(saved["nan"], reference["initial"], atol=0)
+
+
+@pytest.mark.parametrize("name", ["odd", "one"])
+def test_two_ranks_take_the_single_process_step(run, name):
+    """Float64 weights, because AdamW's first steps amplify rounding: its update is
+    about lr * g / (|g| + eps), as steep as 1 / eps where a gradient is near eps
+    (1e-8). In float32 the two summation orders then differ by up to ~2% of lr on a
+    handful of such elements; in float64 by ~1e-16, so 1e-11 leaves ample margin
+    and still sees any real difference, which would be of the order of lr."""
+    reference, ranks, saved = run
+    expected, expected_weights = reference[name]
+    assert expected["applied"]
+    # max_grad_norm is below the norm: the clipped path is the one compared.
+    assert expected["grad_norm"] > SETTINGS["max_grad_norm"]
+    assert expected["metrics"]["clip_fraction"] > 0
+    for r in ranks:
+        got = r["results"][name]
+        assert got["applied"]
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
+        assert got["metrics"] == pytest.approx(expected["metrics"], rel=1e-5, abs=1e-7)
+    moved = max((expected_weights[k] - reference["initial"][k]).abs().max() for k in saved[name])
+    assert moved > SETTINGS["lr"] / 2
+    assert_same_weights(saved[name], expected_weights, atol=1e-11)

@@ -1,0 +1,111 @@
+"""The trainer loop: steps from spooled groups, a checkpoint per step, and a resume that
+continues exactly where the last checkpoint left off."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from orchestrator.tasks.generators import demo_tasks
+from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.loop import Trainer, TrainerSettings
+from swarmrl.models.backend import SamplingParams
+from swarmrl.models.checkpoint import read_state_dict
+from swarmrl.rollouts.generate import Provenance, generate_rollouts
+
+TASKS = demo_tasks(6, seed=4)
+SETTINGS = TrainerSettings(
+    run="t", steps=2, group_size=4, prompts_per_step=2, max_tokens=8, lr=1e-3, warmup_steps=0
+)
+
+
+def _spool_groups(backend, trainer: Trainer, counter: int, tasks, step: int) -> None:
+    turns = itertools.cycle([0.0, 1.0])
+    records = generate_rollouts(
+        backend,
+        tasks,
+        n=SETTINGS.group_size,
+        params=SamplingParams(max_tokens=SETTINGS.max_tokens),
+        provenance=Provenance(run="t", policy_step=step, node="0x" + "22" * 20),
+        seed=counter,
+        score=lambda task, text: next(turns),
+        target_for=lambda _: 128,
+    )
+    trainer.feed.spool.put("w0", counter, records)
+
+
+def _stop_when_idle():
+    return lambda: False
+
+
+def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, backend):
+    run_dir = tmp_path / "run"
+    trainer = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS)
+    assert ckpt.steps_on_disk(run_dir) == [0]  # the policy samplers start from
+    _spool_groups(backend, trainer, 0, TASKS[:4], step=0)
+    _spool_groups(backend, trainer, 1, TASKS[4:6], step=0)
+    reports = []
+    trainer.train(should_stop=lambda: False, on_step=reports.append)
+    assert [r.step for r in reports] == [1, 2]
+    assert all(r.applied and r.kept_groups == 2 for r in reports)
+    assert reports[1].staleness_mean == 1.0  # step 2 trained on policy-0 samples
+    assert ckpt.steps_on_disk(run_dir) == [0, 1, 2]
+    # Weights moved, and only the newest checkpoints keep optimizer state.
+    first, last = (
+        read_state_dict(ckpt.step_dir(run_dir, 0)),
+        read_state_dict(ckpt.step_dir(run_dir, 2)),
+    )
+    assert any(not torch.equal(first[k], last[k]) for k in first)
+    assert not (ckpt.step_dir(run_dir, 0) / ckpt.STATE_FILE).exists()
+    assert (ckpt.step_dir(run_dir, 2) / ckpt.STATE_FILE).exists()
+    # The first file is used up and deleted; the second waits with both its groups.
+    assert [p.name for p in trainer.feed.spool.read_files()] == ["w0-00000001.parquet"]
+
+    resumed = Trainer(run_dir, model_dirs[0], TASKS, TrainerSettings(**{**vars(SETTINGS)}))
+    assert resumed.step == 2
+    assert [(q.file, q.index) for q in resumed.feed.queue] == [
+        ("w0-00000001.parquet", 0),
+        ("w0-00000001.parquet", 1),
+    ]
+    for name, value in resumed.model.state_dict().items():
+        assert torch.equal(value, trainer.model.state_dict()[name]), name
+    saved = trainer.optimizer.state_dict()["state"]
+    restored = resumed.optimizer.state_dict()["state"]
+    assert saved.keys() == restored.keys()
+    assert all(torch.equal(saved[k]["exp_avg"], restored[k]["exp_avg"]) for k in saved)
+
+
+def test_a_stop_request_ends_the_loop_without_a_step(tmp_path, model_dirs):
+    trainer = Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS)
+    calls = itertools.count()
+    trainer.train(should_stop=lambda: next(calls) > 3, on_step=pytest.fail)
+    assert trainer.step == 0
+
+
+def test_a_run_directory_continues_only_its_own_run(tmp_path, model_dirs):
+    Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS)
+    other = TrainerSettings(**{**vars(SETTINGS), "run": "another"})
+    with pytest.raises(ValueError, match="holds run 't'"):
+        Trainer(tmp_path / "run", model_dirs[0], TASKS, other)
+
+
+def test_a_half_written_checkpoint_is_never_loaded(tmp_path, model_dirs):
+    run_dir = tmp_path / "run"
+    Trainer(run_dir, model_dirs[0], TASKS, SETTINGS)
+    staging = ckpt.checkpoints_dir(run_dir) / ".step_1.staging"
+    staging.mkdir()
+    (staging / "model.safetensors").write_bytes(b"half")
+    resumed = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS)
+    assert resumed.step == 0
+    assert not staging.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("steps", 0), ("group_size", 1), ("lr", 0.0), ("advantage_scale", "max"), ("delta", 1.0)],
+)
+def test_bad_settings_are_refused_in_one_sentence(field, value):
+    with pytest.raises(ValueError, match=field if field != "delta" else "delta"):
+        TrainerSettings(**{field: value})
