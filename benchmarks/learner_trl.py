@@ -89,7 +89,9 @@ from swarmrl.tasks.rewards import task_reward
 
 
 def _dataset_rows(tasks: list[Task]) -> list[dict[str, Any]]:
-    """One row per task: the conversation TRL templates, and the task's index."""
+    """One row per task: its conversation and its index in ``tasks``. A conversation,
+    not a templated string, so that TRL renders it with the chat template exactly as
+    ``encode_prompt`` does: the template's BOS, and no special token added besides."""
     return [
         {
             "prompt": [{"role": "user", "content": budget_prompt(task.prompt, TARGET_LEN)}],

@@ -42,7 +42,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 _PANELS = (
-    ("task reward (mean of the step's samples)", ("task_reward",)),
+    ("task reward of the groups trained on", ("task_reward",)),
     ("completion length (tokens)", ("length",)),
     ("staleness (policy steps)", ("staleness_mean", "staleness_max")),
     ("clip fraction / gradient norm", ("clip_fraction", "grad_norm")),

@@ -59,7 +59,12 @@ def test_the_default_model_solves_some_demo_tasks_but_not_most(default_model):
         prove=False,
     )
     rate = sum(task_reward(tasks[i // 4], c.text) for i, c in enumerate(completions)) / 128
-    assert 0.1 <= rate <= 0.8, rate
+    assert 0.02 <= rate <= 0.5, rate
+    # It boxes its answer about as often as its pre-training solutions did (30%): what RL
+    # teaches first. The rest say "Answer: ...", which scores nothing.
+    boxed = sum("\\boxed{" in c.text for c in completions) / 128
+    assert 0.15 <= boxed <= 0.5, boxed
+    assert sum("Answer: " in c.text for c in completions) / 128 >= 0.4
     assert sum(c.finish_reason == "eos" for c in completions) > 100  # it learnt to stop
 
 
