@@ -179,7 +179,7 @@ class _Workers:
         self.stop_event = self.context.Event()
         self.processes: dict[str, Any] = {}
         self.restarts = 0
-        spool = Spool(run.out / "rollouts")
+        self.spool = Spool(run.out / "rollouts")
         s = run.settings
         per_batch = max(1, math.ceil(s.prompts_per_step / place.workers))
         self.configs = {
@@ -194,7 +194,7 @@ class _Workers:
                 temperature=s.temperature,
                 target_len=run.target_len,
                 seed=s.seed,
-                start_counter=spool.next_counter(name, counters.get(name, -1)),
+                start_counter=self.spool.next_counter(name, counters.get(name, -1)),
                 # One step's worth unread, plus the batch in the making.
                 max_pending=1,
                 threads=place.worker_threads,
@@ -226,9 +226,7 @@ class _Workers:
                     f"{self.restarts + 1} times; see its error above"
                 )
             self.restarts += 1
-            counter = Spool(self.run.out / "rollouts").next_counter(
-                name, self.counters.get(name, -1)
-            )
+            counter = self.spool.next_counter(name, self.counters.get(name, -1))
             self.configs[name] = dataclasses.replace(self.configs[name], start_counter=counter)
             self._spawn(name)
 

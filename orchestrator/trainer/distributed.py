@@ -28,10 +28,7 @@ from torch.distributed.tensor import DTensor
 
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.samples import Sample
-from orchestrator.trainer.step import StepResult, accumulate_gradients
-
-# The token-weighted metrics of accumulate_gradients, summed across ranks as value * tokens.
-_AVERAGED = ("clip_fraction", "delta_fraction", "ratio_mean")
+from orchestrator.trainer.step import TOKEN_WEIGHTED, StepResult, accumulate_gradients
 
 
 def shard(model: torch.nn.Module) -> torch.nn.Module:
@@ -95,7 +92,7 @@ def data_parallel_step(
 
     tokens = metrics["tokens"]
     sums = torch.tensor(
-        [loss, tokens, *(metrics.get(key, 0.0) * tokens for key in _AVERAGED)],
+        [loss, tokens, *(metrics[key] * tokens for key in TOKEN_WEIGHTED)],
         dtype=torch.float64,
         device=device,
     )
@@ -104,7 +101,8 @@ def data_parallel_step(
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     total_loss, total_tokens, *weighted = sums.tolist()
     merged = {
-        key: value / max(total_tokens, 1.0) for key, value in zip(_AVERAGED, weighted, strict=True)
+        key: value / max(total_tokens, 1.0)
+        for key, value in zip(TOKEN_WEIGHTED, weighted, strict=True)
     }
     merged |= {"ratio_max": peak.item(), "tokens": total_tokens}
 

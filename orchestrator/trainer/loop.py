@@ -156,6 +156,7 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["rng"])
         self.step = resume or 0
+        saved_feed = state.get("feed", {})
         by_id = {t.problem_id: t for t in tasks}
         self.feed = RolloutFeed(
             Spool(self.run_dir / "rollouts"),
@@ -167,10 +168,10 @@ class Trainer:
                 group_size=settings.group_size,
                 temperature=settings.temperature,
             ),
-            position=state.get("feed", {}).get("position"),
+            position=saved_feed.get("position"),
         )
-        self.feed.highest_counter.update(state.get("feed", {}).get("highest_counter", {}))
-        self.feed.counts.update(state.get("feed", {}).get("counts", {}))
+        self.feed.highest_counter.update(saved_feed.get("highest_counter", {}))
+        self.feed.counts.update(saved_feed.get("counts", {}))
         if resume is None:
             torch.manual_seed(settings.seed)
             self._checkpoint()  # step 0, the policy samplers start from

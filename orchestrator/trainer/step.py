@@ -19,6 +19,9 @@ from orchestrator.trainer.batch import completion_logprobs
 from orchestrator.trainer.loss import LossConfig, grpo_loss
 from orchestrator.trainer.samples import Sample
 
+# The loss metrics averaged over tokens (an empty batch reports them as 0.0).
+TOKEN_WEIGHTED = ("clip_fraction", "delta_fraction", "ratio_mean")
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -55,7 +58,7 @@ def accumulate_gradients(
     return the loss and the token-weighted metrics. Gradients are added to ``.grad``."""
     device = next(model.parameters()).device
     total_loss, tokens = 0.0, 0
-    sums: dict[str, float] = {}
+    sums = dict.fromkeys(TOKEN_WEIGHTED, 0.0)
     ratio_max = 0.0
     for chunk in micro_batches(samples, micro_batch):
         logprobs, mask = completion_logprobs(
@@ -68,8 +71,8 @@ def accumulate_gradients(
         n = int(mask.sum())
         total_loss += float(loss.detach())
         tokens += n
-        for key in ("clip_fraction", "delta_fraction", "ratio_mean"):
-            sums[key] = sums.get(key, 0.0) + metrics[key] * n
+        for key in TOKEN_WEIGHTED:
+            sums[key] += metrics[key] * n
         ratio_max = max(ratio_max, metrics["ratio_max"])
     averaged = {key: value / max(tokens, 1) for key, value in sums.items()}
     return total_loss, {**averaged, "ratio_max": ratio_max, "tokens": float(tokens)}
