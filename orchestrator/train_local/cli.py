@@ -30,13 +30,28 @@ def train_local_command(
         16, "--prompts-per-step", min=1, help="Groups per optimizer step."
     ),
     workers: int = typer.Option(
-        None, "--workers", min=1, help="Inference worker processes (default: half the cores)."
+        None,
+        "--workers",
+        min=1,
+        help="Inference worker processes (default: half the cores, at least 2).",
     ),
-    lr: float = typer.Option(1e-4, "--lr", min=0.0, help="Peak learning rate."),
+    lr: float = typer.Option(3e-4, "--lr", min=0.0, help="Peak learning rate."),
     warmup_steps: int = typer.Option(5, "--warmup-steps", min=0),
     max_grad_norm: float = typer.Option(0.1, "--max-grad-norm", min=0.0),
     advantage_scale: str = typer.Option(
         "none", "--advantage-scale", help="none (reward minus group mean) or std (also / std)."
+    ),
+    ratio_against: str = typer.Option(
+        "sampler",
+        "--ratio-against",
+        help="The ratio's denominator: sampler (the log-probabilities the tokens were drawn "
+        "with) or trainer (recomputed before the update, as INTELLECT-2 did).",
+    ),
+    kl_coef: float = typer.Option(
+        0.0, "--kl-coef", min=0.0, help="Weight of a KL term (k3) to the starting model."
+    ),
+    entropy_coef: float = typer.Option(
+        0.0, "--entropy-coef", min=0.0, help="Weight of an entropy bonus."
     ),
     max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="Longest completion."),
     target_len: int = typer.Option(
@@ -64,6 +79,9 @@ def train_local_command(
         warmup_steps=warmup_steps,
         max_grad_norm=max_grad_norm,
         advantage_scale=advantage_scale,  # type: ignore[arg-type]  # checked by the settings
+        ratio_against=ratio_against,  # type: ignore[arg-type]
+        kl_coef=kl_coef,
+        entropy_coef=entropy_coef,
         max_tokens=max_tokens,
         seed=seed,
     )

@@ -23,6 +23,10 @@ from typing import Any
 
 from eth_utils import keccak
 
+# Sequences decoded together: on one CPU thread 128 made 35% more tokens/s than 64, and 256
+# less than 128 (its longest completion keeps more rows waiting).
+GENERATE_BATCH = 128
+
 
 @dataclass(frozen=True)
 class SamplerConfig:
@@ -119,7 +123,7 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
             seed=batch_seed(config.seed, counter),
             score=task_reward,
             target_for=lambda _speed: config.target_len,
-            batch_size=max(config.group_size, 64),
+            batch_size=max(config.group_size, GENERATE_BATCH),
         )
         stats["seconds_generating"] += time.perf_counter() - began
         stats["tokens"] += sum(len(r.output_ids) for r in records)

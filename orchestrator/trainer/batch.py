@@ -28,6 +28,31 @@ def completion_logprobs(
 
     Sequences are right-padded, so every real token keeps its position ids.
     """
+    logits, targets, mask = _completion_logits(model, prompts, outputs)
+    return _logprobs(logits, targets, mask, temperature), mask
+
+
+def completion_logprobs_and_entropy(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+    temperature: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``completion_logprobs`` and, [B, T] too, the entropy of the temperature-scaled
+    distribution each completion token was drawn from (0 on padding)."""
+    logits, targets, mask = _completion_logits(model, prompts, outputs)
+    scaled = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)
+    entropy = -(scaled.exp() * scaled).sum(-1).masked_fill(~mask, 0.0)
+    return _logprobs(logits, targets, mask, temperature), mask, entropy
+
+
+def _completion_logits(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The logits [B, T, V] that predict each completion token, the tokens [B, T] and
+    the mask [B, T], from one right-padded forward pass."""
     if len(prompts) != len(outputs) or not prompts:
         raise ValueError("give one non-empty prompt and one non-empty completion per row")
     if any(not p for p in prompts) or any(not o for o in outputs):
@@ -53,5 +78,10 @@ def completion_logprobs(
         targets[b, :n] = torch.tensor(o, device=device)
         mask[b, :n] = True
     picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
-    flat = token_logprobs(picked.reshape(-1, logits.shape[-1]), targets.reshape(-1), temperature)
-    return flat.reshape(len(prompts), steps).masked_fill(~mask, 0.0), mask
+    return picked, targets, mask
+
+
+def _logprobs(logits: Tensor, targets: Tensor, mask: Tensor, temperature: float) -> Tensor:
+    rows, steps, vocab = logits.shape
+    flat = token_logprobs(logits.reshape(-1, vocab), targets.reshape(-1), temperature)
+    return flat.reshape(rows, steps).masked_fill(~mask, 0.0)

@@ -27,7 +27,7 @@ from orchestrator.trainer.feed import Expectations, RolloutFeed, Spool
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.optim import build_optimizer, lr_at
 from orchestrator.trainer.samples import staleness
-from orchestrator.trainer.step import train_step
+from orchestrator.trainer.step import RatioAgainst, train_step
 from swarmrl.models.checkpoint import load_tokenizer
 from swarmrl.tasks import Task
 
@@ -43,7 +43,7 @@ class TrainerSettings:
     async_level: int = 2
     group_size: int = 8
     prompts_per_step: int = 16
-    lr: float = 1e-4
+    lr: float = 3e-4
     warmup_steps: int = 5
     weight_decay: float = 0.0
     max_grad_norm: float = 0.1
@@ -51,6 +51,9 @@ class TrainerSettings:
     eps_high: float = 0.2
     delta: float = 4.0
     advantage_scale: Literal["none", "std"] = "none"
+    ratio_against: RatioAgainst = "sampler"
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
     max_tokens: int = 128
     temperature: float = 1.0
     micro_batch: int = 32
@@ -75,7 +78,11 @@ class TrainerSettings:
                 raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
         if self.advantage_scale not in ("none", "std"):
             raise ValueError(f"advantage_scale must be none or std, not {self.advantage_scale!r}")
-        self.loss_config()  # eps and delta are checked there
+        if self.ratio_against not in ("sampler", "trainer"):
+            raise ValueError(
+                f"ratio_against must be sampler or trainer, not {self.ratio_against!r}"
+            )
+        self.loss_config()  # eps, delta and the coefficients are checked there
 
     def loss_config(self) -> LossConfig:
         # Dr. GRPO: a constant, sequences per step x longest completion allowed.
@@ -85,6 +92,8 @@ class TrainerSettings:
             eps_low=self.eps_low,
             eps_high=self.eps_high,
             delta=self.delta,
+            kl_coef=self.kl_coef,
+            entropy_coef=self.entropy_coef,
         )
 
 
@@ -146,6 +155,13 @@ class Trainer:
         except (OSError, ValueError) as e:
             raise ValueError(f"{source} is not a loadable model directory ({e})") from None
         self.model = model.to(device).eval()
+        # The KL term measures against the weights the run started from, frozen.
+        self.reference = None
+        if settings.kl_coef > 0:
+            self.reference = AutoModelForCausalLM.from_pretrained(
+                base_model, dtype=torch.float32, local_files_only=True
+            )
+            self.reference.to(device).eval().requires_grad_(False)
         self.optimizer = build_optimizer(
             self.model, lr=settings.lr, weight_decay=settings.weight_decay
         )
@@ -207,6 +223,8 @@ class Trainer:
                 max_grad_norm=s.max_grad_norm,
                 temperature=s.temperature,
                 micro_batch=s.micro_batch,
+                ratio_against=s.ratio_against,
+                reference=self.reference,
             )
             trained = time.perf_counter() - began - waited
             if result.applied:

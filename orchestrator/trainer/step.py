@@ -5,6 +5,13 @@ constant normalizer, not by anything the micro-batch holds, so the sum of the
 micro-batch losses is the loss of the whole batch, exactly. A step whose loss or
 gradient norm is not finite changes nothing: the gradients are dropped and the
 caller is told, so a broken step is never written as a checkpoint.
+
+The ratio's denominator is the sampler's log-probability by default. With
+``ratio_against="trainer"`` it is the trainer's own, recomputed before the
+update, as INTELLECT-2 did: with one optimizer step per batch that is the
+current policy's value detached, so the ratio is exactly 1, the clip never acts
+and the update is the plain policy gradient at the trainer's weights, blind to
+how far the sampler's policy was from them.
 """
 
 from __future__ import annotations
@@ -12,15 +19,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from orchestrator.trainer.batch import completion_logprobs
+from orchestrator.trainer.batch import completion_logprobs, completion_logprobs_and_entropy
 from orchestrator.trainer.loss import LossConfig, grpo_loss
 from orchestrator.trainer.samples import Sample
 
 # The loss metrics averaged over tokens (an empty batch reports them as 0.0).
 TOKEN_WEIGHTED = ("clip_fraction", "delta_fraction", "ratio_mean")
+
+RatioAgainst = Literal["sampler", "trainer"]
 
 
 @dataclass(frozen=True)
@@ -53,20 +63,47 @@ def accumulate_gradients(
     *,
     temperature: float,
     micro_batch: int,
+    ratio_against: RatioAgainst = "sampler",
+    reference: torch.nn.Module | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Backpropagate the batch's loss through ``model``, micro-batch by micro-batch;
-    return the loss and the token-weighted metrics. Gradients are added to ``.grad``."""
+    return the loss and the token-weighted metrics. Gradients are added to ``.grad``.
+    ``reference`` is the frozen policy the KL term measures against (needed when
+    ``loss_config.kl_coef`` > 0)."""
+    if ratio_against not in ("sampler", "trainer"):
+        raise ValueError(f"ratio_against must be sampler or trainer, not {ratio_against!r}")
+    if loss_config.kl_coef > 0 and reference is None:
+        raise ValueError("a KL term needs a reference model")
     device = next(model.parameters()).device
     total_loss, tokens = 0.0, 0
     sums = dict.fromkeys(TOKEN_WEIGHTED, 0.0)
     ratio_max = 0.0
     for chunk in micro_batches(samples, micro_batch):
-        logprobs, mask = completion_logprobs(
-            model, [s.prompt_ids for s in chunk], [s.output_ids for s in chunk], temperature
-        )
-        sampler = padded([s.sampler_logprobs for s in chunk], logprobs.shape[1], device)
+        prompts, outputs = [s.prompt_ids for s in chunk], [s.output_ids for s in chunk]
+        entropy = ref_logprobs = None
+        if loss_config.entropy_coef > 0:
+            logprobs, mask, entropy = completion_logprobs_and_entropy(
+                model, prompts, outputs, temperature
+            )
+        else:
+            logprobs, mask = completion_logprobs(model, prompts, outputs, temperature)
+        if ratio_against == "trainer":
+            denominator = logprobs.detach()
+        else:
+            denominator = padded([s.sampler_logprobs for s in chunk], logprobs.shape[1], device)
+        if loss_config.kl_coef > 0:
+            with torch.no_grad():
+                ref_logprobs, _ = completion_logprobs(reference, prompts, outputs, temperature)
         advantages = torch.tensor([s.advantage for s in chunk], device=device)
-        loss, metrics = grpo_loss(logprobs, sampler, advantages, mask, loss_config)
+        loss, metrics = grpo_loss(
+            logprobs,
+            denominator,
+            advantages,
+            mask,
+            loss_config,
+            ref_logprobs=ref_logprobs,
+            entropy=entropy,
+        )
         loss.backward()
         n = int(mask.sum())
         total_loss += float(loss.detach())
@@ -88,6 +125,8 @@ def train_step(
     max_grad_norm: float,
     temperature: float,
     micro_batch: int = 32,
+    ratio_against: RatioAgainst = "sampler",
+    reference: torch.nn.Module | None = None,
 ) -> StepResult:
     """Compute the batch's gradient, clip its norm to ``max_grad_norm`` and take one
     AdamW step at ``lr``; or, if the loss or the gradient is not finite, take none."""
@@ -96,7 +135,13 @@ def train_step(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss, metrics = accumulate_gradients(
-        model, samples, loss_config, temperature=temperature, micro_batch=micro_batch
+        model,
+        samples,
+        loss_config,
+        temperature=temperature,
+        micro_batch=micro_batch,
+        ratio_against=ratio_against,
+        reference=reference,
     )
     params = [p for p in model.parameters() if p.requires_grad]
     # The norm before clipping: what the gradient was, not what was applied.

@@ -41,8 +41,16 @@ def test_model_init_is_seeded_and_cached(tmp_path):
     stamp = (a / "model.safetensors").stat().st_mtime_ns
     assert build_default_model(a, short) == a
     assert (a / "model.safetensors").stat().st_mtime_ns == stamp
+    # A default model of another recipe is rebuilt in place; a folder of anything else is
+    # refused and left as it was.
+    assert build_default_model(a, Recipe(steps=4, batch=4)) == a
+    assert not read_state_dict(a)["model.norm.weight"].equal(weights[0]["model.norm.weight"])
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="holds something other"):
-        build_default_model(a, Recipe(steps=4, batch=4))
+        build_default_model(foreign, short)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
 
 
 @pytest.mark.slow

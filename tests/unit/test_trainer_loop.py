@@ -104,8 +104,34 @@ def test_a_half_written_checkpoint_is_never_loaded(tmp_path, model_dirs):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("steps", 0), ("group_size", 1), ("lr", 0.0), ("advantage_scale", "max"), ("delta", 1.0)],
+    [
+        ("steps", 0),
+        ("group_size", 1),
+        ("lr", 0.0),
+        ("advantage_scale", "max"),
+        ("delta", 1.0),
+        ("ratio_against", "old"),
+        ("kl_coef", -1.0),
+    ],
 )
 def test_bad_settings_are_refused_in_one_sentence(field, value):
     with pytest.raises(ValueError, match=field if field != "delta" else "delta"):
         TrainerSettings(**{field: value})
+
+
+def test_the_kl_entropy_and_trainer_ratio_options_train(tmp_path, model_dirs, backend):
+    options = {"steps": 1, "kl_coef": 0.1, "entropy_coef": 0.01, "ratio_against": "trainer"}
+    settings = TrainerSettings(**{**vars(SETTINGS), **options})
+    trainer = Trainer(tmp_path / "run", model_dirs[0], TASKS, settings)
+    assert trainer.reference is not None
+    assert not any(p.requires_grad for p in trainer.reference.parameters())
+    _spool_groups(backend, trainer, 0, TASKS[:2], step=0)
+    reports = []
+    trainer.train(should_stop=lambda: False, on_step=reports.append)
+    assert [(r.step, r.applied) for r in reports] == [(1, True)]
+    assert reports[0].ratio_mean == pytest.approx(1.0, abs=1e-6)
+    # The reference is the starting model and does not move with the policy.
+    start = read_state_dict(model_dirs[0])
+    reference, policy = trainer.reference.state_dict(), trainer.model.state_dict()
+    assert all(torch.equal(reference[k], v) for k, v in start.items())
+    assert any(not torch.equal(policy[k], v) for k, v in start.items())
