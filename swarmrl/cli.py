@@ -122,7 +122,7 @@ def bench_inference(
 def bench_learner(
     minutes: float = typer.Option(10.0, "--minutes", min=0.5, help="Training time of each."),
     target: float = typer.Option(
-        0.25, "--target", min=0.0, max=1.0, help="The held-out reward whose time is compared."
+        0.12, "--target", min=0.0, max=1.0, help="The held-out reward whose time is compared."
     ),
 ) -> None:
     """`train local` vs. TRL's GRPOTrainer: held-out reward against wall time (CPU)."""

@@ -21,8 +21,8 @@ SWARMRL = Path(sys.executable).with_name("swarmrl")
 # A small recipe that still makes groups the default model disagrees within.
 # The learning test's run: 30 steps of the default recipe, about 4 minutes on 2 cores. On the
 # project's VM held-out reward rose by 0.09 and 0.12 by step 30 in two runs (the 10-minute
-# curve: README); 0.04 is three standard deviations of the difference of two evaluations of
-# 96 tasks x 8 samples.
+# curve: README); 0.04 is over two and a half standard deviations of the difference of two
+# evaluations of 96 tasks x 8 samples.
 LEARNING_STEPS, LEARNING_RISE = 30, 0.04
 SMALL = ["--group-size", "8", "--prompts-per-step", "2", "--max-tokens", "64", "--workers", "1"]
 
