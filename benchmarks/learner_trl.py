@@ -258,7 +258,7 @@ def run_trl(
         args=_grpo_config(settings, out, max_steps),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        callbacks=[Snapshots()],
+        callbacks=[clock := Snapshots()],
     )
     _check_prompts(trainer, tokenizer, tasks, rows)
     # TRL 1.16 logs no generation time of its own: time its generation method.
@@ -274,7 +274,6 @@ def run_trl(
     trainer._generate = timed_generate
     trainer.train()
     (out / "trl_log.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-    seconds = snapshots[-1].seconds if snapshots else 0.0
-    timing = {"seconds_generating": generating[0], "seconds": seconds}
+    timing = {"seconds_generating": generating[0], "seconds": clock.elapsed()}
     (out / "trl_timing.json").write_text(json.dumps(timing))
     return snapshots
