@@ -22,7 +22,7 @@ TARGET_LEN = 128
 class LearnerSettings:
     group_size: int = 8  # completions per prompt (TRL: num_generations)
     prompts_per_step: int = 16  # groups per optimizer step
-    lr: float = 3e-4
+    lr: float = 3e-4  # train local defaults to 1e-4: slower to rise, further in 10 minutes
     warmup_steps: int = 5
     weight_decay: float = 0.0
     eps_low: float = 0.2  # TRL: epsilon

@@ -35,7 +35,7 @@ def train_local_command(
         min=1,
         help="Inference worker processes (default: half the cores, at least 2).",
     ),
-    lr: float = typer.Option(3e-4, "--lr", min=0.0, help="Peak learning rate."),
+    lr: float = typer.Option(1e-4, "--lr", min=0.0, help="Peak learning rate."),
     warmup_steps: int = typer.Option(5, "--warmup-steps", min=0),
     max_grad_norm: float = typer.Option(0.1, "--max-grad-norm", min=0.0),
     advantage_scale: str = typer.Option(

@@ -43,7 +43,7 @@ class TrainerSettings:
     async_level: int = 2
     group_size: int = 8
     prompts_per_step: int = 16
-    lr: float = 3e-4
+    lr: float = 1e-4
     warmup_steps: int = 5
     weight_decay: float = 0.0
     max_grad_norm: float = 0.1
