@@ -262,18 +262,19 @@ def run_trl(
     )
     _check_prompts(trainer, tokenizer, tasks, rows)
     # TRL 1.16 logs no generation time of its own: time its generation method.
-    generate, generating = trainer._generate, [0.0]
+    generate, generating = trainer._generate, 0.0
 
     def timed_generate(*args: Any, **kwargs: Any) -> Any:
+        nonlocal generating
         began = time.perf_counter()
         try:
             return generate(*args, **kwargs)
         finally:
-            generating[0] += time.perf_counter() - began
+            generating += time.perf_counter() - began
 
     trainer._generate = timed_generate
     trainer.train()
     (out / "trl_log.json").write_text(json.dumps(trainer.state.log_history, indent=1))
-    timing = {"seconds_generating": generating[0], "seconds": clock.elapsed()}
+    timing = {"seconds_generating": generating, "seconds": clock.elapsed()}
     (out / "trl_timing.json").write_text(json.dumps(timing))
     return snapshots

@@ -47,8 +47,9 @@ class Placement:
     def for_machine(cls, workers: int | None, cores: int | None = None) -> Placement:
         cores = cores or len(os.sched_getaffinity(0))
         # At least two: the trainer waits on rollouts part of every step, and a second
-        # single-threaded worker takes the core then (on 2 cores the trainer waited 30% of
-        # its time beside one worker and under 5% beside two).
+        # single-threaded worker takes the core then (on 2 cores, 10-minute runs: the trainer
+        # waited 40-50% of its time beside one worker, 9-10% beside two with two unread
+        # batches each).
         workers = workers or max(2, cores // 2)
         trainer = max(1, cores // (workers + 1))
         return cls(workers, max(1, (cores - trainer) // workers), trainer)

@@ -28,7 +28,12 @@ from torch.distributed.tensor import DTensor
 
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.samples import Sample
-from orchestrator.trainer.step import TOKEN_WEIGHTED, StepResult, accumulate_gradients
+from orchestrator.trainer.step import (
+    TOKEN_WEIGHTED,
+    RatioAgainst,
+    StepResult,
+    accumulate_gradients,
+)
 
 
 def shard(model: torch.nn.Module) -> torch.nn.Module:
@@ -66,6 +71,8 @@ def data_parallel_step(
     max_grad_norm: float,
     temperature: float,
     micro_batch: int = 32,
+    ratio_against: RatioAgainst = "sampler",
+    reference: torch.nn.Module | None = None,
 ) -> StepResult:
     """``train_step`` for a sharded model: the same result, computed across ranks.
 
@@ -81,7 +88,13 @@ def data_parallel_step(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss, metrics = accumulate_gradients(
-        model, mine, loss_config, temperature=temperature, micro_batch=micro_batch
+        model,
+        mine,
+        loss_config,
+        temperature=temperature,
+        micro_batch=micro_batch,
+        ratio_against=ratio_against,
+        reference=reference,
     )
     # Each forward and backward is a round of collectives: a rank with fewer
     # micro-batches (or none) joins the others' extra rounds with passes that add

@@ -27,7 +27,7 @@ from orchestrator.trainer.feed import Expectations, RolloutFeed, Spool
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.optim import build_optimizer, lr_at
 from orchestrator.trainer.samples import staleness
-from orchestrator.trainer.step import RatioAgainst, train_step
+from orchestrator.trainer.step import RatioAgainst, check_ratio_against, train_step
 from swarmrl.models.checkpoint import load_tokenizer
 from swarmrl.tasks import Task
 
@@ -78,10 +78,7 @@ class TrainerSettings:
                 raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
         if self.advantage_scale not in ("none", "std"):
             raise ValueError(f"advantage_scale must be none or std, not {self.advantage_scale!r}")
-        if self.ratio_against not in ("sampler", "trainer"):
-            raise ValueError(
-                f"ratio_against must be sampler or trainer, not {self.ratio_against!r}"
-            )
+        check_ratio_against(self.ratio_against)
         self.loss_config()  # eps, delta and the coefficients are checked there
 
     def loss_config(self) -> LossConfig:
@@ -140,28 +137,17 @@ class Trainer:
         *,
         device: str = "cpu",
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
         self.run_dir = Path(run_dir)
         self.settings = settings
         ckpt.sweep_staging(self.run_dir)
         resume = ckpt.latest_step(self.run_dir)
         source = base_model if resume is None else ckpt.step_dir(self.run_dir, resume)
         self.tokenizer = load_tokenizer(source)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=torch.float32, local_files_only=True
-            )
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{source} is not a loadable model directory ({e})") from None
-        self.model = model.to(device).eval()
+        self.model = _load_model(source, device)
         # The KL term measures against the weights the run started from, frozen.
         self.reference = None
         if settings.kl_coef > 0:
-            self.reference = AutoModelForCausalLM.from_pretrained(
-                base_model, dtype=torch.float32, local_files_only=True
-            )
-            self.reference.to(device).eval().requires_grad_(False)
+            self.reference = _load_model(base_model, device).requires_grad_(False)
         self.optimizer = build_optimizer(
             self.model, lr=settings.lr, weight_decay=settings.weight_decay
         )
@@ -274,3 +260,15 @@ class Trainer:
             raise ValueError(
                 f"{self.run_dir} holds run {state.get('run')!r}, not {self.settings.run!r}"
             )
+
+
+def _load_model(path: Path, device: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, local_files_only=True
+        )
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a loadable model directory ({e})") from None
+    return model.to(device).eval()

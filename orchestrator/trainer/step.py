@@ -33,6 +33,11 @@ TOKEN_WEIGHTED = ("clip_fraction", "delta_fraction", "ratio_mean")
 RatioAgainst = Literal["sampler", "trainer"]
 
 
+def check_ratio_against(value: str) -> None:
+    if value not in ("sampler", "trainer"):
+        raise ValueError(f"ratio_against must be sampler or trainer, not {value!r}")
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one step did. ``applied`` is False when it was skipped as non-finite."""
@@ -70,8 +75,7 @@ def accumulate_gradients(
     return the loss and the token-weighted metrics. Gradients are added to ``.grad``.
     ``reference`` is the frozen policy the KL term measures against (needed when
     ``loss_config.kl_coef`` > 0)."""
-    if ratio_against not in ("sampler", "trainer"):
-        raise ValueError(f"ratio_against must be sampler or trainer, not {ratio_against!r}")
+    check_ratio_against(ratio_against)
     if loss_config.kl_coef > 0 and reference is None:
         raise ValueError("a KL term needs a reference model")
     device = next(model.parameters()).device

@@ -39,7 +39,24 @@ SETTINGS = {"lr": 2e-5, "max_grad_norm": 0.5, "temperature": 0.8, "micro_batch":
 WEIGHT_DECAY = 0.1
 LOSS = LossConfig(normalizer=5 * 16)
 # (name, sample indices, index whose advantage is NaN or None)
-PLAN = [("nan", [0, 1, 2, 3], 1), ("odd", [0, 1, 2, 3, 4], None), ("one", [3], None)]
+PLAN = [
+    ("nan", [0, 1, 2, 3], 1),
+    ("odd", [0, 1, 2, 3, 4], None),
+    ("one", [3], None),
+    ("trainer-ratio", [0, 1, 2, 3, 4], None),
+]
+# Steps taken with options beyond the defaults: (extra step arguments, loss config).
+OPTIONS = {
+    "trainer-ratio": (
+        {"ratio_against": "trainer"},
+        LossConfig(normalizer=5 * 16, entropy_coef=0.05),
+    )
+}
+
+
+def step_args(name: str) -> tuple[LossConfig, dict]:
+    extra, loss = OPTIONS.get(name, ({}, LOSS))
+    return loss, {**SETTINGS, **extra}
 
 
 def load(model_dir: Path) -> LlamaForCausalLM:
@@ -96,7 +113,8 @@ def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         results = {}
         for step, (name, batch) in enumerate(batches(samples), start=1):
-            result = data_parallel_step(model, optimizer, batch, LOSS, **SETTINGS)
+            loss, options = step_args(name)
+            result = data_parallel_step(model, optimizer, batch, loss, **options)
             weights = full_state_dict(model)
             results[name] = {**dataclasses.asdict(result), "gathered": len(weights)}
             if rank == 0:
@@ -124,7 +142,8 @@ def run(tmp_path_factory):
         optimizer = build_optimizer(model, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
         reference = {"initial": weights_of(model)}
         for name, batch in batches(samples):
-            result = train_step(model, optimizer, batch, LOSS, **SETTINGS)
+            loss, options = step_args(name)
+            result = train_step(model, optimizer, batch, loss, **options)
             reference[name] = (dataclasses.asdict(result), weights_of(model))
     finally:
         torch.set_num_threads(threads)
@@ -167,12 +186,28 @@ def test_two_ranks_take_the_single_process_step(run, name):
     (1e-8). In float32 the two summation orders then differ by up to ~2% of lr on a
     handful of such elements; in float64 by ~1e-16, so 1e-11 leaves ample margin
     and still sees any real difference, which would be of the order of lr."""
-    reference, ranks, saved = run
-    expected, expected_weights = reference[name]
+    expected, _ = run[0][name]
     assert expected["applied"]
     # max_grad_norm is below the norm: the clipped path is the one compared.
     assert expected["grad_norm"] > SETTINGS["max_grad_norm"]
     assert expected["metrics"]["clip_fraction"] > 0
+    assert_ranks_took(run, name)
+
+
+def test_two_ranks_take_the_step_with_the_trainer_ratio_and_an_entropy_bonus(run):
+    reference, _, _ = run
+    expected, _ = reference["trainer-ratio"]
+    assert expected["applied"]
+    assert expected["metrics"]["ratio_max"] == pytest.approx(1.0, abs=1e-12)
+    assert expected["metrics"]["clip_fraction"] == 0.0
+    assert_ranks_took(run, "trainer-ratio")
+
+
+def assert_ranks_took(run, name: str) -> None:
+    """Every rank reports the single-process step's loss, norm and metrics, and the
+    weights rank 0 saved are the single-process step's."""
+    reference, ranks, saved = run
+    expected, expected_weights = reference[name]
     for r in ranks:
         got = r["results"][name]
         assert got["applied"]
