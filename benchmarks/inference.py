@@ -44,7 +44,7 @@ PROMPT = "What is 47 + 38?\nThink for 256 tokens before giving a response."
 def measure(model_dir: Path, batch: int, length: int, runs: int) -> dict[str, float]:
     backend = TorchBackend(model_dir, device="cpu")
     # Fixed-length outputs, as min_new_tokens gives the reference.
-    backend._eos.clear()
+    backend.eos_ids = frozenset()
     prompt = encode_prompt(backend.tokenizer, PROMPT)
     prompts = [prompt] * batch
     params = SamplingParams(max_tokens=length, temperature=1.0, seed=0)

@@ -22,13 +22,24 @@ from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 from swarmrl.rollouts.records import file_digest, read_rollouts, write_rollouts
-from swarmrl.rollouts.verify import verify_rollout
+from swarmrl.rollouts.verify import Assignment, verify_rollouts
 from swarmrl.tasks.code import sandbox_kind, verify_code
 from swarmrl.tasks.rewards import choose_target_length, node_task_reward, task_reward
 
 TASKS, GROUP = 12, 4
 TARGETS = (64, 128, 256)
 NODE = "0x" + "5a" * 20
+SAMPLING = SamplingParams(max_tokens=256, temperature=1.0)
+# What the validator asked the volunteer for: it checks every record against this.
+ASKED = Assignment(
+    run="demo",
+    node=NODE,
+    step=0,
+    group_size=GROUP,
+    max_tokens=SAMPLING.max_tokens,
+    temperature=SAMPLING.temperature,
+    top_p=SAMPLING.top_p,
+)
 # The tasks a volunteer is given come from a seed the pre-training never drew from.
 TASK_SEED = 7
 
@@ -61,8 +72,8 @@ def run(workdir: Path) -> None:
         backend,
         tasks,
         n=GROUP,
-        params=SamplingParams(max_tokens=256, temperature=1.0),
-        provenance=Provenance(run="demo", policy_step=0, node=NODE),
+        params=SAMPLING,
+        provenance=Provenance(run=ASKED.run, policy_step=ASKED.step, node=NODE),
         seed=1,
         score=node_task_reward,
         target_for=lambda speed: (
@@ -87,20 +98,49 @@ def run(workdir: Path) -> None:
 
     began = time.perf_counter()
     from_file = read_rollouts(path)
-    verdicts = [verify_rollout(backend, r, task_reward) for r in from_file]
+    task_set = {t.problem_id: t for t in tasks}
+    verdicts = verify_rollouts(backend, from_file, task_set, ASKED, task_reward)
     checked = time.perf_counter() - began
     _say(
-        f"  the validator replayed every rollout from the file, one prefill pass each: "
-        f"{sum(v.accepted for v in verdicts)}/{len(verdicts)} accepted in {checked:.1f} s"
+        f"  the validator replayed every rollout from the file against its own tasks, one "
+        f"prefill pass each: {sum(v.accepted for v in verdicts)}/{len(verdicts)} accepted "
+        f"in {checked:.1f} s"
     )
 
-    cheat = next(r for r in from_file if r.task_reward == 0) if solved < len(records) else None
-    if cheat is not None:
-        inflated = cheat.model_copy(update={"task_reward": 1.0, "reward": 1.0}).sealed()
-        verdict = verify_rollout(backend, inflated, task_reward)
-        _say(f"  a node that claims a reward it did not earn: rejected ({verdict.reason})")
+    _cheating_scenes(backend, from_file, task_set)
     _cheaper_model_scene(workdir, backend, tasks[:1])
     _sandbox_scene()
+
+
+COMPLETION_FIELDS = ("output_ids", "logprobs", "proofs", "finish_reason")
+REWARD_FIELDS = ("task_reward", "length_penalty", "reward")
+
+
+def _cheating_scenes(backend: TorchBackend, records: list, task_set: dict) -> None:
+    """A node that lies about its task, and one that pads its group with copies: each
+    group re-verified alone, as the validator sees it."""
+    unsolved = next((r for r in records if r.task_reward == 0), None)
+    if unsolved is not None:
+        group = [r for r in records if r.problem_id == unsolved.problem_id]
+        # It rewrites the ground truth in its copy of the task and claims the reward.
+        rewritten = unsolved.model_copy(
+            update={"verification_info": '{"ground_truth":"?"}', "task_reward": 1.0}
+        ).sealed()
+        forged = [rewritten if r is unsolved else r for r in group]
+        verdict = verify_rollouts(backend, forged, task_set, ASKED, task_reward)[
+            group.index(unsolved)
+        ]
+        _say(f"  a node that rewrites a task's answer: rejected ({verdict.reason})")
+    group = records[:GROUP]
+    source = group[0]
+    copied = [source] + [
+        r.model_copy(
+            update={f: getattr(source, f) for f in (*COMPLETION_FIELDS, *REWARD_FIELDS)}
+        ).sealed()
+        for r in group[1:]
+    ]
+    verdict = verify_rollouts(backend, copied, task_set, ASKED, task_reward)[1]
+    _say(f"  a node that copies one completion across its group: rejected ({verdict.reason})")
 
 
 def _training_progress(recipe: Recipe) -> Callable[[int, float], None]:
@@ -124,14 +164,15 @@ def _cheaper_model_scene(workdir: Path, backend: TorchBackend, tasks: list) -> N
     forged = generate_rollouts(
         cheap,
         tasks,
-        n=1,
-        params=SamplingParams(max_tokens=64, temperature=1.0),
-        provenance=Provenance(run="demo", policy_step=0, node=NODE),
+        n=GROUP,
+        params=SAMPLING,
+        provenance=Provenance(run=ASKED.run, policy_step=ASKED.step, node=NODE),
         seed=2,
         score=node_task_reward,
         target_for=lambda speed: 64,
     )
-    verdict = verify_rollout(backend, forged[0], task_reward)
+    task_set = {t.problem_id: t for t in tasks}
+    verdict = verify_rollouts(backend, forged, task_set, ASKED, task_reward)[0]
     _say(f"  a node that generated with a cheaper model: rejected ({verdict.reason})")
 
 

@@ -25,6 +25,13 @@ PROOF_CHUNK = 32
 PROOF_TOPK = 128
 
 
+# Decode-time and prefill logits differ by float reassociation (batching, the KV
+# cache, bf16 on a GPU), which can reorder near-ties. These margins absorb that;
+# all they leave a cheater is a choice among tokens the model rates about equal.
+ARGMAX_SLACK = 0.05  # nats below the best token that still count as its argmax
+NUCLEUS_SLACK = 0.01  # probability mass past top_p that still counts as inside it
+
+
 def token_logprobs(logits: Any, tokens: Any, temperature: float) -> Any:
     """Each row's log-probability of its token at ``temperature`` (greedy, 0, counts
     as 1), from a ``len(tokens) x vocab`` tensor of logits: what ``Completion`` and
@@ -36,6 +43,52 @@ def token_logprobs(logits: Any, tokens: Any, temperature: float) -> Any:
         logits = logits / temperature
     target = torch.as_tensor(tokens, device=logits.device)[:, None]
     return torch.log_softmax(logits, dim=-1).gather(1, target)[:, 0]
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """How a sequence of tokens fares under one way of sampling.
+
+    ``logprobs`` are as ``token_logprobs`` gives them; ``sequence_logprob`` is the
+    log-probability that the sampler draws exactly these tokens (top-p renormalised;
+    0 for an all-argmax sequence at temperature 0); ``unsampleable`` lists the
+    positions whose token the sampler could not have drawn at all.
+    """
+
+    logprobs: list[float]
+    sequence_logprob: float
+    unsampleable: list[int]
+
+
+def score_tokens(logits: Any, tokens: Any, temperature: float, top_p: float) -> TokenScores:
+    """``tokens`` judged against the sampler (temperature, top-p) that claims to have drawn
+    them from ``logits`` (``len(tokens) x vocab``)."""
+    import torch
+
+    logits = logits.float()
+    logprob = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    target = torch.as_tensor(tokens, device=logits.device)[:, None]
+    chosen = logprob.gather(1, target)[:, 0]
+    if temperature == 0:
+        outside = chosen < logprob.max(dim=-1).values - ARGMAX_SLACK
+        sequence = 0.0
+    elif top_p < 1:
+        probs = logprob.exp()
+        # The sampler keeps the most probable tokens until their mass reaches top_p; a
+        # token is inside when the tokens more probable than it weigh less than that.
+        above = (probs * (probs > chosen.exp()[:, None])).sum(dim=-1)
+        outside = above >= top_p + NUCLEUS_SLACK
+        ranked = probs.sort(dim=-1, descending=True).values
+        nucleus = (ranked * (ranked.cumsum(dim=-1) - ranked < top_p)).sum(dim=-1)
+        sequence = float((chosen - nucleus.log()).sum())
+    else:
+        outside = torch.zeros_like(chosen, dtype=torch.bool)
+        sequence = float(chosen.sum())
+    return TokenScores(
+        logprobs=chosen.tolist(),
+        sequence_logprob=sequence,
+        unsampleable=outside.nonzero()[:, 0].tolist(),
+    )
 
 
 @dataclass(frozen=True)
@@ -82,11 +135,16 @@ class Prefill:
     """What a single forward pass over prompt + output recomputes.
 
     ``hidden`` is a ``len(output_ids) x hidden_size`` tensor of final-norm states;
-    ``logprobs`` are the output tokens' log-probabilities at ``temperature``.
+    ``scores`` judge the output tokens against the sampling settings asked about.
     """
 
     hidden: Any
-    logprobs: list[float]
+    scores: TokenScores
+
+    @property
+    def logprobs(self) -> list[float]:
+        """The output tokens' log-probabilities at the temperature asked about."""
+        return self.scores.logprobs
 
 
 class Backend(Protocol):
@@ -95,6 +153,7 @@ class Backend(Protocol):
     name: str
     model_dir: Path
     tokenizer: Any  # a transformers PreTrainedTokenizerBase
+    eos_ids: frozenset[int]  # the tokens that end a completion
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, *, prove: bool = True
@@ -103,9 +162,15 @@ class Backend(Protocol):
         ...
 
     def prefill(
-        self, prompt_ids: list[int], output_ids: list[int], *, temperature: float = 1.0
+        self,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
     ) -> Prefill:
-        """Hidden states and log-probabilities of ``output_ids`` in one forward pass."""
+        """Hidden states of ``output_ids`` and their scores under the given sampling, in one
+        forward pass."""
         ...
 
     def load_weights(self, model_dir: Path) -> None:

@@ -16,9 +16,19 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
 
+def check_model_dir(model_dir: Path) -> None:
+    """ValueError in one sentence unless ``model_dir`` is an existing directory (before a
+    library reads a missing path as the name of a model to download)."""
+    if not model_dir.exists():
+        raise ValueError(f"model directory {model_dir} does not exist")
+    if not model_dir.is_dir():
+        raise ValueError(f"{model_dir} is a file, not a model directory")
+
+
 def weight_files(model_dir: Path) -> list[Path]:
     """The safetensors files holding a checkpoint's weights."""
     model_dir = Path(model_dir)
+    check_model_dir(model_dir)
     if (model_dir / SINGLE_FILE).is_file():
         return [model_dir / SINGLE_FILE]
     index = model_dir / INDEX_FILE
@@ -48,22 +58,92 @@ def read_state_dict(model_dir: Path) -> dict[str, Any]:
     return state
 
 
+def check_model(model_dir: Path) -> None:
+    """ValueError in one sentence unless the checkpoint is whole: every tensor its
+    ``config.json`` calls for is present with that shape, nothing else is, and every
+    value is finite. Reads each tensor once, one at a time."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    files = weight_files(model_dir)
+    try:
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{model_dir}/config.json is not a usable model config ({e})") from None
+    expected = {name: tuple(t.shape) for name, t in skeleton.state_dict().items()}
+    optional = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    found: set[str] = set()
+    for path in files:
+        try:
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (a safe_open handle is not a dict)
+                    if name not in expected:
+                        raise ValueError(f"{path} holds {name}, which config.json lacks")
+                    tensor = f.get_tensor(name)
+                    if tuple(tensor.shape) != expected[name]:
+                        raise ValueError(
+                            f"{path}: {name} has shape {tuple(tensor.shape)}, but config.json "
+                            f"calls for {expected[name]}"
+                        )
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        raise ValueError(f"{path}: {name} holds values that are not finite")
+                    found.add(name)
+        except (SafetensorError, OSError, RuntimeError) as e:
+            raise ValueError(f"{path} is not a whole safetensors file ({e})") from None
+    missing = sorted(set(expected) - found - optional)
+    if missing:
+        raise ValueError(
+            f"{model_dir} lacks {len(missing)} tensors config.json calls for, such as {missing[0]}"
+        )
+
+
 def load_tokenizer(model_dir: Path) -> Any:
     """The checkpoint's tokenizer, from local files only."""
     from transformers import AutoTokenizer
 
+    model_dir = Path(model_dir)
+    check_model_dir(model_dir)
     try:
-        return AutoTokenizer.from_pretrained(Path(model_dir), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     except (OSError, ValueError) as e:
         raise ValueError(f"{model_dir} holds no loadable tokenizer ({e})") from None
+    encode_prompt(tokenizer, "1 + 1?")  # a broken chat template fails here, not mid-run
+    return tokenizer
+
+
+def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
+    """The tokens that end a completion: the generation config's, the model config's and
+    the tokenizer's end-of-sequence ids."""
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        try:
+            eos = json.loads((Path(model_dir) / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue  # absent or unreadable: the other sources still say
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(e for e in eos if isinstance(e, int))
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """A user prompt as the model expects it: its chat template when it has one."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
+        from jinja2 import TemplateError
+
+        try:
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+        except (TemplateError, ValueError, TypeError) as e:
+            raise ValueError(f"the model's chat template cannot be applied ({e})") from None
         # transformers 5 returns a BatchEncoding here; older versions a list.
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     return list(tokenizer(text)["input_ids"])

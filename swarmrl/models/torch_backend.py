@@ -29,9 +29,10 @@ from swarmrl.models.backend import (
     FinishReason,
     Prefill,
     SamplingParams,
+    score_tokens,
     token_logprobs,
 )
-from swarmrl.models.checkpoint import load_tokenizer, read_state_dict
+from swarmrl.models.checkpoint import check_model, eos_token_ids, load_tokenizer, read_state_dict
 
 # Stop strings are looked for in the decoded tail of this many tokens beyond the
 # longest stop string's length, enough for tokens that are shorter than a character.
@@ -41,6 +42,29 @@ _STOP_TAIL_SLACK = 4
 def default_device() -> torch.device:
     """The GPU when there is one, else the CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def parse_device(device: str | torch.device | None) -> torch.device:
+    """The torch device named, checked to exist here; ValueError in one sentence if not."""
+    if device is None:
+        return default_device()
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{device!r} is not a torch device (try cpu or cuda)") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device} asked for, but this machine has no CUDA GPU")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device} asked for, but this machine has "
+                f"{torch.cuda.device_count()} CUDA GPUs"
+            )
+    elif parsed.type not in ("cpu", "mps") or (
+        parsed.type == "mps" and not torch.backends.mps.is_available()
+    ):
+        raise ValueError(f"device {device} is not available here (try cpu or cuda)")
+    return parsed
 
 
 class TorchBackend:
@@ -58,9 +82,11 @@ class TorchBackend:
         from transformers import AutoModelForCausalLM
 
         self.model_dir = Path(model_dir)
-        self.device = torch.device(device) if device is not None else default_device()
+        self.device = parse_device(device)
         # float32 on the CPU: bf16 matmuls there are slow and no more faithful.
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        # Checked first: transformers would fill missing tensors with random values.
+        check_model(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         try:
             model = AutoModelForCausalLM.from_pretrained(
@@ -72,10 +98,10 @@ class TorchBackend:
         self._decoder = self.model.get_decoder()
         self._head = self.model.get_output_embeddings()
         self._max_positions = getattr(self.model.config, "max_position_embeddings", None)
-        self._eos = _eos_ids(self.model, self.tokenizer)
+        self.eos_ids = eos_token_ids(self.model_dir, self.tokenizer)
         self._pad = self.tokenizer.pad_token_id
         if self._pad is None:
-            self._pad = next(iter(self._eos), 0)
+            self._pad = min(self.eos_ids, default=0)
 
     # -- sampling ---------------------------------------------------------------
 
@@ -117,7 +143,7 @@ class TorchBackend:
         outputs: list[list[int]] = [[] for _ in range(batch)]
         steps: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
         finish: list[FinishReason | None] = [None] * batch
-        eos = torch.tensor(sorted(self._eos), dtype=torch.long, device=self.device)
+        eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=self.device)
         stop_tail = max((len(s) for s in params.stop), default=0) + _STOP_TAIL_SLACK
 
         for step in range(params.max_tokens):
@@ -204,9 +230,15 @@ class TorchBackend:
 
     @torch.inference_mode()
     def prefill(
-        self, prompt_ids: list[int], output_ids: list[int], *, temperature: float = 1.0
+        self,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
     ) -> Prefill:
-        """The states and log-probabilities generation saw, recomputed in one pass."""
+        """The states generation saw, recomputed in one pass, and the output scored under
+        the given sampling."""
         if not prompt_ids or not output_ids:
             raise ValueError("prefill needs a non-empty prompt and output")
         self._check_lengths([prompt_ids], len(output_ids))
@@ -217,8 +249,8 @@ class TorchBackend:
         states = self._decoder(input_ids=ids, use_cache=False).last_hidden_state[0]
         start = len(prompt_ids) - 1
         hidden = states[start : start + len(output_ids)]
-        logprobs = token_logprobs(self._head(hidden), output_ids, temperature)
-        return Prefill(hidden=hidden, logprobs=logprobs.tolist())
+        scores = score_tokens(self._head(hidden), output_ids, temperature, top_p)
+        return Prefill(hidden=hidden, scores=scores)
 
     # -- weights ----------------------------------------------------------------
 
@@ -227,6 +259,7 @@ class TorchBackend:
         """Copy a newer checkpoint's tensors into the loaded model, shape by shape."""
         model_dir = Path(model_dir)
         _check_same_architecture(self.model.config.to_dict(), model_dir)
+        check_model(model_dir)
         state = read_state_dict(model_dir)
         weights = dict(self.model.named_parameters())
         params = {**weights, **dict(self.model.named_buffers())}
@@ -267,17 +300,6 @@ def _sample(
     else:
         token = torch.multinomial(probs, 1, generator=generator)[:, 0]
     return token, logprob.gather(1, token[:, None])[:, 0]
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids: set[int] = set()
-    for source in (model.generation_config, model.config):
-        eos = getattr(source, "eos_token_id", None)
-        if eos is not None:
-            ids.update(eos if isinstance(eos, list) else [eos])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
 
 
 def _check_same_architecture(current: dict[str, Any], model_dir: Path) -> None:

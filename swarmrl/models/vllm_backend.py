@@ -55,9 +55,10 @@ from swarmrl.models.backend import (
     FinishReason,
     Prefill,
     SamplingParams,
-    token_logprobs,
+    TokenScores,
+    score_tokens,
 )
-from swarmrl.models.checkpoint import load_tokenizer, weight_files
+from swarmrl.models.checkpoint import check_model, eos_token_ids, load_tokenizer, weight_files
 
 # What the hidden-state capture and the log-probability semantics above rely on.
 _ENGINE_SETTINGS = {"enforce_eager": True, "logprobs_mode": "processed_logprobs"}
@@ -91,7 +92,9 @@ class VLLMBackend:
                 ) from None
         self._vllm = vllm
         self.model_dir = Path(model_dir)
+        check_model(self.model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
+        self.eos_ids = eos_token_ids(self.model_dir, self.tokenizer)
         if llm is None:
             engine_kwargs = dict(engine_kwargs or {})
             if clash := sorted(engine_kwargs.keys() & {"model", *_ENGINE_SETTINGS}):
@@ -167,9 +170,15 @@ class VLLMBackend:
         ]
 
     def prefill(
-        self, prompt_ids: list[int], output_ids: list[int], *, temperature: float = 1.0
+        self,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
     ) -> Prefill:
-        """Final-norm states and log-probabilities of ``output_ids``, from one request alone."""
+        """Final-norm states of ``output_ids`` and their scores under the given sampling,
+        from one request alone."""
         if not prompt_ids or not output_ids:
             raise ValueError("prefill needs a non-empty prompt and output")
         self._llm.apply_model(_arm_capture)
@@ -181,15 +190,16 @@ class VLLMBackend:
             use_tqdm=False,
         )
         # Under tensor parallelism only the first rank gathers the whole vocabulary.
-        hidden, logprobs = self._llm.apply_model(
+        hidden, scores = self._llm.apply_model(
             functools.partial(
                 _take_capture,
                 start=len(prompt_ids) - 1,
                 output_ids=list(output_ids),
                 temperature=temperature,
+                top_p=top_p,
             )
         )[0]
-        return Prefill(hidden=hidden, logprobs=logprobs)
+        return Prefill(hidden=hidden, scores=scores)
 
     def load_weights(self, model_dir: Path) -> None:
         """Stream ``model_dir``'s safetensors into the running model, then drop stale caches."""
@@ -245,8 +255,8 @@ def _arm_capture(model: torch.nn.Module) -> None:
 
 @torch.no_grad()
 def _take_capture(
-    model: torch.nn.Module, *, start: int, output_ids: list[int], temperature: float
-) -> tuple[torch.Tensor, list[float]] | None:
+    model: torch.nn.Module, *, start: int, output_ids: list[int], temperature: float, top_p: float
+) -> tuple[torch.Tensor, TokenScores] | None:
     norm = _final_norm(model)
     rows, norm._swarmrl_rows = norm._swarmrl_rows, None
     captured = torch.cat(rows) if rows else torch.empty(0)
@@ -261,7 +271,7 @@ def _take_capture(
     logits = model.compute_logits(hidden)
     if logits is None:
         return None
-    return hidden.cpu(), token_logprobs(logits, output_ids, temperature).tolist()
+    return hidden.cpu(), score_tokens(logits, output_ids, temperature, top_p)
 
 
 def _load_weights(model: torch.nn.Module, *, files: list[str]) -> None:

@@ -1,9 +1,11 @@
 """The rollout record: one completion of one task, with everything to check it.
 
-A record carries the task's own data (prompt and verification info), so a file
-of records can be verified without the task set. Its ``digest`` is the keccak of
-the canonical JSON of every other field; the node signs the digest of a whole
-file (``file_digest``), which commits to every record in order.
+A record carries a copy of its task (prompt and verification info) for the
+node's and the trainer's convenience; a validator takes the task from its own
+task set and rejects a record whose copy differs. Its ``digest`` is the keccak
+of the canonical JSON of every other field; the node signs the digest of a whole
+file (``file_digest``), which commits to every record in order, and the
+signature travels in the file's metadata (``swarmrl.rollouts.signing``).
 
 Files are parquet with the schema version in the file metadata. Readers accept
 only the versions they know, and check every record's digest, so a file that
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,10 +24,14 @@ from eth_utils import keccak
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swarmrl.files import replacing
+from swarmrl.rollouts.signing import FileSignature
 from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType, first_error
 
 SCHEMA_VERSION = 1
 VERSION_KEY = b"swarmrl.rollouts.version"
+SIGNATURE_KEY = b"swarmrl.rollouts.signature"
+# A signature block is a few hundred bytes; anything far larger is not one.
+_MAX_SIGNATURE_BYTES = 4096
 
 # Bounds on what one untrusted record may make a validator hold or compute.
 MAX_TOKENS = 1 << 17
@@ -89,7 +96,15 @@ def file_digest(rollouts: Sequence[Rollout]) -> bytes:
     return keccak(b"".join(r.digest for r in rollouts))
 
 
-def _arrow_schema() -> Any:
+@dataclass(frozen=True)
+class RolloutFile:
+    """A rollout file's records, and the node's signature when it signed the file."""
+
+    rollouts: list[Rollout]
+    signature: FileSignature | None
+
+
+def _arrow_schema(signature: FileSignature | None) -> Any:
     import pyarrow as pa
 
     ints = pa.list_(pa.int64())
@@ -119,12 +134,18 @@ def _arrow_schema() -> Any:
             ("proofs", pa.list_(pa.binary())),
             ("digest", pa.binary(32)),
         ],
-        metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()},
+        metadata={
+            VERSION_KEY: str(SCHEMA_VERSION).encode(),
+            **({SIGNATURE_KEY: signature.model_dump_json().encode()} if signature else {}),
+        },
     )
 
 
-def write_rollouts(rollouts: Sequence[Rollout], path: Path) -> None:
-    """Write sealed records as parquet, replacing ``path`` atomically."""
+def write_rollouts(
+    rollouts: Sequence[Rollout], path: Path, signature: FileSignature | None = None
+) -> None:
+    """Write sealed records as parquet, with the node's signature if given, replacing
+    ``path`` atomically."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -132,13 +153,32 @@ def write_rollouts(rollouts: Sequence[Rollout], path: Path) -> None:
     for i, r in enumerate(rollouts):
         if r.digest != r.content_digest():
             raise ValueError(f"record {i} ({r.problem_id}) is not sealed with its digest")
-    table = pa.Table.from_pylist([r.model_dump() for r in rollouts], schema=_arrow_schema())
+    table = pa.Table.from_pylist(
+        [r.model_dump() for r in rollouts], schema=_arrow_schema(signature)
+    )
     with replacing(path) as tmp:
         pq.write_table(table, tmp)
 
 
 def read_rollouts(path: Path) -> list[Rollout]:
     """Every record of a rollout file; ValueError in one sentence if any is not sound."""
+    return read_rollout_file(path).rollouts
+
+
+def _signature(path: Path, raw: bytes | None) -> FileSignature | None:
+    if raw is None:
+        return None
+    if len(raw) > _MAX_SIGNATURE_BYTES:
+        raise ValueError(f"{path} has a signature block of {len(raw)} bytes, not a signature")
+    try:
+        return FileSignature.model_validate_json(raw)
+    except ValidationError as e:
+        raise ValueError(f"{path} has a malformed signature block ({first_error(e)})") from None
+
+
+def read_rollout_file(path: Path) -> RolloutFile:
+    """A rollout file's records and signature; ValueError in one sentence if any part
+    is not sound."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -155,6 +195,7 @@ def read_rollouts(path: Path) -> list[Rollout]:
                 f"{path} is rollout schema version {shown}; this swarmrl reads "
                 f"version {SCHEMA_VERSION}"
             )
+        signature = _signature(path, metadata.get(SIGNATURE_KEY))
         rows = parquet.read().to_pylist()
     except (pa.ArrowException, OSError) as e:
         # pyarrow reports corrupt bytes as OSError too; the file itself exists.
@@ -168,4 +209,4 @@ def read_rollouts(path: Path) -> list[Rollout]:
         if rollout.digest != rollout.content_digest():
             raise ValueError(f"{path}: record {i} does not match its digest (altered?)")
         rollouts.append(rollout)
-    return rollouts
+    return RolloutFile(rollouts, signature)

@@ -1,18 +1,31 @@
-"""A validator's check of rollout records, from the records alone.
+"""A validator's check of a node's rollouts, trusting nothing the node wrote.
 
-Per record: the prompt ids are the task's prompt with its stated budget; the
-output fits the sampling limits; one prefill pass recomputes the hidden states
-and every TOPLOC chunk must be accepted; the claimed log-probabilities must be
-the model's (so a node cannot misreport the sampling distribution GRPO relies
-on); and the rewards are recomputed by the validator's own verifiers, never
-taken from the node.
+What each record is checked against comes from the validator: the task from its
+own task set (looked up by ``problem_id``), and the run, node, policy step, group
+size and sampling settings from an ``Assignment`` (in the swarm, what the node
+was assigned; by hand, what the node signed). Per record:
+
+- its provenance and sampling settings are the assignment's;
+- its copy of the task is the task set's, and its prompt ids are that task's
+  prompt with the budget it states;
+- its output fits the sampling limits and its finish reason agrees with its
+  tokens (end-of-sequence last, or max_tokens reached);
+- one prefill pass recomputes the hidden states, and every TOPLOC chunk must be
+  accepted; the claimed log-probabilities must be the model's under the claimed
+  temperature, and every token one that the claimed sampling could draw (the
+  argmax at temperature 0, inside the nucleus under top-p);
+- the rewards are recomputed with the validator's verifiers and its task.
+
+Per group (the records of one task): exactly the samples asked for, one prompt,
+and no completion repeated unless its recomputed probability makes the repeat
+plausible: a node cannot pass one lucky completion off as several samples.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from swarmrl import toploc
 from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend
@@ -24,28 +37,102 @@ from swarmrl.tasks import Task, length_penalty
 # float reassociation (batching, KV cache); a mean gap past this is not rounding.
 LOGPROB_MEAN_TOLERANCE = 0.02
 REWARD_TOLERANCE = 1e-9
+# A repeat within a group is rejected when an honest sampler would produce it with
+# less than this probability. Honest groups are then wrongly rejected at most about
+# this often, and a rejection costs the node that group's reward, never stake.
+REPEAT_PLAUSIBILITY = 1e-4
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What a node was asked to produce; every record must say the same."""
+
+    run: str
+    node: str
+    step: int
+    group_size: int
+    max_tokens: int
+    temperature: float
+    top_p: float
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome for one record; ``reason`` says why it was rejected."""
+    """The outcome for one record; ``reason`` says why it was rejected.
+
+    ``sequence_logprob`` is the validator's log-probability, under the claimed
+    sampling, of the record's completion (None when the check stopped earlier).
+    """
 
     accepted: bool
     reason: str = ""
     chunks: int = 0
     chunks_accepted: int = 0
     task_reward: float | None = None
+    sequence_logprob: float | None = None
+
+
+def _provenance_error(rollout: Rollout, asked: Assignment) -> str | None:
+    for field, claimed, expected in (
+        ("run", rollout.run, asked.run),
+        ("node", rollout.node, asked.node),
+        ("policy step", rollout.policy_step, asked.step),
+        ("max_tokens", rollout.max_tokens, asked.max_tokens),
+        ("temperature", rollout.temperature, asked.temperature),
+        ("top_p", rollout.top_p, asked.top_p),
+    ):
+        same = claimed.lower() == expected.lower() if field == "node" else claimed == expected
+        if not same:
+            return f"its {field} is {claimed}, not the {expected} asked for"
+    return None
+
+
+def _task_error(rollout: Rollout, task: Task) -> str | None:
+    theirs = {
+        "task type": rollout.task_type,
+        "prompt": rollout.prompt,
+        "verification info": rollout.verification_info,
+    }
+    row = task.row()
+    ours = {
+        "task type": row["task_type"],
+        "prompt": row["prompt"],
+        "verification info": row["verification_info"],
+    }
+    for field, value in theirs.items():
+        if value != ours[field]:
+            return f"its {field} differs from the task set's {task.problem_id}"
+    return None
+
+
+def _finish_error(rollout: Rollout, eos_ids: frozenset[int]) -> str | None:
+    output, n = rollout.output_ids, len(rollout.output_ids)
+    if any(t in eos_ids for t in output[:-1]):
+        return "its output goes on past an end-of-sequence token"
+    if output[-1] in eos_ids:
+        actual = "eos"
+    elif n == rollout.max_tokens:
+        actual = "length"
+    else:
+        return f"its output stops at {n} of {rollout.max_tokens} tokens with no end-of-sequence"
+    if rollout.finish_reason != actual:
+        return f"its finish reason is {rollout.finish_reason}, but its tokens say {actual}"
+    return None
 
 
 def verify_rollout(
-    backend: Backend, rollout: Rollout, score: Callable[[Task, str], float]
+    backend: Backend,
+    rollout: Rollout,
+    task: Task,
+    asked: Assignment,
+    score: Callable[[Task, str], float],
 ) -> Verdict:
-    """Check one record; never raises for a bad record, only rejects it."""
-    try:
-        task = rollout.task()
-    except ValueError as e:
-        return Verdict(False, f"its task data is malformed ({e})")
-    if rollout.prompt_ids != prompt_ids(backend.tokenizer, rollout.prompt, rollout.target_len):
+    """Check one record against the validator's ``task`` and what was ``asked``; never
+    raises for a bad record, only rejects it."""
+    for error in (_provenance_error(rollout, asked), _task_error(rollout, task)):
+        if error:
+            return Verdict(False, error)
+    if rollout.prompt_ids != prompt_ids(backend.tokenizer, task.prompt, rollout.target_len):
         return Verdict(False, "its prompt ids are not the task's prompt with its budget")
     n = len(rollout.output_ids)
     if n > rollout.max_tokens:
@@ -55,9 +142,14 @@ def verify_rollout(
     chunks = math.ceil(n / PROOF_CHUNK)
     if len(rollout.proofs) != chunks:
         return Verdict(False, f"{len(rollout.proofs)} proofs for {chunks} chunks of output")
+    if error := _finish_error(rollout, backend.eos_ids):
+        return Verdict(False, error)
     try:
         prefill = backend.prefill(
-            rollout.prompt_ids, rollout.output_ids, temperature=rollout.temperature
+            rollout.prompt_ids,
+            rollout.output_ids,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
         )
     except ValueError as e:
         return Verdict(False, f"its tokens cannot be replayed ({e})")
@@ -69,6 +161,15 @@ def verify_rollout(
     gap = sum(abs(a - b) for a, b in zip(prefill.logprobs, rollout.logprobs, strict=True)) / n
     if not math.isfinite(gap) or gap > LOGPROB_MEAN_TOLERANCE:
         return Verdict(False, f"its logprobs are off by {gap:.3g} on average", chunks, passed)
+    if unsampleable := prefill.scores.unsampleable:
+        how = "not the argmax" if rollout.temperature == 0 else "outside the top-p nucleus"
+        return Verdict(
+            False,
+            f"{len(unsampleable)} of its tokens are {how} (the first at {unsampleable[0]}), "
+            f"so they were not sampled as claimed",
+            chunks,
+            passed,
+        )
     text = backend.tokenizer.decode(rollout.output_ids, skip_special_tokens=True)
     try:
         task_reward = score(task, text)
@@ -84,4 +185,72 @@ def verify_rollout(
             return Verdict(
                 False, f"its {name} is {claimed:g}, recomputed {actual:g}", chunks, passed
             )
-    return Verdict(True, "", chunks, passed, task_reward)
+    return Verdict(True, "", chunks, passed, task_reward, prefill.scores.sequence_logprob)
+
+
+def repeat_plausibility(group_size: int, copies: int, sequence_logprob: float) -> float:
+    """An upper bound on the chance that an honest sampler, having drawn a completion of
+    probability p once, draws it again at least ``copies - 1`` times in the other
+    ``group_size - 1`` samples: C(n-1, k-1) * p^(k-1)."""
+    log_bound = math.log(math.comb(group_size - 1, copies - 1)) + (copies - 1) * sequence_logprob
+    return math.exp(min(log_bound, 0.0))
+
+
+def _group_error(
+    group: Sequence[int], rollouts: Sequence[Rollout], verdicts: Sequence[Verdict], n: int
+) -> str | None:
+    members = [rollouts[i] for i in group]
+    samples = sorted(r.sample for r in members)
+    if samples != list(range(n)):
+        shown = ", ".join(map(str, samples[:8])) + (" ..." if len(samples) > 8 else "")
+        return f"its group holds samples {shown}, where {n} (0 to {n - 1}) were asked for"
+    if len({tuple(r.prompt_ids) for r in members}) > 1:
+        return "its group's samples were not given one prompt"
+    first: dict[tuple[int, ...], int] = {}
+    copies: dict[tuple[int, ...], list[int]] = {}
+    for i in group:
+        output = tuple(rollouts[i].output_ids)
+        first.setdefault(output, i)
+        copies.setdefault(output, []).append(rollouts[i].sample)
+    for output, repeated in copies.items():
+        logprob = verdicts[first[output]].sequence_logprob
+        if len(repeated) < 2 or logprob is None:
+            continue
+        chance = repeat_plausibility(n, len(repeated), logprob)
+        if chance < REPEAT_PLAUSIBILITY:
+            shown = ", ".join(f"#{s}" for s in sorted(repeated))
+            return (
+                f"samples {shown} of its group are one completion, which the claimed "
+                f"sampling repeats with probability {chance:.2g}"
+            )
+    return None
+
+
+def verify_rollouts(
+    backend: Backend,
+    rollouts: Sequence[Rollout],
+    tasks: Mapping[str, Task],
+    asked: Assignment,
+    score: Callable[[Task, str], float],
+) -> list[Verdict]:
+    """One verdict per record, in order: each record's own checks, then its group's.
+
+    A group that fails its checks has every record rejected with the group's reason
+    (a record already rejected keeps its own).
+    """
+    verdicts = []
+    for rollout in rollouts:
+        task = tasks.get(rollout.problem_id)
+        if task is None:
+            verdicts.append(Verdict(False, "its problem_id is not in the validator's task set"))
+        else:
+            verdicts.append(verify_rollout(backend, rollout, task, asked, score))
+    groups: dict[str, list[int]] = {}
+    for i, rollout in enumerate(rollouts):
+        groups.setdefault(rollout.problem_id, []).append(i)
+    for group in groups.values():
+        if error := _group_error(group, rollouts, verdicts, asked.group_size):
+            for i in group:
+                if verdicts[i].accepted:
+                    verdicts[i] = replace(verdicts[i], accepted=False, reason=error)
+    return verdicts

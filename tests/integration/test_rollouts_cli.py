@@ -3,28 +3,37 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from safetensors.torch import load_file, save_file
 
 from orchestrator.pretrain import Recipe, build_default_model
 from orchestrator.tasks.generators import demo_tasks
+from swarmrl import keystore
+from swarmrl.chain.deploy import write_deployment
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.checkpoint import read_state_dict
 from swarmrl.models.torch_backend import TorchBackend
-from swarmrl.rollouts.records import read_rollouts, write_rollouts
+from swarmrl.rollouts.records import file_digest, read_rollout_file, write_rollouts
+from swarmrl.rollouts.signing import FileSignature, run_domain
 from swarmrl.tasks import read_tasks
 from swarmrl.tasks.rewards import task_reward
 from tests.model_fixtures import random_tiny_model
 
+from .conftest import NODE_A, NODE_B
+
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 
 
-def swarmrl(*args, check=True):
-    out = subprocess.run([SWARMRL, *map(str, args)], capture_output=True, text=True, timeout=600)
+def swarmrl(*args, check=True, env=None):
+    out = subprocess.run(
+        [SWARMRL, *map(str, args)], capture_output=True, text=True, timeout=600, env=env
+    )
     if check:
         assert out.returncode == 0, out.stderr
     return out
@@ -76,60 +85,181 @@ def test_the_default_model_solves_some_demo_tasks_but_not_most(default_model):
     assert sum(c.finish_reason == "eos" for c in completions) > 100  # it learnt to stop
 
 
+@pytest.fixture
+def node_env(tmp_path, deployment, accounts):
+    """A node's key in an encrypted keystore and the session chain's deployment file."""
+    keys = tmp_path / "keys"
+    keystore.save(keys, "node", accounts[NODE_A].key, "pw")
+    write_deployment(tmp_path / "deployment.json", deployment)
+    return {
+        **os.environ,
+        "SWARMRL_KEYSTORE_DIR": str(keys),
+        "SWARMRL_PASSWORD": "pw",
+        "SWARMRL_DEPLOYMENT": str(tmp_path / "deployment.json"),
+    }
+
+
 @pytest.mark.slow
-def test_generate_then_verify_from_the_file_alone(default_model, tmp_path):
+def test_generate_signed_then_verify_against_the_validators_tasks(
+    default_model, tmp_path, node_env, deployment, accounts
+):
     tasks = tmp_path / "tasks.jsonl"
     swarmrl("tasks", "generate", "--n", 4, "--seed", 5, "--out", tasks)
     assert len(read_tasks(tasks)) == 4
     out = tmp_path / "r.parquet"
     made = swarmrl(
         "rollouts", "generate", "--model", default_model, "--tasks", tasks, "--n", 3,
-        "--out", out, "--step", 7, "--node", "0x" + "34" * 20, "--seed", 1,
+        "--out", out, "--step", 7, "--key", "node", "--seed", 1, env=node_env,
     )  # fmt: skip
+    node = accounts[NODE_A].address
     assert made.stdout.strip() == str(out)
     assert "12 rollouts" in made.stderr
-    records = read_rollouts(out)
+    assert f"signed by {node}" in made.stderr
+    read = read_rollout_file(out)
+    records = read.rollouts
     assert len(records) == 12
-    assert {r.policy_step for r in records} == {7}
+    assert {(r.policy_step, r.node, r.run) for r in records} == {(7, node, deployment.run_id)}
 
-    checked = swarmrl("rollouts", "verify", out, "--model", default_model)
+    verify = ("rollouts", "verify", out, "--model", default_model, "--tasks", tasks)
+    checked = swarmrl(*verify, env=node_env)
     lines = checked.stdout.strip().splitlines()
-    assert len(lines) == 13
-    assert all(": ok " in line for line in lines[:-1])
+    assert len(lines) == 14
+    assert lines[0].endswith(
+        f"signed by {node} for run {deployment.run_id}, step 7: 3 samples per task, "
+        "temperature 1, top-p 1, up to 256 tokens"
+    )
+    assert all(": ok " in line for line in lines[1:-1])
     assert lines[-1].startswith("12 of 12 rollouts accepted, 0 rejected")
-
-    # A node that inflates one reward: that record is rejected, the file fails.
-    forged = list(records)
-    forged[5] = forged[5].model_copy(update={"reward": 2.0}).sealed()
-    write_rollouts(forged, out)
-    checked = swarmrl("rollouts", "verify", out, "--model", default_model, check=False)
+    # The assignment, when the validator states it, overrides what the node signed.
+    checked = swarmrl(*verify, "--step", 8, env=node_env, check=False)
     assert checked.returncode == 1
-    assert "REJECTED  its reward is 2" in checked.stdout
-    assert "11 of 12 rollouts accepted, 1 rejected" in checked.stdout
+    assert "12 rejected" in checked.stdout
+    assert "its policy step is 7, not the 8 asked for" in checked.stdout
+
+    def tampered(forged, signer=None, named=None):
+        """The file rewritten with ``forged`` records, re-sealed and re-signed by ``signer``
+        (whose signature names ``named`` as the node, if given)."""
+        signature = read.signature
+        if signer is not None:
+            domain, _ = run_domain(tmp_path / "deployment.json")
+            fields = read.signature.model_dump(exclude={"node", "signature"})
+            signature = FileSignature.sign(signer, domain, file_digest(forged), **fields)
+            if named is not None:
+                signature = signature.model_copy(update={"node": named})
+        write_rollouts(forged, out, signature)
+        result = swarmrl(*verify, env=node_env, check=False)
+        assert result.returncode == 1
+        return result.stdout
+
+    # The node rewrites a wrong answer's ground truth to its own output and claims the
+    # reward, re-seals and re-signs: the validator's own task set says otherwise.
+    wrong = next(i for i, r in enumerate(records) if r.task_reward == 0)
+    info = json.dumps({"ground_truth": "anything"}, separators=(",", ":"))
+    forged = list(records)
+    forged[wrong] = (
+        records[wrong]
+        .model_copy(update={"verification_info": info, "task_reward": 1.0, "reward": 1.0})
+        .sealed()
+    )
+    stdout = tampered(forged, accounts[NODE_A])
+    assert "REJECTED  its verification info differs from the task set's" in stdout
+    assert "11 of 12 rollouts accepted, 1 rejected" in stdout
+
+    # A record relabelled with another step: re-sealed but not re-signable by anyone
+    # else, and the node's own signature still says step 7.
+    forged = list(records)
+    forged[0] = records[0].model_copy(update={"policy_step": 8}).sealed()
+    assert "12 rejected" in tampered(forged)  # the signature no longer covers the file
+    stdout = tampered(forged, accounts[NODE_A])
+    assert "REJECTED  its policy step is 8, not the 7 asked for" in stdout
+    # Another key signs the node's work: as itself, the records are not its; in the
+    # node's name, the signature is not the node's.
+    stdout = tampered(records, accounts[NODE_B])
+    assert f"its node is {node}, not the {accounts[NODE_B].address} asked for" in stdout
+    stdout = tampered(records, accounts[NODE_B], named=node)
+    assert "BAD SIGNATURE" in stdout
+    assert "12 rejected" in stdout
+
+    # One completion copied over its group's siblings.
+    forged = list(records)
+    for i in (1, 2):
+        forged[i] = (
+            records[i]
+            .model_copy(update={f: getattr(records[0], f) for f in COMPLETION_FIELDS})
+            .sealed()
+        )
+    stdout = tampered(forged, accounts[NODE_A])
+    assert "are one completion, which the claimed sampling repeats with probability" in stdout
+    assert "9 of 12 rollouts accepted, 3 rejected" in stdout
+
+
+COMPLETION_FIELDS = (
+    "output_ids", "logprobs", "proofs", "finish_reason", "task_reward", "length_penalty", "reward"
+)  # fmt: skip
+
+
+def test_verify_checks_its_own_model_before_blaming_anyone(tmp_path):
+    model = random_tiny_model(tmp_path / "m", seed=0)
+    tasks = tmp_path / "t.jsonl"
+    swarmrl("tasks", "generate", "--n", 2, "--out", tasks)
+    out = tmp_path / "r.parquet"
+    swarmrl("rollouts", "generate", "--model", model, "--tasks", tasks, "--n", 2,
+            "--max-tokens", 8, "--out", out)  # fmt: skip
+    verify = ("rollouts", "verify", out, "--model", model, "--tasks", tasks)
+    unsigned = swarmrl(*verify, check=False)
+    assert unsigned.returncode == 1
+    assert unsigned.stderr.startswith("error: the file is unsigned, so it does not say how many")
+    assert "4 of 4 rollouts accepted" in swarmrl(*verify, "--n", 2).stdout
+    # A damaged tensor in the validator's model: one sentence, and nobody is blamed.
+    weights = model / "model.safetensors"
+    state = load_file(weights)
+    state["model.norm.weight"][3] = float("nan")
+    save_file(state, weights, metadata={"format": "pt"})
+    broken = swarmrl(*verify, "--n", 2, check=False)
+    assert broken.returncode == 1
+    assert broken.stderr.count("\n") == 1
+    assert broken.stderr.startswith("error: the validator's own model is unusable, so no rollout")
+    assert "not finite" in broken.stderr
+    assert "REJECTED" not in broken.stdout
+    missing = swarmrl("rollouts", "verify", out, "--model", model, check=False)
+    assert missing.returncode == 2
+    assert "--tasks" in missing.stderr
 
 
 def test_bad_input_is_one_sentence_and_exit_1(tmp_path):
     model = random_tiny_model(tmp_path / "m", seed=0)
     bad = tmp_path / "r.parquet"
     bad.write_bytes(b"not parquet")
-    out = swarmrl("rollouts", "verify", bad, "--model", model, check=False)
+    tasks = tmp_path / "t.jsonl"
+    swarmrl("tasks", "generate", "--n", 2, "--out", tasks)
+    out = swarmrl("rollouts", "verify", bad, "--model", model, "--tasks", tasks, check=False)
     assert out.returncode == 1
     assert out.stderr.startswith("error: ")
     assert "not a readable rollout file" in out.stderr
-    tasks = tmp_path / "t.jsonl"
-    tasks.write_text(json.dumps({"problem_id": "x", "task_type": "poetry"}) + "\n")
-    generate = ("rollouts", "generate", "--tasks", tasks, "--out", tmp_path / "o.parquet")
-    out = swarmrl(*generate, "--model", model, check=False)
+    poetry = tmp_path / "poetry.jsonl"
+    poetry.write_text(json.dumps({"problem_id": "x", "task_type": "poetry"}) + "\n")
+    generate = ("rollouts", "generate", "--out", tmp_path / "o.parquet")
+    out = swarmrl(*generate, "--tasks", poetry, "--model", model, check=False)
     assert out.returncode == 1
     assert "row 1" in out.stderr
-    swarmrl("tasks", "generate", "--n", 2, "--out", tasks)
+    generate = (*generate, "--tasks", tasks)
     out = swarmrl(*generate, "--model", model, "--node", "0x12", check=False)
     assert out.returncode == 1
     assert out.stderr.strip() == "error: --node must be a 0x-prefixed 20-byte address, got '0x12'"
     out = swarmrl(*generate, "--model", tmp_path, check=False)
     assert out.returncode == 1
-    assert "error: " in out.stderr
-    assert "tokenizer" in out.stderr
+    assert (
+        out.stderr.strip()
+        == f"error: {tmp_path} holds no model.safetensors (is it a model directory?)"
+    )
+    out = swarmrl(*generate, "--model", tmp_path / "nowhere", check=False)
+    assert out.stderr.strip() == f"error: model directory {tmp_path / 'nowhere'} does not exist"
+    for targets in ("1_000", "64, 128", "\uff10"):
+        out = swarmrl(*generate, "--model", model, "--targets", targets, check=False)
+        assert out.stderr.startswith("error: --targets must be comma-separated token counts")
+    out = swarmrl(*generate, "--model", model, "--top-p", "0", check=False)
+    assert out.stderr.strip() == "error: --top-p must be in (0, 1], got 0.0"
+    assert not (tmp_path / "o.parquet").exists()
 
 
 @pytest.mark.slow

@@ -1,14 +1,22 @@
-"""Generating proven rollouts and verifying them from the records alone, with a
-real (randomly initialised) model: honest records pass, each kind of lie fails."""
+"""Generating proven rollouts and verifying them against the validator's own tasks and
+assignment, with a real (randomly initialised) model: honest records pass, and each
+way a node can lie (rewrite, re-seal, verify) is rejected with its reason."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
-from swarmrl.rollouts.verify import verify_rollout
+from swarmrl.rollouts.verify import (
+    REPEAT_PLAUSIBILITY,
+    Assignment,
+    repeat_plausibility,
+    verify_rollouts,
+)
 from swarmrl.tasks import Task, length_penalty
 
 TASKS = [
@@ -20,11 +28,29 @@ TASKS = [
     )
     for i in range(3)
 ]
+TASK_SET = {t.problem_id: t for t in TASKS}
+NODE = "0x" + "12" * 20
+SAMPLING = SamplingParams(max_tokens=70, temperature=1.0)
+ASKED = Assignment("test", NODE, 4, 2, SAMPLING.max_tokens, 1.0, 1.0)
 
 
 def score(task, text):
     """A stand-in verifier: deterministic in the text, so it can be recomputed."""
     return float(len(text) % 2 == 0)
+
+
+def generate(backend, params=SAMPLING, tasks=TASKS, n=2, seed=9, target_for=lambda s: 40):
+    return generate_rollouts(
+        backend,
+        tasks,
+        n=n,
+        params=params,
+        provenance=Provenance(run="test", policy_step=4, node=NODE),
+        seed=seed,
+        score=score,
+        target_for=target_for,
+        batch_size=4,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +61,28 @@ def records(backend):
         speeds.append(speed)
         return 40 if speed is None else 50
 
-    out = generate_rollouts(
-        backend,
-        TASKS,
-        n=2,
-        params=SamplingParams(max_tokens=70, temperature=1.0),
-        provenance=Provenance(run="test", policy_step=4, node="0x" + "12" * 20),
-        seed=9,
-        score=score,
-        target_for=target_for,
-        batch_size=4,
-    )
+    out = generate(backend, target_for=target_for)
     assert speeds[:2] == [None, None]  # the first batch's two tasks: nothing measured yet
     assert speeds[2] > 0
     return out
+
+
+def verdicts(backend, records, asked=ASKED, tasks=TASK_SET):
+    return verify_rollouts(backend, records, tasks, asked, score)
+
+
+def lie(record, **changes):
+    return record.model_copy(update=changes).sealed()
+
+
+def rejected_with(backend, records, index, changed, asked=ASKED):
+    """The reason record ``index`` is rejected once replaced by ``changed``, verified in
+    its group (the rest of the file would only cost time)."""
+    group = [i for i, r in enumerate(records) if r.problem_id == records[index].problem_id]
+    forged = [changed if i == index else records[i] for i in group]
+    verdict = verdicts(backend, forged, asked)[group.index(index)]
+    assert not verdict.accepted
+    return verdict.reason
 
 
 def test_records_carry_groups_targets_rewards_and_proofs(records):
@@ -66,14 +100,10 @@ def test_records_carry_groups_targets_rewards_and_proofs(records):
 
 
 def test_honest_records_verify(backend, records):
-    for r in records:
-        verdict = verify_rollout(backend, r, score)
+    for r, verdict in zip(records, verdicts(backend, records), strict=True):
         assert verdict.accepted, verdict.reason
         assert verdict.chunks_accepted == verdict.chunks == len(r.proofs)
-
-
-def lie(record, **changes):
-    return record.model_copy(update=changes).sealed()
+        assert verdict.sequence_logprob < 0
 
 
 @pytest.mark.parametrize(
@@ -83,36 +113,187 @@ def lie(record, **changes):
         (lambda r: {"task_reward": 1 - r.task_reward}, "its task reward is"),
         (lambda r: {"length_penalty": 0.0, "reward": r.task_reward}, "length penalty"),
         (lambda r: {"target_len": r.target_len + 1}, "prompt ids"),
-        (lambda r: {"prompt": r.prompt + " Easy."}, "prompt ids"),
         (lambda r: {"logprobs": [x / 2 for x in r.logprobs]}, "logprobs are off"),
         (lambda r: {"logprobs": r.logprobs[:-1]}, "logprobs for"),
         (lambda r: {"proofs": r.proofs[:-1]}, "proofs for"),
-        (lambda r: {"max_tokens": len(r.output_ids) - 1}, "exceed"),
         (lambda r: {"output_ids": [10_000, *r.output_ids[1:]]}, "cannot be replayed"),
-        (lambda r: {"verification_info": "{"}, "task data is malformed"),
     ],
 )
 def test_each_kind_of_lie_is_rejected(backend, records, change, reason):
-    verdict = verify_rollout(backend, lie(records[0], **change(records[0])), score)
-    assert not verdict.accepted
-    assert reason in verdict.reason
+    assert reason in rejected_with(backend, records, 0, lie(records[0], **change(records[0])))
+
+
+# -- the task comes from the validator's task set -----------------------------------
+
+
+def test_a_rewritten_ground_truth_is_rejected_though_the_node_scores_itself_right(backend, records):
+    r = records[0]
+    text = backend.tokenizer.decode(r.output_ids, skip_special_tokens=True)
+    # The node makes its own output the answer and claims full reward; by the record's
+    # own copy of the task that would even be consistent.
+    forged = lie(
+        r,
+        verification_info=json.dumps({"ground_truth": text}, separators=(",", ":")),
+        task_reward=1.0,
+        reward=1.0 - r.length_penalty,
+    )
+    reason = rejected_with(backend, records, 0, forged)
+    assert reason == "its verification info differs from the task set's t0"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"prompt": "What is 0 + 0? Easy."}, "its prompt differs from the task set's t0"),
+        ({"task_type": "code"}, "its task type differs from the task set's t0"),
+        ({"problem_id": "t9"}, "its problem_id is not in the validator's task set"),
+    ],
+)
+def test_task_fields_must_be_the_task_sets(backend, records, change, reason):
+    assert rejected_with(backend, records, 0, lie(records[0], **change)) == reason
+
+
+def test_a_code_tasks_tests_rewritten_by_the_node_are_rejected(backend):
+    code = Task(
+        problem_id="c0",
+        task_type="code",
+        prompt="Print the sum of two integers.",
+        verification_info={"tests": [{"stdin": "1 2\n", "stdout": "3\n"}]},
+    )
+    (r,) = generate(backend, tasks=[code], n=1)
+    # Tests that any program passes: no input, no expected output.
+    forged = lie(r, verification_info='{"tests":[{"stdin":"","stdout":""}]}', task_reward=1.0)
+    asked = Assignment("test", NODE, 4, 1, 70, 1.0, 1.0)
+    (verdict,) = verify_rollouts(backend, [forged], {"c0": code}, asked, score)
+    assert verdict.reason == "its verification info differs from the task set's c0"
+
+
+# -- provenance and sampling settings come from the assignment ----------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"node": "0x" + "34" * 20}, "its node is 0x3434"),
+        ({"run": "another"}, "its run is another, not the test asked for"),
+        ({"policy_step": 5}, "its policy step is 5, not the 4 asked for"),
+        ({"temperature": 0.5}, "its temperature is 0.5, not the 1.0 asked for"),
+        ({"top_p": 0.9}, "its top_p is 0.9, not the 1.0 asked for"),
+        ({"max_tokens": 90}, "its max_tokens is 90, not the 70 asked for"),
+    ],
+)
+def test_a_relabelled_record_is_rejected(backend, records, change, reason):
+    assert rejected_with(backend, records, 1, lie(records[1], **change)).startswith(reason)
+
+
+def test_output_longer_than_max_tokens_is_rejected(backend, records):
+    r = records[0]
+    asked = Assignment("test", NODE, 4, 2, len(r.output_ids) - 1, 1.0, 1.0)
+    forged = lie(r, max_tokens=len(r.output_ids) - 1)
+    assert "exceed its max_tokens" in rejected_with(backend, records, 0, forged, asked)
+
+
+# -- groups are independent samples, as many as asked --------------------------------
+
+
+def copy_of(record, source):
+    """``record`` made to carry ``source``'s completion, rewards and proofs."""
+    fields = ("output_ids", "logprobs", "proofs", "finish_reason")
+    rewards = ("task_reward", "length_penalty", "reward")
+    return lie(record, **{f: getattr(source, f) for f in (*fields, *rewards)})
+
+
+def test_one_completion_copied_across_a_group_is_rejected(backend, records):
+    forged = [records[0], copy_of(records[1], records[0]), *records[2:]]
+    result = verdicts(backend, forged)
+    for verdict in result[:2]:
+        assert not verdict.accepted
+        assert verdict.reason.startswith("samples #0, #1 of its group are one completion")
+    assert all(v.accepted for v in result[2:])  # other groups keep their verdicts
+
+
+def test_a_repeat_the_sampler_would_make_is_accepted(backend):
+    # Greedy decoding gives every sample of a group the same completion, with probability 1.
+    greedy = SamplingParams(max_tokens=30, temperature=0)
+    records = generate(backend, params=greedy, tasks=TASKS[:1], n=3)
+    assert len({tuple(r.output_ids) for r in records}) == 1
+    asked = Assignment("test", NODE, 4, 3, 30, 0.0, 1.0)
+    result = verdicts(backend, records, asked)
+    assert all(v.accepted for v in result), [v.reason for v in result]
+    assert all(v.sequence_logprob == 0 for v in result)
+
+
+def test_repeat_plausibility_follows_the_completions_probability():
+    assert repeat_plausibility(4, 2, -0.69) == pytest.approx(1.0)  # p = 0.5, capped at 1
+    assert repeat_plausibility(4, 2, -13.8) < REPEAT_PLAUSIBILITY  # p = 1e-6
+    assert repeat_plausibility(8, 3, -2.3) == pytest.approx(21 * 0.1**2, rel=0.01)
+
+
+def test_a_group_must_hold_the_samples_asked_for(backend, records):
+    short = [records[0], *records[2:]]
+    reason = verdicts(backend, short)[0].reason
+    assert reason == "its group holds samples 0, where 2 (0 to 1) were asked for"
+    doubled = [records[0], lie(records[1], sample=0), *records[2:]]
+    assert all(not v.accepted for v in verdicts(backend, doubled)[:2])
+    asked_three = Assignment("test", NODE, 4, 3, 70, 1.0, 1.0)
+    assert not any(v.accepted for v in verdicts(backend, records, asked_three))
+
+
+# -- the claimed sampling settings are how the tokens were sampled -------------------
+
+
+def test_sampling_at_another_temperature_is_rejected(backend):
+    hot = generate(backend, params=SamplingParams(max_tokens=70, temperature=1.6), tasks=TASKS[:1])
+    # The node claims the temperature asked for; its logprobs are those it sampled with.
+    claimed = [lie(r, temperature=1.0) for r in hot]
+    assert not any(v.accepted for v in verdicts(backend, claimed))
+    assert "logprobs are off" in verdicts(backend, claimed)[0].reason
+
+
+def test_tokens_outside_the_claimed_nucleus_are_rejected(backend, records):
+    # Sampled from the whole distribution, but claimed with top-p 0.3: the logprobs
+    # (taken before the nucleus) still match, the tokens do not.
+    asked = Assignment("test", NODE, 4, 2, 70, 1.0, 0.3)
+    claimed = [lie(r, top_p=0.3) for r in records[:2]]
+    result = verdicts(backend, claimed, asked)
+    assert not result[0].accepted
+    assert "outside the top-p nucleus" in result[0].reason
+    nucleus = SamplingParams(max_tokens=70, temperature=1.0, top_p=0.3)
+    honest = generate(backend, params=nucleus, tasks=TASKS[:1])
+    assert all(v.accepted for v in verdicts(backend, honest, asked))
+
+
+def test_sampled_tokens_claimed_as_greedy_are_rejected(backend, records):
+    # At temperature 0 the logprobs are those at temperature 1, so only the argmax
+    # check can tell.
+    asked = Assignment("test", NODE, 4, 2, 70, 0.0, 1.0)
+    claimed = [lie(r, temperature=0.0) for r in records[:2]]
+    reason = verdicts(backend, claimed, asked)[0].reason
+    assert "are not the argmax" in reason
+
+
+def test_a_finish_reason_must_agree_with_the_tokens(backend, records):
+    r = next(r for r in records if r.finish_reason == "length")
+    reason = rejected_with(backend, records, records.index(r), lie(r, finish_reason="eos"))
+    assert reason == "its finish reason is eos, but its tokens say length"
+    # Cut short without an end-of-sequence token: not how generation ends.
+    cut = lie(r, output_ids=r.output_ids[:32], logprobs=r.logprobs[:32], proofs=r.proofs[:1])
+    reason = rejected_with(backend, records, records.index(r), cut)
+    assert reason == "its output stops at 32 of 70 tokens with no end-of-sequence"
 
 
 def test_tokens_swapped_after_proving_fail(backend, records):
     r = records[0]
     # A whole chunk of other tokens: TOPLOC itself rejects it.
     swapped = [(t + 7) % 90 + 4 for t in r.output_ids[:32]] + r.output_ids[32:]
-    verdict = verify_rollout(backend, lie(r, output_ids=swapped), score)
-    assert not verdict.accepted
-    assert "TOPLOC rejected" in verdict.reason
+    assert "TOPLOC rejected" in rejected_with(backend, records, 0, lie(r, output_ids=swapped))
     # A few tokens: within TOPLOC's tolerance per chunk, but not the logprob check's.
     swapped = [(t + 7) % 90 + 4 for t in r.output_ids[:8]] + r.output_ids[8:]
-    verdict = verify_rollout(backend, lie(r, output_ids=swapped), score)
-    assert not verdict.accepted
+    rejected_with(backend, records, 0, lie(r, output_ids=swapped))
 
 
 def test_records_from_another_model_fail_toploc(model_dirs, records):
     other = TorchBackend(model_dirs[1], device="cpu")
-    verdicts = [verify_rollout(other, r, score) for r in records]
-    assert not any(v.accepted for v in verdicts)
-    assert all("TOPLOC rejected" in v.reason for v in verdicts)
+    result = verdicts(other, records)
+    assert not any(v.accepted for v in result)
+    assert all("TOPLOC rejected" in v.reason for v in result)

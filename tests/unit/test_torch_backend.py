@@ -89,11 +89,12 @@ def test_end_of_sequence_ends_only_its_own_row(backend):
     batch = prompts(backend, "first", "second")
     greedy = backend.generate(batch, GREEDY)
     token = greedy[0].output_ids[5]
-    backend._eos.add(token)  # make a token the model does emit an end-of-sequence token
+    usual = backend.eos_ids
+    backend.eos_ids = usual | {token}  # make a token the model does emit an end-of-sequence token
     try:
         ended = backend.generate(batch, GREEDY)
     finally:
-        backend._eos.discard(token)
+        backend.eos_ids = usual
     first = greedy[0].output_ids.index(token) + 1
     assert ended[0].finish_reason == "eos"
     assert ended[0].output_ids == greedy[0].output_ids[:first]
