@@ -4,15 +4,18 @@ Keys live in encrypted JSON V3 keystores (see `swarmrl.keystore`). The password
 comes from --password-file, else $SWARMRL_PASSWORD (for daemons), else a
 prompt. Commands that touch the chain read the deployment file that `swarmrl
 chain up` writes (or --deployment, for Base Sepolia or any other network).
-Every failure is one sentence on stderr and exit code 1, and changes nothing.
-Amounts are in tokens (18 decimals), e.g. 2.5.
+Every failure is one sentence on stderr and exit code 1 (`list` writes one per
+damaged keystore), and changes nothing. Commands that send hold the key's send
+lock (see `swarmrl.chain.tx.account_lock`) from their checks to their last
+receipt. Amounts are plain decimals of tokens (18 decimals), e.g. 12 or 2.5.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from decimal import Decimal, InvalidOperation, localcontext
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,28 +34,33 @@ app = typer.Typer(
 )
 
 RpcUrl = typer.Option(None, "--rpc-url", help="Override the deployment's RPC URL.")
-UNIT = 10**18
+DECIMALS = 18
+UNIT = 10**DECIMALS
+PLAIN_DECIMAL = re.compile(r"([0-9]+)(?:\.([0-9]+))?")
+MAX_KEY_FILE_BYTES = 1024  # 64 hex digits, a 0x and a newline, with room to spare
+MAX_EPOCH = 2**64 - 1  # ComputePool keys work by uint64 epoch
 
 
 def parse_amount(text: str) -> int:
-    """Tokens as written by a person ("2.5") to base units; positive, at most 18 decimals."""
+    """Tokens as a person writes them ("12", "0.5") to base units: a plain decimal in
+    ASCII digits, positive, with at most the token's 18 decimals."""
     if len(text) > 100:
         raise ValueError("that amount is too long to be an amount of tokens")
-    with localcontext() as ctx:
-        # Exact for every uint256 amount; the default 28 digits would round.
-        ctx.prec = 100
-        try:
-            tokens = Decimal(text)
-        except InvalidOperation:
-            raise ValueError(f"{text!r} is not an amount of tokens") from None
-        if tokens.is_finite() and tokens.adjusted() > 60:
-            raise ValueError(f"{text!r} is more tokens than can exist")
-        value = tokens * UNIT
-        if not value.is_finite() or value <= 0 or value != value.to_integral_value():
-            raise ValueError(f"{text!r} must be a positive amount with at most 18 decimals")
-        if value >= 2**256:
-            raise ValueError(f"{text!r} is more tokens than can exist")
-        return int(value)
+    # Decimal() would also take "1_000", "1e3", signs, spaces and any script's digits.
+    match = PLAIN_DECIMAL.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not an amount of tokens: write a plain decimal such as 12 or 0.5"
+        )
+    whole, fraction = match.group(1), match.group(2) or ""
+    if len(fraction) > DECIMALS:
+        raise ValueError(f"{text!r} has more than the token's {DECIMALS} decimals")
+    units = int(whole) * UNIT + int(fraction.ljust(DECIMALS, "0"))
+    if units == 0:
+        raise ValueError(f"{text!r} must be a positive amount of tokens")
+    if units >= 2**256:
+        raise ValueError(f"{text!r} is more tokens than can exist")
+    return units
 
 
 def format_amount(units: int) -> str:
@@ -89,12 +97,16 @@ def import_key(
 ) -> None:
     """Encrypt an existing private key into a new keystore."""
     try:
-        raw = private_key_file.read_text().strip()
+        with private_key_file.open("rb") as f:
+            # Bounded: a device or a large file given by mistake is refused, not read.
+            raw = f.read(MAX_KEY_FILE_BYTES + 1)
     except OSError as e:
         raise keystore.KeystoreError(f"cannot read the private key file: {e.strerror}") from None
+    if len(raw) > MAX_KEY_FILE_BYTES:
+        raise keystore.KeystoreError("the private key file is too large to hold one key")
     try:
-        key_bytes = bytes.fromhex(raw.removeprefix("0x"))
-    except ValueError:
+        key_bytes = bytes.fromhex(raw.decode("ascii").strip().removeprefix("0x"))
+    except ValueError:  # UnicodeDecodeError included
         raise keystore.KeystoreError("the private key file does not hold hex digits") from None
     key = keystore.save(
         _dir(keystore_dir), name, key_bytes, keystore.read_password(password_file, confirm=True)
@@ -104,9 +116,20 @@ def import_key(
 
 @app.command("list")
 def list_keys(keystore_dir: Path | None = KeystoreDir) -> None:
-    """Every key in the keystore directory, with its address."""
-    for key in keystore.list_keys(_dir(keystore_dir)):
+    """Every key in the keystore directory, with the address its file records.
+
+    Without the password an address cannot be checked against its key; every
+    command that unlocks a key checks it and refuses a key that is not the
+    address its file records. Each damaged file is one line on stderr, and the
+    exit code is then 1, after the good keys are listed.
+    """
+    listing = keystore.list_keys(_dir(keystore_dir))
+    for key in listing.keys:
         typer.echo(f"{key.name} {key.address}")
+    for damaged in listing.damaged:
+        typer.secho(f"error: {damaged}", err=True, fg=typer.colors.RED)
+    if listing.damaged:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -114,20 +137,30 @@ def address(
     name: str = typer.Argument(..., help="The key's name."),
     keystore_dir: Path | None = KeystoreDir,
 ) -> None:
-    """Print a key's address (no password needed)."""
+    """Print the address a key's file records (no password needed, so not checked
+    against the key; commands that unlock the key check it)."""
     typer.echo(keystore.info(_dir(keystore_dir), name).address)
 
 
 @contextmanager
 def _chain_errors() -> Iterator[None]:
-    """Chain failures end like every other: one sentence and exit code 1."""
-    from swarmrl.chain.errors import ChainError
+    """Chain failures end like every other: one sentence and exit code 1. RPC failures
+    the chain layer did not foresee are named, never dumped: web3's messages carry
+    URLs of its docs and whole RPC responses."""
+    from swarmrl.chain.errors import ChainError, rpc_failure_sentence
 
     try:
         yield
     except ChainError as e:
-        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(1) from None
+        message = str(e)
+    except Exception as e:
+        message = rpc_failure_sentence(e)
+        if message is None:
+            raise
+    else:
+        return
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(1)
 
 
 def _protocol(
@@ -147,12 +180,24 @@ def _acting_as(
     deployment: Path | None,
     rpc_url: str | None,
 ) -> Iterator[Protocol]:
-    """The protocol with the unlocked key `name` signing; chain errors end the command."""
+    """The protocol with the unlocked key `name` signing; chain errors end the command.
+
+    The block holds the key's send lock: two commands sending from one key would
+    otherwise check the same state, then collide on nonces or permits and revert.
+    """
+    from swarmrl.chain.tx import account_lock
+
     signer = keystore.unlock(
         _dir(keystore_dir), name, keystore.read_password(password_file, confirm=False)
     )
     with _chain_errors():
-        yield _protocol(deployment, rpc_url, signer)
+        chain = _protocol(deployment, rpc_url, signer)
+
+        def say_waiting() -> None:
+            typer.echo(f"waiting for another command sending from {signer.address}", err=True)
+
+        with account_lock(chain.deployment.chain_id, signer.address, on_wait=say_waiting):
+            yield chain
 
 
 @app.command()
@@ -256,20 +301,56 @@ def withdraw(
 ) -> None:
     """Withdraw every unbonded amount whose unbonding period has passed."""
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
+        _check_withdrawable(chain)
         typer.echo(f"withdrew {format_amount(chain.withdraw())}")
+
+
+def _check_withdrawable(chain: Protocol) -> None:
+    """One sentence, before any transaction, saying when stake becomes withdrawable."""
+    unbonding = chain.unbonding_of(chain.address)
+    if unbonding.withdrawable:
+        return
+    entries = chain.sender.call(
+        chain.stake_manager.functions.unbondingEntries(chain.address), "StakeManager"
+    )
+    pending = [(amount, release) for amount, release in entries if amount]
+    if not pending:
+        raise ValueError("nothing to withdraw: no stake is unbonding (see `wallet unstake`)")
+    first = min(release for _, release in pending)
+    due = sum(amount for amount, release in pending if release == first)
+    when = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    left = max(0, first - chain.chain_time())
+    raise ValueError(
+        f"nothing to withdraw yet: {format_amount(due)} of your "
+        f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {when} "
+        f"(in {_duration(left)}, by the chain's clock)"
+    )
+
+
+def _duration(seconds: int) -> str:
+    """A span of time in its two largest units, e.g. "2 d 3 h", "59 min 30 s"."""
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size} {unit}")
+            seconds %= size
+    return " ".join(parts[:2])
 
 
 @app.command()
 def claim(
     name: str = typer.Argument(..., help="The key's name (the node's provider)."),
     node: str = typer.Option(..., "--node", help="The node whose rewards to claim."),
-    epochs: list[int] = typer.Option(..., "--epoch", help="An epoch to claim; repeat for more."),
+    epochs: list[int] = typer.Option(
+        ..., "--epoch", min=0, max=MAX_EPOCH, help="An epoch to claim; repeat for more."
+    ),
     keystore_dir: Path | None = KeystoreDir,
     password_file: Path | None = PasswordFile,
     deployment: Path | None = DeploymentFile,
     rpc_url: str | None = RpcUrl,
 ) -> None:
     """Claim a node's rewards for epochs whose invalidation window has passed."""
+    _check_address(node, "--node")
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         typer.echo(f"claimed {format_amount(chain.claim(node, epochs))}")
 
@@ -281,9 +362,42 @@ def history(
     deployment: Path | None = DeploymentFile,
     rpc_url: str | None = RpcUrl,
 ) -> None:
-    """Every protocol event that names this key's address, oldest first."""
+    """Every protocol event that names the address this key's file records, oldest
+    first (no password needed, so that address is not checked against the key)."""
     account = keystore.info(_dir(keystore_dir), name).address
     with _chain_errors():
-        for event in _protocol(deployment, rpc_url).history(account):
-            args = ", ".join(f"{k}={v}" for k, v in event.args.items())
+        chain = _protocol(deployment, rpc_url)
+        roles = _role_names(chain)
+        for event in chain.history(account):
+            args = ", ".join(f"{k}={_shown(k, v, roles)}" for k, v in event.args.items())
             typer.echo(f"block {event.block}  {event.contract}.{event.name}({args})")
+
+
+def _role_names(chain: Protocol) -> dict[bytes, str]:
+    """Role ids to names: OpenZeppelin's admin role is zero, every other role is the
+    keccak of its constant's name (`bytes32 public constant X_ROLE = keccak256("X_ROLE")`)."""
+    from eth_utils import keccak
+
+    names = {bytes(32): "DEFAULT_ADMIN_ROLE"}
+    for contract in chain.contracts.values():
+        for item in contract.abi:
+            name = item.get("name", "")
+            if item.get("type") == "function" and name.endswith("_ROLE") and not item["inputs"]:
+                names.setdefault(keccak(text=name), name)
+    return names
+
+
+def _shown(name: str, value: object, roles: dict[bytes, str]) -> str:
+    """An event argument as a person reads it: role names, hex for other bytes."""
+    if not isinstance(value, bytes):
+        return str(value)
+    # OpenZeppelin's role events name them role, previousAdminRole and newAdminRole;
+    # other bytes32 (a zero commitment, say) must not read as a role.
+    if name == "role" or name.endswith("AdminRole"):
+        return roles.get(value) or "0x" + value.hex()
+    return "0x" + value.hex()
+
+
+def _check_address(text: str, option: str) -> None:
+    if not re.fullmatch(r"0x[0-9a-fA-F]{40}", text):
+        raise ValueError(f"{option} {text[:60]!r} is not an address (0x and 40 hex digits)")

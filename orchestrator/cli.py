@@ -1,8 +1,8 @@
-"""`swarmrl model`, `swarmrl tasks`, `swarmrl rollouts verify` and `swarmrl eval`:
+"""`swarmrl model`, `swarmrl tasks` and `swarmrl eval`:
 what a coordinator or a validator runs by hand, and what the daemons call.
 
 Progress goes to stderr; stdout carries the results a script reads (a model's
-path, one line per verified rollout and a summary).
+path, one line per checked completion, a table of figures).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from swarmrl.cli_options import (
     TasksFile,
     Temperature,
     quiet_transformers,
+    seed_option,
 )
+from swarmrl.files import check_output_dir
 
 model_app = typer.Typer(help="Build or import a policy model.", no_args_is_help=True)
 tasks_app = typer.Typer(
@@ -42,22 +44,26 @@ def model_init(
     out: Path = typer.Option(
         None, "--out", help="Where to write it (default: the models dir's 'default')."
     ),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the weights and training data."),
+    seed: int = seed_option("Seed of the weights and training data."),
 ) -> None:
-    """Build the embedded default policy: a tiny Llama pre-trained on the demo tasks."""
-    from orchestrator.pretrain import Recipe, build_default_model
+    """Build the embedded default policy: a tiny Llama pre-trained on the demo tasks.
+
+    Takes minutes on a CPU; progress and the time left go to stderr.
+    """
     from swarmrl.models.files import default_models_dir
+
+    out = out or default_models_dir() / "default"
+    check_output_dir(out)
+    from orchestrator.pretrain import Progress, Recipe, build_default_model, is_built  # torch
 
     quiet_transformers()
     recipe = Recipe(seed=seed)
-    out = out or default_models_dir() / "default"
+    if is_built(out, recipe):
+        typer.echo(out)
+        return
+    _err(f"pre-training the default model into {out}: preparing its training data")
     began = time.perf_counter()
-
-    def progress(step: int, loss: float) -> None:
-        if step % 100 == 0 or step == recipe.steps:
-            _err(f"step {step}/{recipe.steps}  loss {loss:.3f}")
-
-    path = build_default_model(out, recipe, progress=progress)
+    path = build_default_model(out, recipe, progress=Progress(recipe.steps, _err))
     _err(f"ready in {time.perf_counter() - began:.0f} s")
     typer.echo(path)
 
@@ -70,10 +76,13 @@ def model_import_smollm2(
 ) -> None:
     """Convert SmolLM2-135M-Instruct from its PyPI GGUF to safetensors, offline."""
     from swarmrl.models.files import default_models_dir
+
+    out = out or default_models_dir() / "smollm2-135m"
+    check_output_dir(out)
     from swarmrl.models.smollm2 import import_smollm2
 
     quiet_transformers()
-    typer.echo(import_smollm2(out or default_models_dir() / "smollm2-135m"))
+    typer.echo(import_smollm2(out))
 
 
 # -- tasks ----------------------------------------------------------------------
@@ -83,7 +92,7 @@ def model_import_smollm2(
 def tasks_generate(
     out: Path = typer.Option(..., "--out", help="Output file: .parquet or .jsonl."),
     n: int = typer.Option(64, "--n", min=1, max=100_000, help="How many tasks."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Generator seed."),
+    seed: int = seed_option("Generator seed."),
     source: str = typer.Option(
         "demo",
         "--source",
@@ -94,12 +103,14 @@ def tasks_generate(
 ) -> None:
     """Write tasks: the demo's own, or reasoning-gym's (procedural, offline)."""
     from orchestrator.tasks.generators import demo_tasks
-    from swarmrl.tasks import reasoning_gym, write_tasks
+    from swarmrl.tasks import check_task_output, reasoning_gym, write_tasks
 
-    if source == "demo":
+    datasets = None if source == "demo" else reasoning_gym.parse_source(source)
+    check_task_output(out)
+    if datasets is None:
         tasks = demo_tasks(n, seed=seed)
     else:
-        tasks = reasoning_gym.generate(reasoning_gym.parse_source(source), n, seed)
+        tasks = reasoning_gym.generate(datasets, n, seed)
     write_tasks(tasks, out)
     typer.echo(out)
 
@@ -148,75 +159,34 @@ def tasks_filter(
     model: Path = ModelDir,
     tasks: Path = TasksFile,
     out: Path = typer.Option(..., "--out", help="Kept tasks, with their solve rates."),
-    k: int = typer.Option(8, "--k", min=1, help="Samples per task."),
+    k: int = typer.Option(8, "--k", min=1, max=1024, help="Samples per task."),
     low: float = typer.Option(0.0, "--min", min=0.0, max=1.0, help="Lowest solve rate kept."),
     high: float = typer.Option(0.9, "--max", min=0.0, max=1.0, help="Highest solve rate kept."),
     max_tokens: int = MaxTokens,
     temperature: float = Temperature,
-    seed: int = typer.Option(0, "--seed", min=0),
+    seed: int = seed_option("Sampling seed (same seed, same solve rates)."),
     backend: str = BackendName,
     device: str = Device,
 ) -> None:
     """Keep the tasks whose solve rate by MODEL (k samples each) lies in [min, max]."""
-    from orchestrator.tasks.filter import filter_tasks
-    from swarmrl.models import load_backend
-    from swarmrl.models.backend import SamplingParams
-    from swarmrl.tasks import read_tasks, write_tasks
+    from swarmrl.tasks import check_task_output, read_tasks, write_tasks
 
     if low > high:
         raise ValueError(f"--min {low} is above --max {high}")
-    quiet_transformers()
+    check_task_output(out)
     items = read_tasks(tasks)
+    # torch loads here, once every cheap check has passed.
+    from orchestrator.tasks.filter import filter_tasks
+    from swarmrl.models import load_backend
+    from swarmrl.models.backend import SamplingParams
+
+    quiet_transformers()
     engine = load_backend(backend, model, device=device)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     kept = filter_tasks(engine, items, k=k, band=(low, high), params=params, seed=seed)
     write_tasks(kept, out)
     _err(f"kept {len(kept)} of {len(items)} tasks with solve rate in [{low:g}, {high:g}]")
     typer.echo(out)
-
-
-# -- rollouts -------------------------------------------------------------------
-
-
-def rollouts_verify(
-    file: Path = typer.Argument(..., help="A rollout file (.parquet)."),
-    model: Path = ModelDir,
-    backend: str = BackendName,
-    device: str = Device,
-) -> None:
-    """Check every record: prefill its TOPLOC proofs and recompute its rewards.
-
-    Prints one line per rollout and a summary; exits 1 if any is rejected.
-    """
-    from swarmrl.models import load_backend
-    from swarmrl.rollouts.records import read_rollouts
-    from swarmrl.rollouts.verify import verify_rollout
-    from swarmrl.tasks.rewards import task_reward
-
-    quiet_transformers()
-    records = read_rollouts(file)
-    engine = load_backend(backend, model, device=device)
-    rejected = 0
-    began = time.perf_counter()
-    for i, record in enumerate(records):
-        verdict = verify_rollout(engine, record, task_reward)
-        where = f"{i:>4} {record.problem_id} #{record.sample}"
-        if verdict.accepted:
-            typer.echo(
-                f"{where}: ok  {verdict.chunks} chunks, reward {record.reward:.4f} "
-                f"(task {record.task_reward:g})"
-            )
-        else:
-            rejected += 1
-            typer.echo(f"{where}: REJECTED  {verdict.reason}")
-    seconds = time.perf_counter() - began
-    typer.echo(
-        f"{len(records) - rejected} of {len(records)} rollouts accepted, "
-        f"{rejected} rejected ({seconds:.1f} s)"
-    )
-    sys.stdout.flush()
-    if rejected:
-        raise typer.Exit(1)
 
 
 # -- eval -----------------------------------------------------------------------
@@ -228,8 +198,10 @@ def eval_command(
     n: int = typer.Option(4, "--n", min=1, max=1024, help="Samples per task."),
     max_tokens: int = MaxTokens,
     temperature: float = Temperature,
-    seed: int = typer.Option(0, "--seed", min=0, help="Sampling seed (same seed, same figures)."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Sequences per batch."),
+    seed: int = seed_option("Sampling seed (same seed, same figures)."),
+    batch_size: int = typer.Option(
+        32, "--batch-size", min=1, max=4096, help="Sequences per batch."
+    ),
     as_json: bool = typer.Option(False, "--json", help="One JSON document instead of a table."),
     backend: str = BackendName,
     device: str = Device,
@@ -240,15 +212,15 @@ def eval_command(
     """
     import json
 
+    from swarmrl.tasks import read_tasks
+
+    items = read_tasks(tasks)
+    # torch loads here, once every cheap check has passed.
     from orchestrator.evaluate import evaluate
     from swarmrl.models import load_backend
     from swarmrl.models.backend import SamplingParams
-    from swarmrl.tasks import read_tasks
 
     quiet_transformers()
-    items = read_tasks(tasks)
-    if not items:
-        raise ValueError(f"{tasks} holds no tasks")
     engine = load_backend(backend, model, device=device)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     with typer.progressbar(length=len(items) * n, label="sampling", file=sys.stderr) as bar:

@@ -21,6 +21,7 @@ import math
 import random
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,19 +52,51 @@ class Recipe:
     boxed_fraction: float = 0.3
 
 
+class Progress:
+    """A ``progress`` callback that reports the first step, then every ``every`` steps
+    and the last, each with the time left estimated from the steps so far: the first
+    line comes seconds after training starts, not a hundred steps later."""
+
+    def __init__(self, steps: int, say: Callable[[str], None], every: int = 25) -> None:
+        self.steps = steps
+        self.say = say
+        self.every = every
+        self.began = time.perf_counter()
+
+    def __call__(self, step: int, loss: float) -> None:
+        if step == 0:  # the data is ready: time the steps alone
+            self.began = time.perf_counter()
+            return
+        if not (step == 1 or step % self.every == 0 or step == self.steps):
+            return
+        elapsed = time.perf_counter() - self.began
+        left = elapsed / step * (self.steps - step)
+        self.say(f"step {step}/{self.steps}  loss {loss:.3f}  about {_duration(left)} left")
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: "40 s", "6 min"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
+
+
 def build_default_model(
     out: Path,
     recipe: Recipe = Recipe(),
     *,
     progress: Callable[[int, float], None] | None = None,
 ) -> Path:
-    """Pre-train the default model into ``out`` unless it is there already."""
+    """Pre-train the default model into ``out`` unless it is there already.
+
+    ``progress(step, loss)`` is called with step 0 when the training data is ready,
+    then after every step.
+    """
     out = Path(out)
-    done = out / RECIPE_FILE
-    if done.is_file() and json.loads(done.read_text()) == asdict(recipe):
+    if is_built(out, recipe):
         return out
     # A default model of an older recipe is replaced; anything else is not ours to touch.
-    if out.exists() and any(out.iterdir()) and not done.is_file():
+    if out.exists() and any(out.iterdir()) and not (out / RECIPE_FILE).is_file():
         raise ValueError(f"{out} exists and holds something other than this default model")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".init-", dir=out.parent))
@@ -77,6 +110,15 @@ def build_default_model(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def is_built(out: Path, recipe: Recipe) -> bool:
+    """Whether ``out`` holds the finished default model of ``recipe``."""
+    done = Path(out) / RECIPE_FILE
+    try:
+        return done.is_file() and json.loads(done.read_text()) == asdict(recipe)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # damaged: built again
 
 
 def training_texts(
@@ -114,6 +156,8 @@ def _train(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tup
         count=recipe.steps * recipe.batch,
         boxed_fraction=recipe.boxed_fraction,
     )
+    if progress is not None:
+        progress(0, math.nan)
     model.train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay

@@ -17,6 +17,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich markup would swallow "[min, max]" and rich's option table shows
+    # flags with a "<bool>" metavar as if they took a value. Sub-apps inherit it.
+    rich_markup_mode=None,
 )
 bench_app = typer.Typer(
     help="Benchmarks against their named references (run from a source checkout).",
@@ -29,13 +32,9 @@ def _register_apps() -> None:
     """The one place swarmrl reaches into the apps: their command groups."""
     from client.rollouts import rollouts_generate
     from client.wallet import app as wallet_app
-    from orchestrator.cli import (  # light: torch loads later
-        eval_command,
-        model_app,
-        rollouts_verify,
-        tasks_app,
-    )
+    from orchestrator.cli import eval_command, model_app, tasks_app  # light: torch loads later
     from orchestrator.train_local.cli import train_app
+    from orchestrator.verify_cli import rollouts_verify
     from swarmrl.chain.cli import chain_app  # light: web3 loads inside the commands
     from swarmrl.p2p.cli import weights_app  # light: libp2p loads inside the commands
 

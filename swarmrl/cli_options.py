@@ -1,10 +1,8 @@
-"""Command-line options that several command groups share, so they read alike.
-
-Defaults are written in parentheses: typer's help renders square brackets as
-markup and would swallow them.
-"""
+"""Command-line options that several command groups share, so they read alike."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import typer
 
@@ -25,8 +23,20 @@ ModelDir = typer.Option(..., "--model", help="The policy: an HF model directory 
 BackendName = typer.Option("torch", "--backend", help="Inference backend: torch or vllm.")
 Device = typer.Option(None, "--device", help="torch device (default: cuda if present, else cpu).")
 TasksFile = typer.Option(..., "--tasks", help="Tasks: .parquet or .jsonl.")
-MaxTokens = typer.Option(256, "--max-tokens", min=1, help="Longest completion, in tokens.")
-Temperature = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature (0: greedy).")
+MaxTokens = typer.Option(
+    256, "--max-tokens", min=1, max=65_536, help="Longest completion, in tokens."
+)
+Temperature = typer.Option(
+    1.0, "--temperature", min=0.0, max=100.0, help="Sampling temperature (0: greedy)."
+)
+
+# Every seed fits the 32 bits that numpy's and reasoning-gym's generators take.
+MAX_SEED = 2**32 - 1
+
+
+def seed_option(help: str) -> Any:
+    """A ``--seed`` option, bounded alike in every command."""
+    return typer.Option(0, "--seed", min=0, max=MAX_SEED, help=help)
 
 
 def quiet_transformers() -> None:

@@ -15,6 +15,7 @@ import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pydantic_core
 from eth_account import Account
@@ -25,6 +26,7 @@ from swarmrl.files import data_dir
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # JSON V3 files are a few hundred bytes; anything far larger is not a keystore.
 MAX_KEYSTORE_BYTES = 64 * 1024
+MAX_PASSWORD_FILE_BYTES = 64 * 1024
 
 
 class KeystoreError(ValueError):
@@ -84,8 +86,11 @@ def save(directory: Path, name: str, private_key: bytes, password: str) -> KeyIn
         raise KeystoreError("the password must not be empty")
     try:
         account = Account.from_key(private_key)
-    except (ValueError, TypeError) as e:
-        raise KeystoreError(f"that is not a valid private key ({e})") from None
+    except (ValueError, TypeError):
+        raise KeystoreError(
+            "that is not a valid private key: a key is 32 bytes, not zero, "
+            "and below the secp256k1 group order"
+        ) from None
     _write_new(path, Account.encrypt(account.key, password))
     return KeyInfo(name, account.address, path)
 
@@ -95,58 +100,195 @@ def create(directory: Path, name: str, password: str) -> KeyInfo:
     return save(directory, name, Account.create().key, password)
 
 
-def _read(path: Path) -> dict:
+# What eth-account and geth write by default: scrypt n = 2**18, r = 8, p = 1, and
+# pbkdf2 with 10**6 iterations. Twice that is allowed; more is refused before the
+# kdf runs, since a file can otherwise ask for hours of work or gigabytes of memory.
+MAX_SCRYPT_WORK = 2 * 2**18 * 8  # n * r * p
+MAX_SCRYPT_BLOCKS = 2**18 * 8  # n * r; scrypt takes 128 bytes each, 256 MiB here
+MAX_PBKDF2_ROUNDS = 2 * 10**6
+_HEX = re.compile(r"(0x)?(?:[0-9a-fA-F]{2})*")
+
+
+@dataclass(frozen=True)
+class KeyListing:
+    """The keys of a directory, and the damaged files that are not keys."""
+
+    keys: list[KeyInfo]
+    damaged: list[KeystoreError]
+
+
+@dataclass(frozen=True)
+class _Keystore:
+    """A keystore file whose every field has been checked; `crypto` holds only
+    those fields, so the decrypting library never sees anything unchecked."""
+
+    path: Path
+    address: str
+    crypto: dict
+
+
+def _read(path: Path) -> _Keystore:
+    """The keystore at `path`, every field checked, without running the kdf."""
     try:
         if path.stat().st_size > MAX_KEYSTORE_BYTES:
             raise KeystoreError(f"{path} is too large to be a keystore")
-        # Not json.loads: see swarmrl.shards.Manifest.from_json on nesting depth.
-        document = pydantic_core.from_json(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise KeystoreError(f"no key named {path.stem!r} in {path.parent}") from None
-    except (OSError, ValueError) as e:
-        raise KeystoreError(f"{path} is not a readable keystore ({e})") from None
-    if not isinstance(document, dict) or document.get("version") != 3:
+    except OSError as e:
+        raise KeystoreError(f"cannot read keystore {path}: {e.strerror}") from None
+    try:
+        # Not json.loads: see swarmrl.shards.Manifest.from_json on nesting depth.
+        document = pydantic_core.from_json(raw)
+    except ValueError:
+        raise KeystoreError(f"{path} is not a readable keystore (not JSON)") from None
+    if not isinstance(document, dict) or _get(document, "version") != 3:
         raise KeystoreError(f"{path} is not a JSON V3 keystore")
-    return document
+    try:
+        return _Keystore(path, _address_of(document), _crypto(_get(document, "crypto", dict)))
+    except KeystoreError as e:
+        raise KeystoreError(f"keystore {path} is damaged: {e}") from None
+
+
+_KIND_NAMES = {dict: "JSON object", str: "string", int: "whole number"}
+
+
+def _get(section: dict, name: str, kind: type | None = None) -> Any:
+    """Field `name` in any letter case, as eth-account reads it (geth writes "crypto",
+    older wallets "Crypto"); a field written twice in different cases is refused."""
+    found = [value for key, value in section.items() if key.lower() == name]
+    if kind is None:
+        return found[0] if len(found) == 1 else None
+    if not found:
+        raise KeystoreError(f"it has no {name!r} field")
+    if len(found) > 1:
+        raise KeystoreError(f"its {name!r} field is written more than once")
+    value = found[0]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise KeystoreError(f"its {name!r} field is not a {_KIND_NAMES[kind]}")
+    return value
+
+
+def _hex(section: dict, name: str, *, size: int | None = None, most: int = 1024) -> str:
+    value = _get(section, name, str)
+    if not _HEX.fullmatch(value):
+        raise KeystoreError(f"its {name!r} field is not hex")
+    length = len(value.removeprefix("0x")) // 2
+    if size is not None and length != size:
+        raise KeystoreError(f"its {name!r} field is {length} bytes, not {size}")
+    if length > most:
+        raise KeystoreError(f"its {name!r} field is longer than {most} bytes")
+    return value
+
+
+def _whole(section: dict, name: str, least: int) -> int:
+    value = _get(section, name, int)
+    if value < least:
+        raise KeystoreError(f"its {name!r} field must be at least {least}")
+    return value
+
+
+def _crypto(crypto: dict) -> dict:
+    """The checked crypto section; kdf costs above the caps are refused here."""
+    if _get(crypto, "cipher", str) != "aes-128-ctr":
+        raise KeystoreError("its cipher is not aes-128-ctr, the one JSON V3 cipher")
+    iv = _hex(_get(crypto, "cipherparams", dict), "iv", size=16)
+    params = _get(crypto, "kdfparams", dict)
+    kdf = _get(crypto, "kdf", str)
+    checked = {"salt": _hex(params, "salt"), "dklen": _whole(params, "dklen", 0)}
+    if checked["dklen"] != 32:
+        raise KeystoreError("its kdf output length 'dklen' is not 32")
+    if kdf == "scrypt":
+        n, r, p = _whole(params, "n", 2), _whole(params, "r", 1), _whole(params, "p", 1)
+        if n & (n - 1):
+            raise KeystoreError(f"its scrypt cost n = {n} is not a power of two")
+        if n * r > MAX_SCRYPT_BLOCKS:
+            raise KeystoreError(
+                f"its scrypt memory n*r = {n * r} is above the {MAX_SCRYPT_BLOCKS} "
+                "swarmrl allows (geth and eth-account write 2097152)"
+            )
+        if n * r * p > MAX_SCRYPT_WORK:
+            raise KeystoreError(
+                f"its scrypt cost n*r*p = {n * r * p} is above the {MAX_SCRYPT_WORK} "
+                "swarmrl allows (geth and eth-account write 2097152)"
+            )
+        checked |= {"n": n, "r": r, "p": p}
+    elif kdf == "pbkdf2":
+        if _get(params, "prf", str) != "hmac-sha256":
+            raise KeystoreError("its pbkdf2 'prf' field is not hmac-sha256")
+        rounds = _whole(params, "c", 1)
+        if rounds > MAX_PBKDF2_ROUNDS:
+            raise KeystoreError(
+                f"its pbkdf2 iteration count {rounds} is above the {MAX_PBKDF2_ROUNDS} "
+                "swarmrl allows (eth-account writes 1000000)"
+            )
+        checked |= {"prf": "hmac-sha256", "c": rounds}
+    else:
+        raise KeystoreError(f"its key derivation {kdf[:40]!r} is neither scrypt nor pbkdf2")
+    return {
+        "cipher": "aes-128-ctr",
+        "cipherparams": {"iv": iv},
+        "ciphertext": _hex(crypto, "ciphertext", size=32),  # a private key
+        "mac": _hex(crypto, "mac", size=32),
+        "kdf": kdf,
+        "kdfparams": checked,
+    }
 
 
 def _address_of(document: dict) -> str:
-    raw = document.get("address")
+    raw = _get(document, "address")
     if not isinstance(raw, str) or not re.fullmatch(r"(0x)?[0-9a-fA-F]{40}", raw):
-        raise KeystoreError("the keystore does not record a valid address")
+        raise KeystoreError("it does not record a valid address")
     from eth_utils import to_checksum_address
 
     return to_checksum_address(raw if raw.startswith("0x") else f"0x{raw}")
 
 
 def info(directory: Path, name: str) -> KeyInfo:
-    """Name, address and path of one key, without decrypting it."""
-    path = _path(directory, name)
-    return KeyInfo(name, _address_of(_read(path)), path)
+    """Name, path and the address the keystore records, without decrypting it: only
+    `unlock` can check that address against the key."""
+    keystore = _read(_path(directory, name))
+    return KeyInfo(name, keystore.address, keystore.path)
 
 
-def list_keys(directory: Path) -> list[KeyInfo]:
-    """Every readable keystore in `directory`, by name."""
+def list_keys(directory: Path) -> KeyListing:
+    """Every keystore in `directory` by name (addresses as recorded, see `info`), and
+    every damaged one with what is wrong with it."""
+    listing = KeyListing([], [])
+    if not directory.exists():
+        return listing  # no key made yet
     if not directory.is_dir():
-        return []
-    keys = []
+        raise KeystoreError(f"the keystore folder {directory} is not a folder")
     for path in sorted(directory.glob("*.json")):
-        try:
-            keys.append(KeyInfo(path.stem, _address_of(_read(path)), path))
-        except KeystoreError:
+        if not NAME.fullmatch(path.stem):
+            listing.damaged.append(KeystoreError(f"{path} is not named like a key"))
             continue
-    return keys
+        try:
+            listing.keys.append(info(directory, path.stem))
+        except KeystoreError as e:
+            listing.damaged.append(e)
+    return listing
 
 
 def unlock(directory: Path, name: str, password: str) -> LocalAccount:
-    """The decrypted account; a wrong password is a `KeystoreError`."""
-    path = _path(directory, name)
-    document = _read(path)
+    """The decrypted account; a wrong password, or a key that is not the address the
+    keystore records, is a `KeystoreError`."""
+    keystore = _read(_path(directory, name))
     try:
-        key = Account.decrypt(document, password)
+        key = Account.decrypt({"version": 3, "crypto": keystore.crypto}, password)
     except ValueError:
+        # Every field was checked, so the MAC mismatch is all that is left.
         raise KeystoreError(f"wrong password for key {name!r}") from None
-    return Account.from_key(key)
+    try:
+        account = Account.from_key(key)
+    except ValueError:
+        raise KeystoreError(f"keystore {keystore.path} holds no valid private key") from None
+    if account.address != keystore.address:
+        raise KeystoreError(
+            f"keystore {keystore.path} records address {keystore.address} but holds the key "
+            f"of {account.address}, so it was edited or damaged and is not used"
+        )
+    return account
 
 
 def read_password(password_file: Path | None, *, confirm: bool = False) -> str:
@@ -154,9 +296,18 @@ def read_password(password_file: Path | None, *, confirm: bool = False) -> str:
     daemons), else a prompt on the terminal; never from the command line."""
     if password_file is not None:
         try:
-            return password_file.read_text().splitlines()[0] if password_file.stat().st_size else ""
+            with password_file.open("rb") as f:
+                # Bounded: a device or a large file given by mistake is refused, not read.
+                raw = f.read(MAX_PASSWORD_FILE_BYTES + 1)
         except OSError as e:
             raise KeystoreError(f"cannot read the password file: {e.strerror}") from None
+        if len(raw) > MAX_PASSWORD_FILE_BYTES:
+            raise KeystoreError("the password file is too large to hold a password")
+        try:
+            lines = raw.decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise KeystoreError("the password file is not UTF-8 text") from None
+        return lines[0] if lines else ""
     if (env := os.environ.get("SWARMRL_PASSWORD")) is not None:
         return env
     if not sys.stdin.isatty():

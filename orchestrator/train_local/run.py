@@ -101,8 +101,6 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
     import torch
 
     tasks = read_tasks(run.tasks)
-    if not tasks:
-        raise ValueError(f"{run.tasks} holds no tasks")
     if not (run.model / "config.json").is_file():
         raise ValueError(f"{run.model} is not a model directory (no config.json)")
     check_run_dir(run)

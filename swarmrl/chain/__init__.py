@@ -12,5 +12,5 @@ stays fast to start):
                  work-commitment Merkle tree (OpenZeppelin MerkleProof)
 - ``deploy``     deploying the protocol; the deployment file (pydantic)
 - ``protocol``   Protocol: every contract operation as a typed call
-- ``cli``        `swarmrl chain up|down|status`
+- ``cli``        `swarmrl chain up|down|status|deploy|mint|fund`
 """

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
@@ -30,6 +31,8 @@ DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_CHAIN_ID = 31337
 DEV_ACCOUNTS = 10
 HOST = "127.0.0.1"
+# Process ids are C ints: os.kill raises OverflowError past this.
+MAX_PID = 2**31 - 1
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_ANVIL = REPO_ROOT / "contracts" / "node_modules" / ".bin" / "anvil"
@@ -61,8 +64,23 @@ def dev_accounts(count: int = DEV_ACCOUNTS) -> list[LocalAccount]:
     ]
 
 
+def check_rpc_url(rpc_url: str) -> None:
+    """ChainConfigError unless `rpc_url` is an http(s) URL with a host and a valid port."""
+    shown = rpc_url if len(rpc_url) <= 100 else rpc_url[:100] + "..."
+    try:
+        parts = urlsplit(rpc_url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a malformed host or a port out of range
+        valid = False
+    if not valid:
+        raise ChainConfigError(
+            f"{shown!r} is not an RPC URL: write it as http://HOST:PORT or https://HOST/..."
+        )
+
+
 def connect(rpc_url: str, *, timeout: float = 10.0) -> Web3:
     """A Web3 for `rpc_url` with a request timeout (the sender does its own retries)."""
+    check_rpc_url(rpc_url)
     return Web3(
         HTTPProvider(
             rpc_url,
@@ -242,6 +260,8 @@ def stop_pid(pid: int, timeout: float = 5.0) -> bool:
 
 def pid_running(pid: int) -> bool:
     """Whether `pid` runs; a zombie (dead, not yet reaped by its parent) does not."""
+    if not 0 < pid <= MAX_PID:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -258,7 +278,7 @@ def pid_running(pid: int) -> bool:
 
 def is_anvil_pid(pid: int) -> bool:
     """Whether `pid` is a live process whose executable is named anvil."""
-    if pid <= 0 or not pid_running(pid):
+    if not pid_running(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
     if not cmdline.exists():  # no /proc (macOS): trust the pid file

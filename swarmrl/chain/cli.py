@@ -2,30 +2,44 @@
 
 `up` starts anvil detached from this process (its pid file and log live in the
 state directory), deploys every contract with the dev accounts in their roles,
-and writes deployment.json; `down` stops it; `status` says whether it runs.
-`deploy` puts the protocol on any other chain (Base Sepolia) from a keystore
-and writes the deployment file that every other command reads.
+and writes deployment.json; `down` stops it (and its state is gone); `status`
+says whether it runs. `deploy` puts the protocol on any other chain (Base
+Sepolia) with a key from the keystore and writes the deployment file that every
+other command reads. `mint` and `fund` are a test network's faucet and its
+reward budget. Every check that needs no transaction runs before the first one.
 Heavy imports (web3) happen inside the commands so `swarmrl --help` stays fast.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from swarmrl.chain.paths import DEPLOYMENT_FILE, default_state_dir
+from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+
+if TYPE_CHECKING:
+    from swarmrl.chain.deploy import Deployment
+    from swarmrl.chain.protocol import Protocol
 
 chain_app = typer.Typer(
-    help="A local development chain (anvil) with the protocol deployed.",
+    help="The protocol on chain: a local anvil, deployments, test tokens, the reward budget.",
     no_args_is_help=True,
 )
 
 PID_FILE = "anvil.pid"
 LOG_FILE = "anvil.log"
+LOCK_FILE = "chain.lock"
+# A pid file holds one number; reading more would only read garbage.
+PID_FILE_BYTES = 64
+# deploy.MAX_TOKENS, the bound the contracts' uint256 leaves for whole tokens; written
+# here too because --help is built before web3 (and so swarmrl.chain.deploy) loads.
+MAX_TOKENS_TEXT = "10^59"
 DEV_TOKENS = 10_000
 DEV_POOL_FUNDING = 100_000
 
@@ -39,21 +53,45 @@ StateDir = typer.Option(
 
 @contextmanager
 def _one_sentence_errors() -> Iterator[None]:
-    """ChainError and OSError end as one sentence on stderr and exit code 1."""
-    from swarmrl.chain.errors import ChainError
+    """Chain, RPC and file-system failures end as one sentence on stderr and exit 1."""
+    from swarmrl.chain.errors import ChainError, os_error_sentence, rpc_failure_sentence
 
     try:
         yield
-    except (ChainError, OSError) as e:
-        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(1) from None
+    except ChainError as e:
+        _fail(str(e))
+    except Exception as e:
+        sentence = rpc_failure_sentence(e)
+        if sentence is None and isinstance(e, OSError):
+            sentence = os_error_sentence(e)
+        if sentence is None:
+            raise
+        _fail(sentence)
+
+
+def _fail(sentence: str) -> None:
+    typer.secho(f"error: {sentence}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(1)
 
 
 def _read_pid(state_dir: Path) -> int | None:
+    """The pid in the pid file; None if there is none, or it holds no plausible pid (a
+    stale or damaged file is not a running chain)."""
+    from swarmrl.chain.anvil import MAX_PID
+    from swarmrl.chain.errors import ChainConfigError, os_error_reason
+
+    path = state_dir / PID_FILE
     try:
-        return int((state_dir / PID_FILE).read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
+        with open(path, "rb") as f:
+            words = f.read(PID_FILE_BYTES).split()
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        raise ChainConfigError(f"cannot read the pid file {path}: {os_error_reason(e)}") from None
+    if not words or not words[0].isdigit():  # bytes.isdigit: ASCII digits only
+        return None
+    pid = int(words[0])
+    return pid if 0 < pid <= MAX_PID else None
 
 
 def _running_pid(state_dir: Path) -> int | None:
@@ -82,29 +120,34 @@ def up(
             run_id_from_name,
             write_deployment,
         )
-        from swarmrl.chain.errors import ChainError
+        from swarmrl.chain.errors import ChainConfigError, ChainError
+        from swarmrl.chain.paths import exclusive_use
 
-        if (pid := _running_pid(state_dir)) is not None:
-            raise ChainError(
-                f"a chain is already running from {state_dir} (pid {pid}); "
-                "run `swarmrl chain down` first"
-            )
+        run_id = run_id_from_name(run)
+        if state_dir.exists() and not state_dir.is_dir():
+            raise ChainConfigError(f"the state folder {state_dir} is a file")
         state_dir.mkdir(parents=True, exist_ok=True)
-        anvil = Anvil.start(log_path=state_dir / LOG_FILE, detached=True)
-        try:
-            (state_dir / PID_FILE).write_text(f"{anvil.pid}\n")
-            deployment = deploy_dev(
-                anvil,
-                run_id=run_id_from_name(run),
-                tokens_each=DEV_TOKENS * TOKEN,
-                pool_funding=DEV_POOL_FUNDING * TOKEN,
-            )
-            path = state_dir / DEPLOYMENT_FILE
-            write_deployment(path, deployment)
-        except BaseException:
-            anvil.stop()
-            (state_dir / PID_FILE).unlink(missing_ok=True)
-            raise
+        with exclusive_use(state_dir / LOCK_FILE, state_dir, "swarmrl chain up"):
+            if (pid := _running_pid(state_dir)) is not None:
+                raise ChainError(
+                    f"a chain is already running from {state_dir} (pid {pid}); "
+                    "run `swarmrl chain down` first"
+                )
+            anvil = Anvil.start(log_path=state_dir / LOG_FILE, detached=True)
+            try:
+                (state_dir / PID_FILE).write_text(f"{anvil.pid}\n")
+                deployment = deploy_dev(
+                    anvil,
+                    run_id=run_id,
+                    tokens_each=DEV_TOKENS * TOKEN,
+                    pool_funding=DEV_POOL_FUNDING * TOKEN,
+                )
+                path = state_dir / DEPLOYMENT_FILE
+                write_deployment(path, deployment)
+            except BaseException:
+                anvil.stop()
+                (state_dir / PID_FILE).unlink(missing_ok=True)
+                raise
         typer.echo(f"chain up: {anvil.rpc_url} (chain id {deployment.chain_id}, pid {anvil.pid})")
         typer.echo(f"deployment: {path}")
         typer.echo(
@@ -117,14 +160,19 @@ def up(
 
 @chain_app.command()
 def down(state_dir: Path | None = StateDir) -> None:
-    """Stop the chain started by `swarmrl chain up`."""
+    """Stop the chain started by `swarmrl chain up`, discarding its state for good."""
     state_dir = state_dir or default_state_dir()
     with _one_sentence_errors():
         from swarmrl.chain.anvil import stop_pid
+        from swarmrl.chain.paths import exclusive_use
 
-        pid = _read_pid(state_dir)
-        stopped = pid is not None and stop_pid(pid)
-        (state_dir / PID_FILE).unlink(missing_ok=True)
+        if not state_dir.is_dir():
+            typer.echo(f"no chain running from {state_dir}")
+            return
+        with exclusive_use(state_dir / LOCK_FILE, state_dir, "swarmrl chain down"):
+            pid = _read_pid(state_dir)
+            stopped = pid is not None and stop_pid(pid)
+            (state_dir / PID_FILE).unlink(missing_ok=True)
         if stopped:
             typer.echo(f"chain stopped (pid {pid})")
         else:
@@ -142,6 +190,7 @@ def status(
         from swarmrl.chain.anvil import connect
         from swarmrl.chain.deploy import load_deployment
         from swarmrl.chain.errors import ChainError
+        from swarmrl.chain.protocol import require_contracts
         from swarmrl.chain.tx import with_rpc_retries
 
         pid = _running_pid(state_dir)
@@ -150,6 +199,7 @@ def status(
         deployment = load_deployment(state_dir / DEPLOYMENT_FILE)
         w3 = connect(deployment.rpc_url)
         block = with_rpc_retries(lambda: w3.eth.block_number, what="eth_blockNumber", retries=2)
+        require_contracts(w3, deployment)
         info = {
             "running": True,
             "pid": pid,
@@ -172,13 +222,10 @@ def status(
 @chain_app.command("deploy")
 def deploy_cmd(
     rpc_url: str = typer.Option(..., "--rpc-url", help="Any chain, e.g. Base Sepolia's RPC URL."),
-    keystore_file: Path = typer.Option(
-        ..., "--keystore", help="The deployer's JSON V3 keystore; it pays gas and is admin."
+    key: str = typer.Option(
+        ..., "--key", help="Keystore name of the deployer's key; it pays gas and is admin."
     ),
     out: Path = typer.Option(..., "--out", help="Where to write the deployment file."),
-    password_file: Path | None = typer.Option(
-        None, "--password-file", help="Keystore password file (default: $SWARMRL_PASSWORD)."
-    ),
     run: str = typer.Option("dev", "--run", help="Run name or 0x-prefixed bytes32 run id."),
     recorder: list[str] = typer.Option(
         [], "--recorder", help="Orchestrator address allowed to record work (repeatable)."
@@ -190,36 +237,50 @@ def deploy_cmd(
     quorum: int = typer.Option(
         1, min=1, help="Validator votes to invalidate or slash; at most the number of validators."
     ),
-    min_stake: int = typer.Option(100, min=0, help="Stake per node, in whole tokens."),
+    min_stake: int = typer.Option(
+        100, min=0, help=f"Stake per node, in whole tokens: 0 to {MAX_TOKENS_TEXT}."
+    ),
     unbonding_period: int = typer.Option(
         7 * 24 * 3600, min=60, max=30 * 24 * 3600, help="Seconds, 1 minute to 30 days."
     ),
     invalidation_window: int = typer.Option(
         24 * 3600, min=60, help="Seconds, 1 minute to the unbonding period."
     ),
-    reward_per_unit_wei: int = typer.Option(10**17, min=0, help="Token wei per work unit."),
+    reward_per_unit_wei: int = typer.Option(
+        10**17, min=0, help=f"Token wei per work unit: 0 to {MAX_TOKENS_TEXT} tokens' worth."
+    ),
     slash_penalty: int = typer.Option(
-        50, min=0, help="Tokens slashed per slash, at most the stake per node."
+        50, min=0, help="Tokens slashed per slash: 0 to the stake per node."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
 ) -> None:
-    """Deploy the protocol to any chain (e.g. Base Sepolia) and write its deployment file."""
+    """Deploy the protocol to any chain, such as Base Sepolia, and write its deployment file."""
     with _one_sentence_errors():
-        import pydantic_core
-        from eth_account import Account
-
         from swarmrl import keystore
-        from swarmrl.chain.anvil import connect
+        from swarmrl.chain.anvil import check_rpc_url, connect
         from swarmrl.chain.deploy import (
+            MAX_TOKENS,
             TOKEN,
             ProtocolParams,
+            checked_address,
             deploy,
             run_id_from_name,
-            write_deployment,
         )
         from swarmrl.chain.errors import ChainConfigError
         from swarmrl.chain.tx import with_rpc_retries
+        from swarmrl.files import check_output_path
 
+        # Everything that costs nothing is checked before the key is decrypted and
+        # long before the first transaction: a typo must not cost gas.
+        for flag, tokens in (("--min-stake", min_stake), ("--slash-penalty", slash_penalty)):
+            if tokens > MAX_TOKENS:
+                raise ChainConfigError(f"{flag} {tokens} is above {MAX_TOKENS_TEXT} tokens")
+        if reward_per_unit_wei > MAX_TOKENS * TOKEN:
+            raise ChainConfigError(
+                f"--reward-per-unit-wei {reward_per_unit_wei} is above {MAX_TOKENS_TEXT} tokens"
+            )
         params = ProtocolParams.checked(
             min_stake_per_node=min_stake * TOKEN,
             unbonding_period=unbonding_period,
@@ -228,32 +289,136 @@ def deploy_cmd(
             slash_penalty=slash_penalty * TOKEN,
             quorum=quorum,
         )
-        if len(set(validator)) < quorum:
+        run_id = run_id_from_name(run)
+        try:
+            recorders = [checked_address(a) for a in recorder]
+            validators = [checked_address(a) for a in validator]
+            treasury = None if treasury is None else checked_address(treasury)
+        except ValueError as e:
+            raise ChainConfigError(str(e)) from None
+        if len(set(validators)) < quorum:
             raise ChainConfigError(
                 f"--quorum {quorum} needs at least {quorum} distinct --validator addresses"
             )
+        check_rpc_url(rpc_url)
+        check_output_path(out)
         if out.exists() and not force:
             raise ChainConfigError(f"{out} exists; pass --force to overwrite it")
+        directory = keystore_dir or keystore.default_dir()
+        keystore.info(directory, key)  # the keystore exists and is readable
         password = keystore.read_password(password_file)
-        try:
-            key = Account.decrypt(pydantic_core.from_json(keystore_file.read_bytes()), password)
-        except (ValueError, KeyError, TypeError):
-            raise ChainConfigError(
-                f"cannot decrypt {keystore_file}: wrong password or not a keystore"
-            ) from None
-        admin = Account.from_key(key)
         w3 = connect(rpc_url)
         chain_id = with_rpc_retries(lambda: w3.eth.chain_id, what="eth_chainId")
+        admin = keystore.unlock(directory, key, password)
         deployment = deploy(
             w3,
             admin,
             rpc_url=rpc_url,
-            run_id=run_id_from_name(run),
-            recorders=recorder,
-            validators=validator,
+            run_id=run_id,
+            recorders=recorders,
+            validators=validators,
             treasury=treasury or admin.address,
             params=params,
         )
-        write_deployment(out, deployment)
+        _write_or_print(out, deployment)
         typer.echo(f"deployed on chain {chain_id}: pool {deployment.contracts.compute_pool}")
         typer.echo(f"deployment: {out}")
+
+
+def _write_or_print(out: Path, deployment: Deployment) -> None:
+    """Writes the deployment file; if that fails, prints its content on stdout instead,
+    since the contracts it names were paid for and cannot be found again otherwise."""
+    from swarmrl.chain.deploy import write_deployment
+    from swarmrl.chain.errors import ChainError, os_error_sentence
+
+    try:
+        write_deployment(out, deployment)
+    except OSError as e:
+        typer.echo(deployment.model_dump_json(indent=2))
+        raise ChainError(
+            f"the protocol is deployed but {out} could not be written ({os_error_sentence(e)}); "
+            "the deployment file is printed on stdout instead: save it"
+        ) from None
+
+
+def _coordinator(
+    key: str,
+    keystore_dir: Path | None,
+    password_file: Path | None,
+    deployment: Path | None,
+    check: Callable[[Protocol, str], None],
+) -> Protocol:
+    """The deployment's protocol and the unlocked key `key`; `check` runs on the key's
+    address before the password is asked for, so a refusal costs nothing."""
+    from swarmrl import keystore
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.chain.protocol import Protocol
+
+    directory = keystore_dir or keystore.default_dir()
+    address = keystore.info(directory, key).address
+    chain = Protocol.connect(load_deployment(deployment))
+    check(chain, address)
+    return chain.as_account(keystore.unlock(directory, key, keystore.read_password(password_file)))
+
+
+@chain_app.command()
+def mint(
+    to: str = typer.Option(..., "--to", help="The address that receives the tokens."),
+    amount: str = typer.Option(..., "--amount", help="Tokens, in plain digits: 1000 or 2.5."),
+    key: str = typer.Option(
+        ..., "--key", help="Keystore name of a key with the minter role (the deployer's)."
+    ),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+) -> None:
+    """Mint test tokens, a test network's faucet: the key needs the token's minter role."""
+    with _one_sentence_errors():
+        from swarmrl.chain.deploy import checked_address, format_tokens, parse_tokens
+        from swarmrl.chain.errors import ChainConfigError
+
+        units = parse_tokens(amount)
+        try:
+            receiver = checked_address(to)
+        except ValueError as e:
+            raise ChainConfigError(f"--to: {e}") from None
+
+        def has_minter_role(chain: Protocol, address: str) -> None:
+            if not chain.has_role("StakeToken", "MINTER_ROLE", address):
+                raise ChainConfigError(
+                    f"key {key!r} ({address}) does not hold the minter role on the stake "
+                    f"token {chain.token.address}; mint with the deployer's key"
+                )
+
+        chain = _coordinator(key, keystore_dir, password_file, deployment, has_minter_role)
+        chain.mint(receiver, units)
+        balance = format_tokens(chain.token_balance(receiver))
+        typer.echo(f"minted {format_tokens(units)} to {receiver}; it now holds {balance}")
+
+
+@chain_app.command()
+def fund(
+    amount: str = typer.Option(..., "--amount", help="Tokens, in plain digits: 1000 or 2.5."),
+    key: str = typer.Option(..., "--key", help="Keystore name of the key whose tokens fund it."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+) -> None:
+    """Add tokens to the pool's reward budget, which pays for recorded work."""
+    with _one_sentence_errors():
+        from swarmrl.chain.deploy import format_tokens, parse_tokens
+        from swarmrl.chain.errors import ChainConfigError
+
+        units = parse_tokens(amount)
+
+        def holds_enough(chain: Protocol, address: str) -> None:
+            if (held := chain.token_balance(address)) < units:
+                raise ChainConfigError(
+                    f"key {key!r} ({address}) holds {format_tokens(held)} tokens, "
+                    f"less than the {format_tokens(units)} to fund"
+                )
+
+        chain = _coordinator(key, keystore_dir, password_file, deployment, holds_enough)
+        chain.fund(units)
+        budget = format_tokens(chain.available_rewards())
+        typer.echo(f"funded the pool with {format_tokens(units)}; its reward budget is {budget}")

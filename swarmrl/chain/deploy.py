@@ -11,6 +11,7 @@ file, fsync, rename) so a reader never sees half of it.
 from __future__ import annotations
 
 import os
+import re
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +25,7 @@ from web3.logs import DISCARD
 
 from swarmrl.chain.anvil import Anvil, dev_accounts
 from swarmrl.chain.artifacts import CONTRACTS, load_artifact
-from swarmrl.chain.errors import ChainConfigError
+from swarmrl.chain.errors import ChainConfigError, os_error_reason
 from swarmrl.chain.paths import deployment_path
 from swarmrl.chain.revert import RevertDecoder
 from swarmrl.chain.tx import TxSender, TxSettings
@@ -32,7 +33,18 @@ from swarmrl.files import write_atomically
 
 # 2: the pool is created by the stake manager through a PoolFactory, and records lock stake.
 DEPLOYMENT_VERSION = 2
-TOKEN = 10**18  # StakeToken has 18 decimals
+TOKEN_DECIMALS = 18  # StakeToken's
+TOKEN = 10**TOKEN_DECIMALS
+MAX_UINT256 = 2**256 - 1
+# Bounds of the amounts a deployment takes, round and within a uint256 (10**77 wei is
+# below 2**256), so --help can state them.
+MAX_TOKENS = 10**59
+MAX_WEI = MAX_TOKENS * TOKEN
+_PLAIN_DECIMAL = re.compile(r"([0-9]{1,80})(?:\.([0-9]{1,80}))?")
+# A deployment file is about 1 KiB; reading is capped so that a wrong path (a device,
+# a model) is refused rather than read whole.
+MAX_DEPLOYMENT_BYTES = 1 << 20
+MAX_RUN_NAME = 128  # as `rollouts generate --run` allows
 # The contracts' bounds (StakeManager and ComputePool constants), checked here
 # before the first transaction so that a bad value costs no gas.
 MIN_UNBONDING_PERIOD = MIN_INVALIDATION_WINDOW = 60
@@ -42,20 +54,27 @@ MAX_UNBONDING_PERIOD = 30 * 24 * 3600
 DEV_ADMIN, DEV_RECORDER, DEV_VALIDATOR, DEV_TREASURY = 0, 1, 2, 3
 
 
-def _address(value: str) -> str:
-    if not is_address(value):
-        raise ValueError(f"{value!r} is not an Ethereum address")
+def _shown(value: object) -> str:
+    """`value` quoted for a message, cut short: a damaged file may hold megabytes."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def checked_address(value: str) -> str:
+    """The checksummed address, or ValueError naming the value that is not one."""
+    if not isinstance(value, str) or not is_address(value):
+        raise ValueError(f"{_shown(value)} is not an Ethereum address")
     return to_checksum_address(value)
 
 
 def _bytes32_hex(value: str) -> str:
     raw = value.removeprefix("0x")
     if len(raw) != 64 or any(c not in "0123456789abcdefABCDEF" for c in raw):
-        raise ValueError(f"{value!r} is not 32 bytes of hex")
+        raise ValueError(f"{_shown(value)} is not 32 bytes of hex")
     return "0x" + raw.lower()
 
 
-Address = Annotated[str, AfterValidator(_address)]
+Address = Annotated[str, AfterValidator(checked_address)]
 Bytes32Hex = Annotated[str, AfterValidator(_bytes32_hex)]
 
 
@@ -78,12 +97,12 @@ class ProtocolParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    min_stake_per_node: int = Field(100 * TOKEN, ge=0)
+    min_stake_per_node: int = Field(100 * TOKEN, ge=0, le=MAX_WEI)
     unbonding_period: int = Field(3600, ge=MIN_UNBONDING_PERIOD, le=MAX_UNBONDING_PERIOD)
     invalidation_window: int = Field(600, ge=MIN_INVALIDATION_WINDOW)
-    reward_per_unit: int = Field(TOKEN // 10, ge=0)
-    slash_penalty: int = Field(50 * TOKEN, ge=0)
-    quorum: int = Field(1, ge=1)
+    reward_per_unit: int = Field(TOKEN // 10, ge=0, le=MAX_WEI)
+    slash_penalty: int = Field(50 * TOKEN, ge=0, le=MAX_WEI)
+    quorum: int = Field(1, ge=1, le=MAX_UINT256)
 
     @model_validator(mode="after")
     def _within_each_other(self) -> ProtocolParams:
@@ -132,11 +151,48 @@ class Deployment(BaseModel):
 
 
 def run_id_from_name(name: str) -> str:
-    """A run id for a human name: keccak256 of it, or the value itself if already bytes32."""
-    try:
-        return _bytes32_hex(name)
-    except ValueError:
-        return "0x" + keccak(text=name).hex()
+    """A run id for a human name: keccak256 of it, or the value itself if already bytes32.
+    A name starting with 0x must be a whole run id: a shortened one would silently
+    become the hash of a different run."""
+    if not name.strip():
+        raise ChainConfigError("the run name is empty")
+    if len(name) > MAX_RUN_NAME:
+        raise ChainConfigError(f"the run name is longer than {MAX_RUN_NAME} characters")
+    if name.startswith("0x"):
+        try:
+            return _bytes32_hex(name)
+        except ValueError:
+            raise ChainConfigError(
+                f"run {_shown(name)} starts with 0x but is not a 32-byte run id "
+                "(0x and 64 hex digits); give a run name without 0x instead"
+            ) from None
+    return "0x" + keccak(text=name).hex()
+
+
+def parse_tokens(text: str) -> int:
+    """Tokens written as a plain decimal ("1000", "2.5"; ASCII digits only, no
+    exponent, underscore or sign) to base units: positive, at most 18 decimals, and
+    no more than a uint256 holds."""
+    match = _PLAIN_DECIMAL.fullmatch(text)
+    if match is None:
+        raise ChainConfigError(
+            f"{_shown(text)} is not an amount of tokens: write plain digits, e.g. 1000 or 2.5"
+        )
+    whole, fraction = match.group(1), match.group(2) or ""
+    if len(fraction) > TOKEN_DECIMALS:
+        raise ChainConfigError(f"{_shown(text)} has more than {TOKEN_DECIMALS} decimals")
+    units = int(whole) * TOKEN + int(fraction.ljust(TOKEN_DECIMALS, "0"))
+    if units == 0:
+        raise ChainConfigError("the amount must be more than 0")
+    if units > MAX_UINT256:
+        raise ChainConfigError(f"{_shown(text)} is more tokens than can exist")
+    return units
+
+
+def format_tokens(units: int) -> str:
+    """Base units as tokens, without trailing zeros."""
+    whole, fraction = divmod(units, TOKEN)
+    return f"{whole}.{fraction:0{TOKEN_DECIMALS}d}".rstrip("0").rstrip(".")
 
 
 def write_deployment(path: Path, deployment: Deployment) -> None:
@@ -155,14 +211,28 @@ def load_deployment(path: Path | None = None) -> Deployment:
     `swarmrl.chain.paths.deployment_path`); errors are one sentence."""
     path = deployment_path(path)
     try:
-        # Not json.loads: web3 raises the recursion limit past what the C stack
-        # survives, and pydantic-core caps nesting itself.
-        raw = pydantic_core.from_json(path.read_bytes())
+        with open(path, "rb") as f:
+            data = f.read(MAX_DEPLOYMENT_BYTES + 1)
     except FileNotFoundError:
         raise ChainConfigError(f"no deployment file at {path}: run `swarmrl chain up`") from None
-    except (OSError, ValueError) as e:
-        raise ChainConfigError(f"cannot read deployment file {path}: {e}") from None
-    version = raw.get("version") if isinstance(raw, dict) else None
+    except IsADirectoryError:
+        raise ChainConfigError(f"{path} is a folder, not a deployment file") from None
+    except OSError as e:
+        reason = os_error_reason(e)
+        raise ChainConfigError(f"cannot read deployment file {path}: {reason}") from None
+    if len(data) > MAX_DEPLOYMENT_BYTES:
+        raise ChainConfigError(f"{path} is not a deployment file: it is larger than 1 MiB")
+    try:
+        # Not json.loads: web3 raises the recursion limit past what the C stack
+        # survives, and pydantic-core caps nesting itself.
+        raw = pydantic_core.from_json(data)
+    except ValueError:
+        raise ChainConfigError(
+            f"cannot read deployment file {path}: it is not valid JSON"
+        ) from None
+    if not isinstance(raw, dict):
+        raise ChainConfigError(f"deployment file {path} is invalid: it is not a JSON object")
+    version = raw.get("version")
     if isinstance(version, int) and version != DEPLOYMENT_VERSION:
         raise ChainConfigError(
             f"deployment file {path} is version {version}, but this swarmrl reads version "
@@ -175,8 +245,21 @@ def load_deployment(path: Path | None = None) -> Deployment:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "top level"
         raise ChainConfigError(
-            f"deployment file {path} is invalid at {where}: {first['msg']}"
+            f"deployment file {path} is invalid at {where}: {_problem(first)}"
         ) from None
+
+
+def _problem(error: Any) -> str:
+    """One validation error in words, without pydantic's class names."""
+    kind = error["type"]
+    if kind == "missing":
+        return "the field is missing"
+    if kind == "extra_forbidden":
+        return "no such field belongs in a deployment file"
+    if kind in ("model_type", "dict_type"):
+        return "it should be a JSON object"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return message[0].lower() + message[1:]
 
 
 @cache
@@ -214,9 +297,9 @@ def deploy(
     params = params or ProtocolParams()
     try:  # before any transaction: a typo must not leave a half-wired deployment
         run_id = _bytes32_hex(run_id)
-        recorders = [_address(a) for a in recorders]
-        validators = [_address(a) for a in validators]
-        treasury = _address(treasury)
+        recorders = [checked_address(a) for a in recorders]
+        validators = [checked_address(a) for a in validators]
+        treasury = checked_address(treasury)
     except ValueError as e:
         raise ChainConfigError(str(e)) from None
     if len(set(validators)) < params.quorum:

@@ -52,3 +52,39 @@ class RevertedError(ChainError):
         self.error = error
         self.args_by_name = dict(args or {})
         self.data = data
+
+
+def os_error_reason(error: OSError) -> str:
+    """The cause of an OSError in words ("permission denied"), without errno or files."""
+    if not error.strerror:
+        return str(error)
+    return error.strerror[0].lower() + error.strerror[1:]
+
+
+def os_error_sentence(error: OSError) -> str:
+    """An OSError as the user reads it: the file and the cause, no errno number."""
+    if error.strerror and error.filename is not None:
+        return f"{error.filename}: {os_error_reason(error)}"
+    return os_error_reason(error)
+
+
+def rpc_failure_sentence(error: BaseException) -> str | None:
+    """A failure of the RPC endpoint (HTTP, JSON-RPC or web3) in one sentence without
+    library URLs, or None if `error` is not one."""
+    import requests
+    from web3.exceptions import BadFunctionCallOutput, Web3Exception, Web3RPCError
+
+    if isinstance(error, requests.HTTPError) and error.response is not None:
+        return f"the RPC endpoint answered HTTP {error.response.status_code}; is the URL right?"
+    if isinstance(error, requests.RequestException):
+        return "the RPC endpoint could not be reached; is the URL right and the chain running?"
+    if isinstance(error, BadFunctionCallOutput):
+        return "a contract call returned nothing: does the deployment file match this chain?"
+    if isinstance(error, Web3RPCError):
+        response = error.rpc_response if isinstance(error.rpc_response, dict) else {}
+        detail = response.get("error")
+        message = detail.get("message") if isinstance(detail, dict) else None
+        return f"the RPC endpoint refused the request: {str(message or 'no reason given')[:200]}"
+    if isinstance(error, Web3Exception):
+        return "the RPC endpoint's answer is not one swarmrl understands; is the URL right?"
+    return None

@@ -22,7 +22,7 @@ from web3.logs import DISCARD
 from web3.types import TxReceipt
 
 from swarmrl.chain import eip712
-from swarmrl.chain.anvil import connect
+from swarmrl.chain.anvil import DEV_CHAIN_ID, connect
 from swarmrl.chain.artifacts import load_artifact
 from swarmrl.chain.deploy import Deployment, decoder
 from swarmrl.chain.errors import ChainConfigError, ChainError
@@ -109,6 +109,7 @@ class Protocol:
                 f"the RPC endpoint serves chain {chain_id}, "
                 f"but the deployment is on chain {deployment.chain_id}"
             )
+        require_contracts(w3, deployment)
         return cls(w3, deployment, account, settings)
 
     def as_account(self, account: LocalAccount) -> Protocol:
@@ -450,6 +451,26 @@ class Protocol:
         """Blocks until the chain's time reaches `timestamp` (real chains only move forward)."""
         while self.chain_time() < timestamp:
             time.sleep(poll)
+
+
+def require_contracts(w3: Web3, deployment: Deployment) -> None:
+    """ChainConfigError unless every contract of `deployment` has code on `w3`'s chain.
+
+    Without it, a chain restarted since the file was written (anvil keeps no state)
+    would answer every call with empty bytes, which web3 reports as an undecodable
+    result; one sentence here says what happened instead.
+    """
+    for address in deployment.contracts.by_name().values():
+        code = with_rpc_retries(lambda a=address: w3.eth.get_code(a), what="eth_getCode")
+        if not code:
+            hint = (
+                "was the chain restarted? run `swarmrl chain up`"
+                if deployment.chain_id == DEV_CHAIN_ID
+                else "is the deployment file for this network?"
+            )
+            raise ChainConfigError(
+                f"no contract at {address} on chain {deployment.chain_id}; {hint}"
+            )
 
 
 def _cs(address: str) -> str:

@@ -2,17 +2,24 @@
 
 One `TxSender` per account and process. It keeps the nonce itself (seeded
 from the pending nonce, so several transactions can be in flight) and
-resynchronises it whenever the node says it is wrong. Transient RPC failures
+resynchronises it whenever the node says it is wrong. Processes sharing a key
+take `account_lock` around a whole sequence of sends and the checks before
+them, so they neither collide on nonces nor send what the other's sends have
+made revert. Transient RPC failures
 (connection refused, timeouts, 429/5xx) are retried with exponential backoff;
 a revert is never retried: it is decoded into one sentence and raised.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
@@ -31,6 +38,7 @@ from swarmrl.chain.errors import (
     TxTimeoutError,
 )
 from swarmrl.chain.revert import RevertDecoder, revert_data_of
+from swarmrl.files import data_dir
 
 __all__ = [
     "ChainError",
@@ -40,6 +48,7 @@ __all__ = [
     "TxSender",
     "TxSettings",
     "TxTimeoutError",
+    "account_lock",
     "with_rpc_retries",
 ]
 
@@ -91,6 +100,47 @@ def with_rpc_retries(
                 ) from None
             time.sleep(backoff * 2**attempt)
     raise AssertionError("unreachable")
+
+
+def lock_dir() -> Path:
+    """$SWARMRL_LOCK_DIR, else the locks folder under the XDG data home."""
+    return data_dir("locks", "SWARMRL_LOCK_DIR")
+
+
+@contextmanager
+def account_lock(
+    chain_id: int,
+    address: str,
+    *,
+    directory: Path | None = None,
+    on_wait: Callable[[], None] | None = None,
+) -> Iterator[None]:
+    """Holds the machine-wide send lock of `address` on chain `chain_id` for the block;
+    `on_wait` runs once if another process holds it and this one has to wait.
+
+    An flock, so the kernel releases it when its holder exits, however it exits.
+    """
+    directory = directory or lock_dir()
+    path = directory / f"{chain_id}-{address.lower()}.lock"
+    if directory.exists() and not directory.is_dir():
+        raise ChainError(f"cannot take the send lock of {address}: {directory} is not a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise ChainError(
+            f"cannot take the send lock of {address} at {path}: {e.strerror}"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _rpc_message(exc: Web3RPCError) -> str:

@@ -14,6 +14,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
     from libp2p.crypto.keys import KeyPair
 
     from swarmrl.chain.eip712 import Domain
-    from swarmrl.p2p.swarm import Event
+    from swarmrl.p2p.store import Version
+    from swarmrl.p2p.swarm import Event, SwarmNode
 
 weights_app = typer.Typer(
     help="Peer-to-peer weight broadcast: serve a checkpoint, or pull one.", no_args_is_help=True
@@ -37,6 +40,8 @@ Listen = typer.Option(
     "/ip4/127.0.0.1/tcp/0", "--listen", help="Multiaddr to listen on (shard bytes use the same IP)."
 )
 ANNOUNCE_EVERY = 10.0
+# In the store's folder; held while a command uses it, so two cannot write it at once.
+STORE_LOCK_FILE = ".lock"
 
 
 def _logging() -> None:
@@ -84,6 +89,30 @@ class _ProgressLine:
             sys.stderr.write("\n")
 
 
+@contextmanager
+def _store_folder(folder: Path, flag: str, command: str) -> Iterator[None]:
+    """Creates `folder` and holds its lock for the block; a file in its place, or another
+    command already using it, is one sentence at once (not a wait for the timeout)."""
+    from swarmrl.chain.paths import exclusive_use
+
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {folder} is a file; give a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive_use(folder / STORE_LOCK_FILE, folder, command):
+        yield
+
+
+@contextmanager
+def _os_errors_in_words() -> Iterator[None]:
+    """A file-system failure is raised again as one sentence without errno numbers."""
+    from swarmrl.chain.errors import os_error_sentence
+
+    try:
+        yield
+    except OSError as e:
+        raise OSError(os_error_sentence(e)) from None
+
+
 def _context(deployment: Path | None) -> tuple[Domain, str, list[str]]:
     """The swarm domain, run id and recorders of the deployment file."""
     from swarmrl.chain.deploy import load_deployment
@@ -117,45 +146,60 @@ def serve(
     shard_mib: int = typer.Option(64, "--shard-mib", min=1, max=1024, help="Shard size (MiB)."),
     listen: str = Listen,
     bootstrap: list[str] = typer.Option([], "--bootstrap", help="Peers to join (multiaddrs)."),
+    any_key: bool = typer.Option(
+        False,
+        "--any-key",
+        help="Serve with a key that is not one of the deployment's recorders "
+        "(pullers then need --trust with its address).",
+    ),
     keystore_dir: Path | None = KeystoreDir,
     password_file: Path | None = PasswordFile,
     deployment: Path | None = DeploymentFile,
 ) -> None:
     """Sign, announce and serve a checkpoint; print this peer's multiaddr first."""
+    from swarmrl import keystore
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 
     _logging()
     if not path.exists():
         raise ValueError(f"no checkpoint at {path}")
-    domain, run, _ = _context(deployment)
-    account, peer_key = _unlock(key, keystore_dir, password_file)
-    stop = _until_signalled()
-    node = SwarmNode(
-        store=WeightStore(store),
-        domain=domain,
-        run=run,
-        trusted=[account.address],
-        peer_key=peer_key,
-        account=account,
-        listen=listen,
-        bootstrap=bootstrap,
-    )
-    with node:
-        version = node.publish(
-            path, model=model or path.stem, step=step, shard_size=shard_mib << 20
+    domain, run, recorders = _context(deployment)
+    address = keystore.info(keystore_dir or keystore.default_dir(), key).address
+    if address not in recorders and not any_key:
+        raise ValueError(
+            f"key {key!r} ({address}) is not one of the deployment's recorders, so pullers "
+            "would ignore its checkpoints: serve with a recorder's key (see README, Weight "
+            f"broadcast), or pass --any-key if every puller passes --trust {address}"
         )
-        typer.echo(node.addrs[0], nl=True)
-        sys.stdout.flush()
-        logging.getLogger("swarmrl.p2p").info(
-            "serving step %d (%d shards, root %s) as %s",
-            step,
-            version.manifest.shard_count,
-            version.manifest.root[:16],
-            account.address,
+    with _os_errors_in_words(), _store_folder(store, "--store", "swarmrl weights serve"):
+        account, peer_key = _unlock(key, keystore_dir, password_file)
+        stop = _until_signalled()
+        node = SwarmNode(
+            store=WeightStore(store),
+            domain=domain,
+            run=run,
+            trusted=[account.address],
+            peer_key=peer_key,
+            account=account,
+            listen=listen,
+            bootstrap=bootstrap,
         )
-        while not stop.wait(ANNOUNCE_EVERY):
-            node.announce(version)
+        with node:
+            version = node.publish(
+                path, model=model or path.stem, step=step, shard_size=shard_mib << 20
+            )
+            typer.echo(node.addrs[0], nl=True)
+            sys.stdout.flush()
+            logging.getLogger("swarmrl.p2p").info(
+                "serving step %d (%d shards, root %s) as %s",
+                step,
+                version.manifest.shard_count,
+                version.manifest.root[:16],
+                account.address,
+            )
+            while not stop.wait(ANNOUNCE_EVERY):
+                node.announce(version)
 
 
 @weights_app.command()
@@ -191,39 +235,47 @@ def pull(
         if not is_address(address):
             raise ValueError(f"--trust {address!r} is not an Ethereum address")
     domain, run, recorders = _context(deployment)
-    if key is not None:
-        account, peer_key = _unlock(key, keystore_dir, password_file)
-    else:  # an anonymous peer, but the same one across restarts of this store
-        account, peer_key = None, load_or_create_peer_key(out / ".peer-key")
-    stop = _until_signalled()
-    node = SwarmNode(
-        store=WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9)),
-        domain=domain,
-        run=run,
-        trusted=trust or recorders,
-        peer_key=peer_key,
-        account=account,
-        listen=listen,
-        bootstrap=bootstrap,
-        workers=workers,
-        on_event=_ProgressLine(),
-    )
-    with node:
-        deadline = time.monotonic() + timeout
-        while True:
-            if stop.is_set():
-                raise typer.Exit(130)
-            try:
-                version = node.wait_for(step, timeout=min(1.0, deadline - time.monotonic()))
-                break
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"no complete checkpoint{'' if step is None else f' at step {step}+'} "
-                        f"arrived within {timeout:.0f} s"
-                    ) from None
-        typer.echo(str(version.unpacked or version.path))
-        sys.stdout.flush()
-        if seed:
-            logging.getLogger("swarmrl.p2p").info("seeding as %s until stopped", node.addrs[0])
-            stop.wait()
+    with _os_errors_in_words(), _store_folder(out, "--out", "swarmrl weights pull"):
+        if key is not None:
+            account, peer_key = _unlock(key, keystore_dir, password_file)
+        else:  # an anonymous peer, but the same one across restarts of this store
+            account, peer_key = None, load_or_create_peer_key(out / ".peer-key")
+        stop = _until_signalled()
+        store = WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9))
+        node = SwarmNode(
+            store=store,
+            domain=domain,
+            run=run,
+            trusted=trust or recorders,
+            peer_key=peer_key,
+            account=account,
+            listen=listen,
+            bootstrap=bootstrap,
+            workers=workers,
+            on_event=_ProgressLine(),
+        )
+        with node:
+            version = _wait_for_version(node, step, timeout, stop)
+            typer.echo(str(version.unpacked or version.path))
+            sys.stdout.flush()
+            if seed:
+                logging.getLogger("swarmrl.p2p").info("seeding as %s until stopped", node.addrs[0])
+                stop.wait()
+
+
+def _wait_for_version(
+    node: SwarmNode, step: int | None, timeout: float, stop: threading.Event
+) -> Version:
+    """The newest trusted version (at `step` or newer), polling so a signal stops it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if stop.is_set():
+            raise typer.Exit(130)
+        try:
+            return node.wait_for(step, timeout=min(1.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"no complete checkpoint{'' if step is None else f' at step {step}+'} "
+                    f"arrived within {timeout:.0f} s"
+                ) from None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Container
 from pathlib import Path
 
-import pydantic_core
+from swarmrl.files import check_input_file
+from swarmrl.tasks.format import read_json_lines
 
 MAX_COMPLETION_CHARS = 1_000_000
 
@@ -13,30 +14,22 @@ MAX_COMPLETION_CHARS = 1_000_000
 def read_completions(path: Path, *, known: Container[str]) -> list[tuple[int, str, str]]:
     """(line number, problem_id, completion) per line; ValueError naming the bad line."""
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory, not a JSON lines file")
+    check_input_file(path)
     items = []
-    with path.open("rb") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = pydantic_core.from_json(raw)
-            except ValueError:
-                raise ValueError(f"{path}: line {n} is not valid JSON") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}: line {n} is not an object")
-            problem_id, text = row.get("problem_id"), row.get("completion")
-            if not isinstance(problem_id, str):
-                raise ValueError(f"{path}: line {n}: problem_id must be a string")
-            if not isinstance(text, str) or len(text) > MAX_COMPLETION_CHARS:
-                raise ValueError(
-                    f"{path}: line {n}: completion must be a string of at most "
-                    f"{MAX_COMPLETION_CHARS} characters"
-                )
-            if problem_id not in known:
-                raise ValueError(f"{path}: line {n}: no task has problem_id {problem_id!r}")
-            items.append((n, problem_id, text))
+    for n, row in read_json_lines(path):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {n} is not an object")
+        problem_id, text = row.get("problem_id"), row.get("completion")
+        if not isinstance(problem_id, str):
+            raise ValueError(f"{path}: line {n}: problem_id must be a string")
+        if not isinstance(text, str) or len(text) > MAX_COMPLETION_CHARS:
+            raise ValueError(
+                f"{path}: line {n}: completion must be a string of at most "
+                f"{MAX_COMPLETION_CHARS} characters"
+            )
+        if problem_id not in known:
+            raise ValueError(f"{path}: line {n}: no task has problem_id {problem_id!r}")
+        items.append((n, problem_id, text))
     if not items:
         raise ValueError(f"{path} holds no completions")
     return items

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from swarmrl.files import replacing
+from swarmrl.files import check_input_file, check_output_path, replacing
 
 TaskType = Literal["math", "code", "verifiable_math", "prime_rl_code", "reasoning_gym"]
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)
@@ -106,8 +106,13 @@ def first_error(e: Exception) -> str:
 
 
 def read_tasks(path: Path) -> list[Task]:
-    """Every task in a parquet or JSONL file; ValueError naming the bad row."""
-    rows = _read_rows(Path(path))
+    """Every task in a parquet or JSONL file; ValueError naming the bad row, or saying
+    that the file holds none (an empty task set is a mistake, never a result)."""
+    path = Path(path)
+    check_input_file(path)
+    rows = _read_rows(path)
+    if not rows:
+        raise ValueError(f"{path} holds no tasks")
     tasks = []
     seen: set[str] = set()
     for i, row in enumerate(rows, 1):
@@ -124,28 +129,44 @@ def read_tasks(path: Path) -> list[Task]:
     return tasks
 
 
+def read_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) for each non-blank line of a UTF-8 JSON lines file (a byte
+    order mark is allowed); ValueError naming the line that is not UTF-8 or not JSON."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{path}: line {n} is not UTF-8 text") from None
+            if line.strip():
+                try:
+                    yield n, pydantic_core.from_json(line)
+                except ValueError:
+                    raise ValueError(f"{path}: line {n} is not valid JSON") from None
+
+
 def _read_rows(path: Path) -> list[Any]:
     if path.suffix == ".jsonl":
-        rows = []
-        with path.open("rb") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(pydantic_core.from_json(line))
-                    except ValueError:
-                        raise ValueError(f"{path}: line {n} is not valid JSON") from None
-        return rows
+        return [row for _, row in read_json_lines(path)]
     if path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
             return pq.read_table(path).to_pylist()
-        except (pa.ArrowException, OSError) as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            raise ValueError(f"{path} is not a readable parquet file ({e})") from None
+        except (pa.ArrowException, OSError):
+            # Arrow's own words name its internals, not the user's file.
+            raise ValueError(f"{path} is not a readable parquet file") from None
     raise ValueError(f"{path}: tasks are read from .parquet or .jsonl files")
+
+
+def check_task_output(path: Path) -> None:
+    """ValueError (one sentence) unless ``path`` is a task file name that can be written:
+    checked before the work whose result it holds."""
+    path = Path(path)
+    check_output_path(path)
+    if path.suffix not in (".jsonl", ".parquet"):
+        raise ValueError(f"{path}: tasks are written as .parquet or .jsonl files")
 
 
 def write_tasks(tasks: Iterable[Task], path: Path) -> None:

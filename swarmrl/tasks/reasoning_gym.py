@@ -41,6 +41,10 @@ def parse_source(source: str) -> list[str]:
         raise ValueError(
             f"unknown reasoning-gym dataset {unknown[0]!r}; known: {', '.join(DATASETS)}"
         )
+    # A dataset named twice would draw the same tasks twice, under the same problem ids.
+    repeated = [n for i, n in enumerate(names) if n in names[:i]]
+    if repeated:
+        raise ValueError(f"reasoning-gym dataset {repeated[0]!r} is named twice in --source")
     return names
 
 

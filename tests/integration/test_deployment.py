@@ -1,6 +1,7 @@
 """Deployment files: any chain, any RPC URL, validated on load; artifacts."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,20 @@ def test_run_ids():
     assert run_id_from_name("0x" + "AB" * 32) == "0x" + "ab" * 32
     assert run_id_from_name("dev") != run_id_from_name("dev2")
     assert len(run_id_from_name("dev")) == 66
+    # A shortened id is refused, not hashed into the id of some other run.
+    with pytest.raises(ChainConfigError, match="starts with 0x but is not a 32-byte run id"):
+        run_id_from_name("0x" + "ab" * 31)
+    with pytest.raises(ChainConfigError, match="the run name is empty"):
+        run_id_from_name("")
+    with pytest.raises(ChainConfigError, match="longer than 128 characters"):
+        run_id_from_name("r" * 129)
+
+
+def test_a_folder_or_a_huge_file_is_not_a_deployment_file(tmp_path):
+    with pytest.raises(ChainConfigError, match=r"is a folder, not a deployment file$"):
+        load_deployment(tmp_path)
+    with pytest.raises(ChainConfigError, match=r"is not a deployment file: it is larger than"):
+        load_deployment(Path("/dev/zero"))  # endless: read only up to the cap
 
 
 def test_a_missing_artifact_names_make_contracts(tmp_path):

@@ -78,7 +78,8 @@ def test_a_task_source_goes_through_every_command(default_model, tmp_path, sourc
     assert len(records) == 2 * count
     assert {r.task_type for r in records} == {t.task_type for t in read_tasks(kept)}
 
-    verified = swarmrl("rollouts", "verify", rollouts, "--model", default_model)
+    verified = swarmrl("rollouts", "verify", rollouts, "--model", default_model, "--tasks", kept,
+                       "--n", 2)  # fmt: skip
     assert verified.stdout.splitlines()[-1].startswith(f"{2 * count} of {2 * count} rollouts")
 
     args = ("eval", "--model", default_model, "--tasks", kept, "--n", 2, "--max-tokens", 64)

@@ -1,4 +1,8 @@
-"""Revert decoding and RPC retries, without the protocol contracts."""
+"""Revert decoding, RPC retries and the send lock, without the protocol contracts."""
+
+import re
+import subprocess
+import sys
 
 import pytest
 import requests
@@ -6,7 +10,7 @@ from eth_abi import encode
 from web3 import Web3
 
 from swarmrl.chain import tx as tx_mod
-from swarmrl.chain.errors import RevertedError, RpcUnavailableError
+from swarmrl.chain.errors import ChainError, RevertedError, RpcUnavailableError
 from swarmrl.chain.revert import RevertDecoder, selector
 
 ABI = [
@@ -23,6 +27,7 @@ ABI = [
 ]
 OTHER = [{"type": "error", "name": "BadSignature", "inputs": []}]
 DECODER = RevertDecoder({"StakeManager": ABI, "ComputePool": OTHER})
+ADDRESS = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 
 
 def test_custom_error_by_name_and_arguments():
@@ -88,3 +93,48 @@ def test_non_transient_errors_are_not_retried():
     with pytest.raises(ValueError, match="bad"):
         tx_mod.with_rpc_retries(broken, what="x")
     assert len(calls) == 1
+
+
+def test_the_account_lock_waits_for_another_process_then_is_taken(tmp_path):
+    """A second holder waits (and is told so) until the first process lets go."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from swarmrl.chain.tx import account_lock\n"
+            f"with account_lock(1, {ADDRESS!r}, directory=Path({str(tmp_path)!r})):\n"
+            "    print('held', flush=True); sys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline() == "held\n"
+        waited = []
+
+        def release() -> None:
+            waited.append(True)
+            child.stdin.write("done\n")
+            child.stdin.flush()
+
+        with tx_mod.account_lock(1, ADDRESS, directory=tmp_path, on_wait=release):
+            assert child.wait(timeout=30) == 0  # it let go before this block began
+        assert waited == [True]
+        with tx_mod.account_lock(1, ADDRESS, directory=tmp_path, on_wait=release):
+            pass  # free again: no wait
+        assert waited == [True]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_unusable_lock_folder_is_one_sentence(tmp_path):
+    taken = tmp_path / "file"
+    taken.write_text("")
+    message = f"cannot take the send lock of {ADDRESS}: {taken} is not a folder"
+    with (
+        pytest.raises(ChainError, match=f"^{re.escape(message)}$"),
+        tx_mod.account_lock(1, ADDRESS, directory=taken),
+    ):
+        pass

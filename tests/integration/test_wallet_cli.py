@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.deploy import write_deployment
-from tests.integration.conftest import NODE_A, PROVIDER_A, RECORDER
+from tests.integration.conftest import NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 
@@ -25,7 +30,7 @@ def wallet(tmp_path, deployment, accounts, w3):
         **os.environ,
         "SWARMRL_KEYSTORE_DIR": str(tmp_path / "keys"),
         "SWARMRL_DEPLOYMENT": str(deployment_file),
-        "SWARMRL_PASSWORD": "correct horse",
+        "SWARMRL_LOCK_DIR": str(tmp_path / "locks"),
     }
 
     def run(*args: str, password: str = "correct horse") -> subprocess.CompletedProcess:
@@ -37,9 +42,20 @@ def wallet(tmp_path, deployment, accounts, w3):
             timeout=120,
         )
 
-    key_file = tmp_path / "provider.hex"
-    key_file.write_text(accounts[PROVIDER_A].key.hex())
-    assert run("import", "provider", "--private-key-file", str(key_file)).returncode == 0
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [SWARMRL, "wallet", *args],
+            env={**env, "SWARMRL_PASSWORD": "correct horse"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    run.start = start  # type: ignore[attr-defined]
+    for name, index in (("provider", PROVIDER_A), ("validator", VALIDATOR)):
+        key_file = tmp_path / f"{name}.hex"
+        key_file.write_text(accounts[index].key.hex())
+        assert run("import", name, "--private-key-file", str(key_file)).returncode == 0
     return run
 
 
@@ -56,9 +72,19 @@ def test_stake_unstake_withdraw_story(wallet, w3, deployment):
     assert staked.stdout.strip() == "staked 150; now 150 staked"
 
     assert wallet("unstake", "provider", "50").returncode == 0
+    released = w3.eth.get_block("latest")["timestamp"] + deployment.params.unbonding_period
+    when = datetime.fromtimestamp(released, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     early = wallet("withdraw", "provider")
     assert early.returncode == 1
-    assert early.stderr.strip() == "error: StakeManager reverted: NothingToWithdraw()"
+    assert early.stderr.strip() == (
+        f"error: nothing to withdraw yet: 50 of your 50 unbonding becomes withdrawable at "
+        f"{when} (in 1 h, by the chain's clock)"
+    )
+    anvil_mod.increase_time(w3, deployment.params.unbonding_period - 90)
+    anvil_mod.mine(w3)
+    # Anvil's clock also moves with the wall clock between blocks: seconds vary.
+    later = wallet("withdraw", "provider").stderr
+    assert re.search(r"\(in (1 min )?\d+ s, by the chain's clock\)\n$", later), later
 
     anvil_mod.increase_time(w3, deployment.params.unbonding_period + 1)
     anvil_mod.mine(w3)
@@ -70,6 +96,19 @@ def test_stake_unstake_withdraw_story(wallet, w3, deployment):
     events = wallet("history", "provider").stdout
     assert "StakeManager.Staked(" in events
     assert "StakeManager.Withdrawn(" in events
+
+    nothing = wallet("withdraw", "provider")
+    assert nothing.stderr.strip() == (
+        "error: nothing to withdraw: no stake is unbonding (see `wallet unstake`)"
+    )
+
+
+def test_history_names_roles(wallet):
+    events = wallet("history", "validator")
+    assert events.returncode == 0, events.stderr
+    granted = [line for line in events.stdout.splitlines() if ".RoleGranted(" in line]
+    assert any("role=VALIDATOR_ROLE, account=" in line for line in granted), events.stdout
+    assert "b'" not in events.stdout
 
 
 def test_failures_are_one_sentence_and_change_nothing(wallet):
@@ -84,12 +123,34 @@ def test_failures_are_one_sentence_and_change_nothing(wallet):
     bad_amount = wallet("stake", "provider", "0")
     assert bad_amount.returncode == 1
     assert "positive amount" in bad_amount.stderr
+    for text in ("1_000", "1e3", "\uff11\uff10", "+5", "1 0"):
+        refused = wallet("stake", "provider", text)
+        assert refused.returncode == 1
+        assert refused.stderr.strip() == (
+            f"error: {text!r} is not an amount of tokens: write a plain decimal such as 12 or 0.5"
+        )
 
     down = wallet("balance", "provider", "--rpc-url", "http://127.0.0.1:9")
     assert down.returncode == 1
-    assert down.stderr.startswith("error: ")
+    assert down.stderr.startswith("error: the RPC endpoint did not answer")
     assert len(down.stderr.strip().splitlines()) == 1
-
+    for url in ("127.0.0.1:8545", "ftp://host", "http://[::1"):
+        bad_url = wallet("stake", "provider", "1", "--rpc-url", url)
+        assert bad_url.returncode == 1
+        assert bad_url.stderr.strip() == (
+            f"error: {url!r} is not an RPC URL: write it as http://HOST:PORT or https://HOST/..."
+        )
+    # An HTTP server that is no RPC endpoint: web3's own message would name its docs.
+    handler = http.server.BaseHTTPRequestHandler  # answers every POST with 501
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as not_rpc:
+        threading.Thread(target=not_rpc.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{not_rpc.server_port}"
+        refused = wallet("balance", "provider", "--rpc-url", url)
+        not_rpc.shutdown()
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: the RPC endpoint answered HTTP 501; is the URL right?"
+    )
     assert lines(wallet("balance", "provider"))["staked"] == "0"
 
 
@@ -121,3 +182,63 @@ def test_unstake_says_what_holds_the_stake_back(wallet, protocol, accounts, w3, 
     anvil_mod.increase_time(w3, deployment.params.invalidation_window)
     anvil_mod.mine(w3)
     assert wallet("unstake", "provider", "150").returncode == 0
+
+
+@pytest.mark.parametrize("epoch", ["-1", str(2**64)])
+def test_claim_refuses_an_epoch_out_of_range_before_anything(wallet, epoch):
+    out = wallet("claim", "provider", "--node", "0x" + "11" * 20, "--epoch", "1", "--epoch", epoch)
+    assert out.returncode == 2
+    assert "--epoch" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_claim_refuses_a_node_that_is_not_an_address(wallet):
+    out = wallet("claim", "provider", "--node", "node1", "--epoch", "1")
+    assert out.returncode == 1
+    assert out.stderr.strip() == "error: --node 'node1' is not an address (0x and 40 hex digits)"
+
+
+def test_a_deployment_whose_address_holds_no_contract_is_one_sentence(
+    wallet, tmp_path, deployment, accounts
+):
+    broken = json.loads((tmp_path / "deployment.json").read_text())
+    contracts = broken["contracts"]
+    name = next(iter(contracts))
+    contracts[name] = accounts[OUTSIDER].address  # an account, not a contract
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken))
+    for command in (("balance", "provider"), ("stake", "provider", "1")):
+        out = wallet(*command, "--deployment", str(path))
+        assert out.returncode == 1
+        assert out.stderr == (
+            f"error: no contract at {accounts[OUTSIDER].address} on chain "
+            f"{deployment.chain_id}; was the chain restarted? run `swarmrl chain up`\n"
+        )
+    assert lines(wallet("balance", "provider"))["staked"] == "0"
+
+
+def test_concurrent_stakes_from_one_key_both_land_without_a_revert(wallet, w3):
+    """Each command holds the key's send lock from its checks to its last receipt.
+
+    Blocks are mined every 2 s instead of at once, as on a real chain, so that the
+    second command's checks and sends fall while the first one's are still pending.
+    """
+    first_block = w3.eth.block_number + 1
+    w3.provider.make_request("evm_setAutomine", [False])
+    w3.provider.make_request("evm_setIntervalMining", [2])
+    try:
+        runs = [wallet.start("stake", "provider", amount) for amount in ("30", "12.5")]
+        results = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+    finally:
+        w3.provider.make_request("evm_setIntervalMining", [0])
+        w3.provider.make_request("evm_setAutomine", [True])
+    for code, _, stderr in results:
+        assert code == 0, stderr
+    assert lines(wallet("balance", "provider"))["staked"] == "42.5"
+    sent = [
+        tx
+        for number in range(first_block, w3.eth.block_number + 1)
+        for tx in w3.eth.get_block(number)["transactions"]
+    ]
+    assert len(sent) == 3  # one registration and two stakes
+    assert all(w3.eth.get_transaction_receipt(tx)["status"] == 1 for tx in sent)

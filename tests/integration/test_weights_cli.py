@@ -197,3 +197,71 @@ def test_a_seeder_killed_mid_transfer_is_routed_around(
     finally:
         seeder.kill()
         seeder.wait()
+
+
+PEER = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+
+
+def test_a_second_pull_into_one_folder_fails_at_once_naming_the_first(env, tmp_path):
+    from swarmrl.chain.paths import exclusive_use
+
+    out = tmp_path / "pulled"
+    out.mkdir()
+    with exclusive_use(out / ".lock", out, "swarmrl weights pull"):
+        # --timeout 600: only the lock can end this within the subprocess's hang guard.
+        second = _pull(env, "--bootstrap", PEER, "--out", str(out), "--timeout", "600", timeout=60)
+    assert not (out / ".lock").exists()  # released with the lock
+    assert second.returncode == 1
+    assert second.stderr.strip().splitlines() == [
+        f"error: {out} is in use by `swarmrl weights pull` (pid {os.getpid()}); "
+        "wait for it to finish or stop it"
+    ]
+
+
+def test_pull_into_a_file_is_one_sentence(env, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    out = _pull(env, "--bootstrap", PEER, "--out", str(tmp_path / "file"), timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"error: --out {tmp_path / 'file'} is a file; give a folder"
+    ]
+
+
+def test_serve_refuses_a_key_that_pullers_would_ignore(env, tmp_path, checkpoint, accounts):
+    from .conftest import OUTSIDER
+
+    keystore.save(Path(env["SWARMRL_KEYSTORE_DIR"]), "stranger", accounts[OUTSIDER].key, "pw")
+    stranger = accounts[OUTSIDER].address
+    served = subprocess.run(
+        [SWARMRL, "weights", "serve", str(checkpoint), "--key", "stranger",
+         "--store", str(tmp_path / "store")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert served.returncode == 1
+    assert served.stderr.strip().splitlines() == [
+        f"error: key 'stranger' ({stranger}) is not one of the deployment's recorders, so "
+        "pullers would ignore its checkpoints: serve with a recorder's key (see README, "
+        f"Weight broadcast), or pass --any-key if every puller passes --trust {stranger}"
+    ]
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.slow
+def test_any_key_serves_to_pullers_that_trust_it(env, tmp_path, checkpoint, accounts):
+    from .conftest import OUTSIDER
+
+    keystore.save(Path(env["SWARMRL_KEYSTORE_DIR"]), "stranger", accounts[OUTSIDER].key, "pw")
+    origin = subprocess.Popen(
+        [SWARMRL, "weights", "serve", str(checkpoint), "--key", "stranger", "--any-key",
+         "--shard-mib", "1", "--store", str(tmp_path / "store")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        addr = origin.stdout.readline().strip()
+        trusted = accounts[OUTSIDER].address
+        out = _pull(env, "--bootstrap", addr, "--out", str(tmp_path / "p"), "--trust", trusted)
+        assert out.returncode == 0, out.stderr
+        assert Path(out.stdout.strip()).read_bytes() == checkpoint.read_bytes()
+    finally:
+        origin.terminate()
+        origin.wait(timeout=20)

@@ -74,15 +74,62 @@ def test_bad_files_are_one_clear_error(tmp_path):
         read_tasks(path)
     bad = tmp_path / "t.parquet"
     bad.write_bytes(b"PAR1garbagePAR1")
-    with pytest.raises(ValueError, match="not a readable parquet file"):
+    with pytest.raises(ValueError, match=r"not a readable parquet file$"):
         read_tasks(bad)
     pq.write_table(pa.table({"problem_id": ["x"]}), bad)
     with pytest.raises(ValueError, match="row 1"):
         read_tasks(bad)
+    (tmp_path / "t.csv").write_text("problem_id\n")
     with pytest.raises(ValueError, match=r"from \.parquet or \.jsonl"):
         read_tasks(tmp_path / "t.csv")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match=r"missing\.parquet does not exist"):
         read_tasks(tmp_path / "missing.parquet")
+
+
+@pytest.mark.parametrize("name", ["dir.jsonl", "dir.parquet", "dir"])
+def test_a_directory_is_not_a_task_file(tmp_path, name):
+    folder = tmp_path / name
+    folder.mkdir()
+    # A folder of parquet files would otherwise read as a dataset of its files.
+    write_tasks(TASKS, folder / "part.parquet")
+    with pytest.raises(ValueError, match=f"{name} is a directory; give a file"):
+        read_tasks(folder)
+
+
+def test_a_file_without_tasks_is_an_error(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty\.jsonl holds no tasks"):
+        read_tasks(empty)
+    empty.write_text("\n  \n")
+    with pytest.raises(ValueError, match="holds no tasks"):
+        read_tasks(empty)
+    no_rows = tmp_path / "empty.parquet"
+    write_tasks([], no_rows)
+    with pytest.raises(ValueError, match=r"empty\.parquet holds no tasks"):
+        read_tasks(no_rows)
+
+
+def test_non_utf8_and_binary_files_are_one_sentence(tmp_path):
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(json.dumps(GOOD).encode() + b"\n" + '{"prompt": "é"}'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.jsonl: line 2 is not UTF-8 text$"):
+        read_tasks(latin1)
+    binary = tmp_path / "binary.jsonl"
+    write_tasks(TASKS, tmp_path / "t.parquet")
+    binary.write_bytes((tmp_path / "t.parquet").read_bytes())
+    with pytest.raises(ValueError, match=r"binary.jsonl: line \d+ is not (UTF-8 text|valid JSON)$"):
+        read_tasks(binary)
+    text = tmp_path / "text.parquet"
+    text.write_text("problem_id,prompt\n")
+    with pytest.raises(ValueError, match=r"text.parquet is not a readable parquet file$"):
+        read_tasks(text)
+
+
+def test_a_byte_order_mark_is_read_as_text(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n")
+    assert read_tasks(path) == TASKS[:1]
 
 
 def test_the_budget_and_its_penalty():

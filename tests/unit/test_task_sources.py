@@ -212,11 +212,25 @@ def test_reasoning_gym_scores_the_answer_after_the_reasoning(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "source", ["reasoning-gym:", "reasoning-gym:rubiks_cube", "gym:chain_sum", "chain_sum"]
+    "source",
+    [
+        "reasoning-gym:",
+        "reasoning-gym:rubiks_cube",
+        "gym:chain_sum",
+        "chain_sum",
+        "reasoning-gym:chain_sum,",
+        "reasoning-gym:chain_sum,chain_sum",
+        "reasoning-gym:\uff43hain_sum",  # a full-width c
+    ],
 )
 def test_an_unknown_source_is_one_sentence(source):
     with pytest.raises(ValueError, match=r"reasoning-gym|--source"):
         reasoning_gym.parse_source(source)
+
+
+def test_a_dataset_named_twice_is_refused_not_drawn_twice():
+    with pytest.raises(ValueError, match="'chain_sum' is named twice in --source"):
+        reasoning_gym.parse_source("reasoning-gym:chain_sum,letter_counting,chain_sum")
 
 
 # --- evaluation figures -------------------------------------------------------------------
