@@ -63,7 +63,9 @@ def rollouts_generate(
         "--run",
         help="Run recorded in every record (default: local; with --key the deployment's run).",
     ),
-    step: int = typer.Option(0, "--step", min=0, help="Policy step recorded in every record."),
+    step: int = typer.Option(
+        0, "--step", min=0, max=2**64 - 1, help="Policy step recorded in every record."
+    ),
     node: str | None = typer.Option(
         None, "--node", help="Node address recorded (default: zero; with --key the key's)."
     ),

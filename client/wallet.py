@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from eth_account.signers.local import LocalAccount
 
 from swarmrl import keystore
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
@@ -80,6 +79,7 @@ def new(
     password_file: Path | None = PasswordFile,
 ) -> None:
     """Create a new random key, encrypted with a password."""
+    keystore.check_folder(_dir(keystore_dir))  # before the password is asked for
     key = keystore.create(
         _dir(keystore_dir), name, keystore.read_password(password_file, confirm=True)
     )
@@ -96,6 +96,7 @@ def import_key(
     password_file: Path | None = PasswordFile,
 ) -> None:
     """Encrypt an existing private key into a new keystore."""
+    keystore.check_folder(_dir(keystore_dir))  # before the password is asked for
     try:
         with private_key_file.open("rb") as f:
             # Bounded: a device or a large file given by mistake is refused, not read.
@@ -163,13 +164,11 @@ def _chain_errors() -> Iterator[None]:
     raise typer.Exit(1)
 
 
-def _protocol(
-    deployment: Path | None, rpc_url: str | None, account: LocalAccount | None = None
-) -> Protocol:
+def _protocol(deployment: Path | None, rpc_url: str | None) -> Protocol:
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.chain.protocol import Protocol
 
-    return Protocol.connect(load_deployment(deployment), account, rpc_url=rpc_url)
+    return Protocol.connect(load_deployment(deployment), rpc_url=rpc_url)
 
 
 @contextmanager
@@ -185,13 +184,18 @@ def _acting_as(
     The block holds the key's send lock: two commands sending from one key would
     otherwise check the same state, then collide on nonces or permits and revert.
     """
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.chain.protocol import Protocol
     from swarmrl.chain.tx import account_lock
 
+    with _chain_errors():
+        # Read before the key: a damaged file must not cost the seconds of decryption first.
+        loaded = load_deployment(deployment)
     signer = keystore.unlock(
         _dir(keystore_dir), name, keystore.read_password(password_file, confirm=False)
     )
     with _chain_errors():
-        chain = _protocol(deployment, rpc_url, signer)
+        chain = Protocol.connect(loaded, signer, rpc_url=rpc_url)
 
         def say_waiting() -> None:
             typer.echo(f"waiting for another command sending from {signer.address}", err=True)

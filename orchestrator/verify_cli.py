@@ -80,7 +80,11 @@ def rollouts_verify(
         help="Samples per task asked for (default: what the node signed; needed if unsigned).",
     ),
     step: int | None = typer.Option(
-        None, "--step", min=0, help="Policy step asked for (default: what the node signed)."
+        None,
+        "--step",
+        min=0,
+        max=2**64 - 1,
+        help="Policy step asked for (default: what the node signed).",
     ),
     deployment: Path | None = typer.Option(
         None,

@@ -87,7 +87,7 @@ def _run_benchmark(name: str, *args: object) -> None:
 
 @bench_app.command("toploc")
 def bench_toploc(
-    runs: int = typer.Option(21, min=9, help="Timed runs per figure (median)."),
+    runs: int = typer.Option(21, min=9, max=1000, help="Timed runs per figure (median)."),
 ) -> None:
     """TOPLOC build and verify vs. toploc 0.1.6 (1024 x 4096 bf16, k = 128)."""
     _run_benchmark("toploc", runs)
@@ -95,7 +95,7 @@ def bench_toploc(
 
 @bench_app.command("shards")
 def bench_shards(
-    runs: int = typer.Option(5, min=1, help="Timed runs per figure (median)."),
+    runs: int = typer.Option(5, min=1, max=1000, help="Timed runs per figure (median)."),
 ) -> None:
     """Checkpoint shard hashing throughput vs. the blake3 PyPI package."""
     _run_benchmark("shards", runs)
@@ -103,7 +103,7 @@ def bench_shards(
 
 @bench_app.command("broadcast")
 def bench_broadcast(
-    runs: int = typer.Option(3, min=1, help="Runs per figure (median)."),
+    runs: int = typer.Option(3, min=1, max=1000, help="Runs per figure (median)."),
 ) -> None:
     """Weight broadcast to 1 and 8 nodes vs. shardcast 0.3.2 (1 GiB, loopback)."""
     _run_benchmark("broadcast", runs)
@@ -111,7 +111,7 @@ def bench_broadcast(
 
 @bench_app.command("inference")
 def bench_inference(
-    runs: int = typer.Option(5, min=1, help="Timed runs per figure (median)."),
+    runs: int = typer.Option(5, min=1, max=1000, help="Timed runs per figure (median)."),
 ) -> None:
     """Rollout tokens/s vs. transformers generate(), proof overhead, prefill cost (CPU)."""
     _run_benchmark("inference", runs)
@@ -119,7 +119,9 @@ def bench_inference(
 
 @bench_app.command("learner")
 def bench_learner(
-    minutes: float = typer.Option(10.0, "--minutes", min=0.5, help="Training time of each."),
+    minutes: float = typer.Option(
+        10.0, "--minutes", min=0.5, max=600.0, help="Training time of each."
+    ),
     target: float = typer.Option(
         0.12, "--target", min=0.0, max=1.0, help="The held-out reward whose time is compared."
     ),

@@ -20,7 +20,17 @@ DeploymentFile = typer.Option(
 
 # Models, tasks and sampling: read alike by the node's and the validator's commands.
 ModelDir = typer.Option(..., "--model", help="The policy: an HF model directory (safetensors).")
-BackendName = typer.Option("torch", "--backend", help="Inference backend: torch or vllm.")
+
+
+def _backend_name(name: str) -> str:
+    if name not in ("torch", "vllm"):
+        raise typer.BadParameter(f"{name!r} is not one of torch, vllm")
+    return name
+
+
+BackendName = typer.Option(
+    "torch", "--backend", callback=_backend_name, help="Inference backend: torch or vllm."
+)
 Device = typer.Option(None, "--device", help="torch device (default: cuda if present, else cpu).")
 TasksFile = typer.Option(..., "--tasks", help="Tasks: .parquet or .jsonl.")
 MaxTokens = typer.Option(

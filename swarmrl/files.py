@@ -17,10 +17,22 @@ def data_dir(name: str, override: str) -> Path:
     return Path(data_home) / "swarmrl" / name
 
 
+def _check_name(path: Path) -> None:
+    """A name the file system refuses outright (too long, a loop of links) would surface
+    later as an errno string: say so now."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # the callers say what is missing, in their own terms
+    except OSError as e:
+        raise ValueError(f"{str(path)[:120]} cannot be used: {_reason(e)}") from None
+
+
 def check_input_file(path: Path) -> None:
     """Raise ValueError (one sentence) unless ``path`` names a file this process may read:
     a directory or a missing file would otherwise read as empty, or as an errno string."""
     path = Path(path)
+    _check_name(path)
     if not path.exists():
         raise ValueError(f"{path} does not exist")
     if path.is_dir():
@@ -36,6 +48,7 @@ def check_output_path(path: Path) -> None:
     """Raise ValueError (one sentence) unless ``path`` can be written as an output file,
     so a command refuses before it spends work whose result it could not save."""
     path = Path(path)
+    _check_name(path)
     if path.is_dir():
         raise ValueError(f"{path} is a directory; give a file name to write")
     if path.exists() and not path.is_file():
@@ -54,6 +67,7 @@ def check_output_dir(path: Path) -> None:
     ``path``: missing folders above it are created, so the nearest existing one must
     take new entries."""
     path = Path(path)
+    _check_name(path)
     # As mkdir(parents=True) will see it: "missing/.." is a folder once "missing" is made.
     resolved = path.resolve()
     if resolved.exists() and not resolved.is_dir():

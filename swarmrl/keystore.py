@@ -54,6 +54,19 @@ def _path(directory: Path, name: str) -> Path:
     return directory / f"{name}.json"
 
 
+def check_folder(directory: Path) -> None:
+    """One sentence if no key can be saved in `directory` because it, or a folder above
+    it, is a file (creating it would otherwise fail with an errno string)."""
+    nearest = directory
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if nearest.is_dir():
+        return
+    if nearest == directory:
+        raise KeystoreError(f"the keystore folder {directory} is a file, not a folder")
+    raise KeystoreError(f"the keystore folder {directory} is under {nearest}, which is a file")
+
+
 def _write_new(path: Path, document: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # Unique per writer, threads of one process included.
@@ -80,6 +93,7 @@ def _write_new(path: Path, document: dict) -> None:
 def save(directory: Path, name: str, private_key: bytes, password: str) -> KeyInfo:
     """Encrypts `private_key` with `password` into a new keystore `name`."""
     path = _path(directory, name)
+    check_folder(directory)
     if path.exists():
         raise KeystoreError(f"a key named {name!r} already exists")
     if not password:

@@ -100,9 +100,14 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
     """Train until the step count or the time limit; return the newest checkpoint."""
     import torch
 
+    from swarmrl.models.checkpoint import check_model, load_tokenizer
+    from swarmrl.models.torch_backend import parse_device
+
     tasks = read_tasks(run.tasks)
-    if not (run.model / "config.json").is_file():
-        raise ValueError(f"{run.model} is not a model directory (no config.json)")
+    # Checked before anything is written: workers would otherwise fail one by one.
+    check_model(run.model)
+    load_tokenizer(run.model)
+    device = str(parse_device(run.device))
     check_run_dir(run)
     place = Placement.for_machine(run.workers)
     torch.set_num_threads(place.trainer_threads)
@@ -110,7 +115,6 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
         f"threads: trainer {place.trainer_threads}, {place.workers} worker(s) x "
         f"{place.worker_threads}, on {len(os.sched_getaffinity(0))} cores"
     )
-    device = run.device or ("cuda" if torch.cuda.is_available() else "cpu")
     trainer = Trainer(run.out, run.model, tasks, run.settings, device=device)
     start_step = trainer.step
     if start_step:

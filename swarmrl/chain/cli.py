@@ -101,6 +101,20 @@ def _running_pid(state_dir: Path) -> int | None:
     return pid if pid is not None and is_anvil_pid(pid) else None
 
 
+def _check_state_folder(state_dir: Path) -> None:
+    """One sentence if `state_dir`, or a folder above it, is a file: `down` would
+    otherwise report no chain there and exit 0, where `up` cannot use it."""
+    from swarmrl.chain.errors import ChainConfigError
+
+    nearest = state_dir
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if nearest == state_dir and not state_dir.is_dir():
+        raise ChainConfigError(f"the state folder {state_dir} is a file")
+    if not nearest.is_dir():
+        raise ChainConfigError(f"the state folder {state_dir} is under {nearest}, which is a file")
+
+
 @chain_app.command()
 def up(
     state_dir: Path | None = StateDir,
@@ -120,12 +134,11 @@ def up(
             run_id_from_name,
             write_deployment,
         )
-        from swarmrl.chain.errors import ChainConfigError, ChainError
+        from swarmrl.chain.errors import ChainError
         from swarmrl.chain.paths import exclusive_use
 
         run_id = run_id_from_name(run)
-        if state_dir.exists() and not state_dir.is_dir():
-            raise ChainConfigError(f"the state folder {state_dir} is a file")
+        _check_state_folder(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         with exclusive_use(state_dir / LOCK_FILE, state_dir, "swarmrl chain up"):
             if (pid := _running_pid(state_dir)) is not None:
@@ -166,6 +179,7 @@ def down(state_dir: Path | None = StateDir) -> None:
         from swarmrl.chain.anvil import stop_pid
         from swarmrl.chain.paths import exclusive_use
 
+        _check_state_folder(state_dir)
         if not state_dir.is_dir():
             typer.echo(f"no chain running from {state_dir}")
             return

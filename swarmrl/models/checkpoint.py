@@ -109,6 +109,10 @@ def load_tokenizer(model_dir: Path) -> Any:
     check_model_dir(model_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"{model_dir} holds no loadable tokenizer (one of its files is not UTF-8 text)"
+        ) from None
     except (OSError, ValueError) as e:
         raise ValueError(f"{model_dir} holds no loadable tokenizer ({e})") from None
     encode_prompt(tokenizer, "1 + 1?")  # a broken chat template fails here, not mid-run

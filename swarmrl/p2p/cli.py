@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from swarmrl.chain.errors import os_error_reason
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
-    from libp2p.crypto.keys import KeyPair
 
     from swarmrl.chain.eip712 import Domain
     from swarmrl.p2p.store import Version
@@ -40,6 +40,12 @@ Listen = typer.Option(
     "/ip4/127.0.0.1/tcp/0", "--listen", help="Multiaddr to listen on (shard bytes use the same IP)."
 )
 ANNOUNCE_EVERY = 10.0
+MAX_STEP = 2**64 - 1  # steps are uint64 in signed checkpoint records
+MAX_TIMEOUT_S = 86400.0
+MAX_KEEP = 1000
+MAX_GB = 1e6  # a petabyte: beyond any disk, and far below float overflow in bytes
+LISTEN_EXAMPLE = "/ip4/127.0.0.1/tcp/0"
+PEER_EXAMPLE = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooW..."
 # In the store's folder; held while a command uses it, so two cannot write it at once.
 STORE_LOCK_FILE = ".lock"
 
@@ -95,11 +101,45 @@ def _store_folder(folder: Path, flag: str, command: str) -> Iterator[None]:
     command already using it, is one sentence at once (not a wait for the timeout)."""
     from swarmrl.chain.paths import exclusive_use
 
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{flag} {folder} is a file; give a folder")
+    _check_folder(folder, flag)
     folder.mkdir(parents=True, exist_ok=True)
     with exclusive_use(folder / STORE_LOCK_FILE, folder, command):
         yield
+
+
+def _check_multiaddrs(listen: str, bootstrap: list[str]) -> None:
+    """One sentence in the user's terms for an address libp2p would refuse in its own
+    words, before anything is created or unlocked."""
+    import multiaddr
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+
+    try:
+        names = [protocol.name for protocol in multiaddr.Multiaddr(listen).protocols()]
+    except ValueError:
+        names = []
+    # The shard server listens on the same IP over plain TCP.
+    if names[:2] not in (["ip4", "tcp"], ["ip6", "tcp"]):
+        raise ValueError(f"--listen {listen[:100]!r} is not a multiaddr like {LISTEN_EXAMPLE}")
+    for peer in bootstrap:
+        try:
+            info_from_p2p_addr(multiaddr.Multiaddr(peer))
+        except ValueError:
+            raise ValueError(
+                f"--bootstrap {peer[:100]!r} is not a multiaddr with a /p2p/ peer id, "
+                f"like {PEER_EXAMPLE}"
+            ) from None
+
+
+def _check_folder(folder: Path, flag: str) -> None:
+    """One sentence if `folder`, or a folder above it, is a file; nothing is created."""
+    nearest = folder
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if nearest.is_dir():
+        return
+    if nearest == folder:
+        raise ValueError(f"{flag} {folder} is a file; give a folder")
+    raise ValueError(f"{flag} {folder} is under {nearest}, which is a file; give a folder")
 
 
 @contextmanager
@@ -124,14 +164,15 @@ def _context(deployment: Path | None) -> tuple[Domain, str, list[str]]:
 
 def _unlock(
     key: str, keystore_dir: Path | None, password_file: Path | None
-) -> tuple[LocalAccount, KeyPair]:
-    """Key `key` from its keystore, and the libp2p identity kept beside it."""
+) -> tuple[LocalAccount, Path]:
+    """Key `key` from its keystore, and where the libp2p identity beside it is kept
+    (created by the caller only once every check has passed)."""
     from swarmrl import keystore
-    from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+    from swarmrl.p2p.identity import peer_key_path
 
     directory = keystore_dir or keystore.default_dir()
     account = keystore.unlock(directory, key, keystore.read_password(password_file))
-    return account, load_or_create_peer_key(peer_key_path(directory, key))
+    return account, peer_key_path(directory, key)
 
 
 @weights_app.command()
@@ -158,12 +199,18 @@ def serve(
 ) -> None:
     """Sign, announce and serve a checkpoint; print this peer's multiaddr first."""
     from swarmrl import keystore
+    from swarmrl.p2p.identity import load_or_create_peer_key
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 
     _logging()
-    if not path.exists():
-        raise ValueError(f"no checkpoint at {path}")
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise ValueError(f"no checkpoint at {path}") from None
+    except OSError as e:  # a name too long, a loop of links: the errno text names no cause
+        raise ValueError(f"{str(path)[:120]} cannot be used: {os_error_reason(e)}") from None
+    _check_multiaddrs(listen, bootstrap)
     domain, run, recorders = _context(deployment)
     address = keystore.info(keystore_dir or keystore.default_dir(), key).address
     if address not in recorders and not any_key:
@@ -173,7 +220,8 @@ def serve(
             f"broadcast), or pass --any-key if every puller passes --trust {address}"
         )
     with _os_errors_in_words(), _store_folder(store, "--store", "swarmrl weights serve"):
-        account, peer_key = _unlock(key, keystore_dir, password_file)
+        account, identity = _unlock(key, keystore_dir, password_file)
+        peer_key = load_or_create_peer_key(identity)
         stop = _until_signalled()
         node = SwarmNode(
             store=WeightStore(store),
@@ -209,11 +257,18 @@ def pull(
     trust: list[str] = typer.Option(
         [], "--trust", help="Origin addresses to accept (default: the deployment's recorders)."
     ),
-    step: int | None = typer.Option(None, "--step", min=0, help="Wait for this step or newer."),
+    step: int | None = typer.Option(
+        None, "--step", min=0, max=MAX_STEP, help="Wait for this step or newer."
+    ),
     seed: bool = typer.Option(False, "--seed", help="Keep serving (and following) afterwards."),
-    timeout: float = typer.Option(600.0, "--timeout", min=1, help="Give up after this long (s)."),
-    keep: int = typer.Option(3, "--keep", min=1, help="Versions to keep."),
-    max_gb: float | None = typer.Option(None, "--max-gb", min=0.001, help="Disk budget (GB)."),
+    # With a max, typer's range check refuses inf and nan too.
+    timeout: float = typer.Option(
+        600.0, "--timeout", min=1, max=MAX_TIMEOUT_S, help="Give up after this long (s)."
+    ),
+    keep: int = typer.Option(3, "--keep", min=1, max=MAX_KEEP, help="Versions to keep."),
+    max_gb: float | None = typer.Option(
+        None, "--max-gb", min=0.001, max=MAX_GB, help="Disk budget (GB)."
+    ),
     workers: int = typer.Option(4, "--workers", min=1, max=64, help="Parallel shard fetches."),
     key: str | None = typer.Option(
         None, "--key", help="Keystore name to bind this peer to (optional)."
@@ -234,12 +289,18 @@ def pull(
     for address in trust:
         if not is_address(address):
             raise ValueError(f"--trust {address!r} is not an Ethereum address")
+    _check_multiaddrs(listen, bootstrap)
     domain, run, recorders = _context(deployment)
-    with _os_errors_in_words(), _store_folder(out, "--out", "swarmrl weights pull"):
+    # Every check (the key's password last, as the slowest) before --out or a peer key
+    # is created: a refused command leaves nothing behind.
+    with _os_errors_in_words():
+        _check_folder(out, "--out")
         if key is not None:
-            account, peer_key = _unlock(key, keystore_dir, password_file)
+            account, identity = _unlock(key, keystore_dir, password_file)
         else:  # an anonymous peer, but the same one across restarts of this store
-            account, peer_key = None, load_or_create_peer_key(out / ".peer-key")
+            account, identity = None, out / ".peer-key"
+    with _os_errors_in_words(), _store_folder(out, "--out", "swarmrl weights pull"):
+        peer_key = load_or_create_peer_key(identity)
         stop = _until_signalled()
         store = WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9))
         node = SwarmNode(

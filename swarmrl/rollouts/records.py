@@ -23,7 +23,7 @@ from typing import Any, Literal
 from eth_utils import keccak
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from swarmrl.files import replacing
+from swarmrl.files import check_input_file, replacing
 from swarmrl.rollouts.signing import FileSignature
 from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType, first_error
 
@@ -183,8 +183,7 @@ def read_rollout_file(path: Path) -> RolloutFile:
     import pyarrow.parquet as pq
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
+    check_input_file(path)
     try:
         parquet = pq.ParquetFile(path)
         metadata = parquet.schema_arrow.metadata or {}
@@ -197,9 +196,12 @@ def read_rollout_file(path: Path) -> RolloutFile:
             )
         signature = _signature(path, metadata.get(SIGNATURE_KEY))
         rows = parquet.read().to_pylist()
-    except (pa.ArrowException, OSError) as e:
-        # pyarrow reports corrupt bytes as OSError too; the file itself exists.
-        raise ValueError(f"{path} is not a readable rollout file ({e})") from None
+    except (pa.ArrowException, OSError):
+        # pyarrow reports corrupt bytes as OSError too (the file itself exists), in its
+        # own words over several lines: what matters is that the file is damaged.
+        raise ValueError(
+            f"{path} is not a readable rollout file (damaged, or not parquet)"
+        ) from None
     rollouts = []
     for i, row in enumerate(rows):
         try:

@@ -108,6 +108,17 @@ def test_a_pid_file_that_is_a_folder_is_one_sentence(tmp_path):
     assert message == f"error: cannot read the pid file {tmp_path / 'anvil.pid'}: is a directory"
 
 
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_down_refuses_a_state_folder_that_is_a_file_like_up(tmp_path, below):
+    (tmp_path / "file").write_text("not a folder")
+    state = tmp_path / "file" / below if below else tmp_path / "file"
+    for command in ("up", "down"):
+        message = one_error(run(command, "--state-dir", str(state), timeout=60))
+        where = f"under {tmp_path / 'file'}, which is " if below else ""
+        assert message == f"error: the state folder {state} is {where}a file"
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
 def test_chain_up_refuses_at_once_while_another_holds_the_state_folder(tmp_path):
     state = tmp_path / "chain"
     state.mkdir()

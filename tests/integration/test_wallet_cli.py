@@ -242,3 +242,29 @@ def test_concurrent_stakes_from_one_key_both_land_without_a_revert(wallet, w3):
     ]
     assert len(sent) == 3  # one registration and two stakes
     assert all(w3.eth.get_transaction_receipt(tx)["status"] == 1 for tx in sent)
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_new_and_import_into_a_keystore_folder_that_is_a_file_is_one_sentence(tmp_path, below):
+    (tmp_path / "file").write_text("not a folder")
+    folder = tmp_path / "file" / below if below else tmp_path / "file"
+    (tmp_path / "key.hex").write_text("11" * 32)
+    env = {**os.environ, "SWARMRL_PASSWORD": "pw"}
+    where = f"under {tmp_path / 'file'}, which is a file" if below else "a file, not a folder"
+    for command in (["new", "a"], ["import", "a", "--private-key-file", str(tmp_path / "key.hex")]):
+        out = subprocess.run(
+            [SWARMRL, "wallet", *command, "--keystore-dir", str(folder)],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 1
+        assert out.stderr == f"error: the keystore folder {folder} is {where}\n"
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
+def test_stake_reads_the_deployment_file_before_it_unlocks_the_key(wallet, tmp_path):
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text("{ not json")
+    # A wrong password too: only a deployment read first can make this the refusal.
+    out = wallet("stake", "provider", "1", "--deployment", str(damaged), password="guess")
+    assert out.returncode == 1
+    assert out.stderr == f"error: cannot read deployment file {damaged}: it is not valid JSON\n"

@@ -265,3 +265,75 @@ def test_any_key_serves_to_pullers_that_trust_it(env, tmp_path, checkpoint, acco
     finally:
         origin.terminate()
         origin.wait(timeout=20)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--max-gb", "1e80"),
+        ("--max-gb", "inf"),
+        ("--max-gb", "nan"),
+        ("--timeout", "inf"),
+        ("--timeout", "nan"),
+        ("--timeout", "1e80"),
+        ("--step", str(2**64)),
+        ("--keep", str(10**80)),
+    ],
+)
+def test_pull_refuses_numbers_out_of_range_as_a_usage_error(env, tmp_path, option, value):
+    out = _pull(env, "--bootstrap", PEER, "--out", str(tmp_path / "pulled"), option, value,
+                timeout=60)  # fmt: skip
+    assert out.returncode == 2
+    assert f"Invalid value for '{option}'" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "pulled").exists()
+
+
+def test_pull_help_states_the_bounds():
+    shown = subprocess.run(
+        [SWARMRL, "weights", "pull", "--help"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    ).stdout  # fmt: skip
+    for bounds in ("0<=x<=18446744073709551615", "1<=x<=86400.0", "1<=x<=1000", "<=1000000.0"):
+        assert bounds in shown
+
+
+@pytest.mark.parametrize(
+    ("args", "password", "message"),
+    [
+        (["--listen", "garbage"], "pw",
+         "--listen 'garbage' is not a multiaddr like /ip4/127.0.0.1/tcp/0"),
+        (["--listen", "/ip4/127.0.0.1/udp/1"], "pw", "is not a multiaddr like /ip4/"),
+        (["--bootstrap", "garbage"], "pw",
+         "--bootstrap 'garbage' is not a multiaddr with a /p2p/ peer id, like /ip4/"),
+        (["--key", "../bad"], "pw", "key name '../bad' must be"),
+        (["--key", "ghost"], "pw", "no key named 'ghost'"),
+        (["--key", "orchestrator"], "wrong", "wrong password for key 'orchestrator'"),
+    ],
+)  # fmt: skip
+def test_a_refused_pull_creates_nothing(env, tmp_path, args, password, message):
+    keys = Path(env["SWARMRL_KEYSTORE_DIR"])
+    before = sorted(keys.iterdir())
+    out = _pull(
+        {**env, "SWARMRL_PASSWORD": password},
+        "--bootstrap", PEER, "--out", str(tmp_path / "pulled"), *args,
+        timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert message in line
+    assert not (tmp_path / "pulled").exists()
+    assert sorted(keys.iterdir()) == before  # no .peer-key beside the key
+
+
+def test_a_pull_into_a_keystore_that_is_a_file_creates_nothing(env, tmp_path):
+    (tmp_path / "not-keys").write_text("a file")
+    out = _pull(
+        env, "--bootstrap", PEER, "--out", str(tmp_path / "pulled"),
+        "--key", "orchestrator", "--keystore-dir", str(tmp_path / "not-keys"),
+        timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert not (tmp_path / "pulled").exists()

@@ -14,6 +14,13 @@ import pytest
 from eth_account import Account
 
 from swarmrl import keystore
+from swarmrl.chain.deploy import (
+    ContractAddresses,
+    Deployment,
+    ProtocolParams,
+    run_id_from_name,
+    write_deployment,
+)
 from swarmrl.keystore import KeystoreError
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
@@ -258,8 +265,28 @@ def test_an_unlocking_command_refuses_a_costly_keystore_at_once(tmp_path):
     document = cheap()
     document["crypto"]["kdfparams"].update({"n": 2**40, "r": 8})
     write(tmp_path / "ks", "costly", document)
-    # No deployment is needed: the keystore is read before anything else.
-    out = wallet(tmp_path, "withdraw", "costly")  # timeout: a guard against a hang
+    # A deployment file whose chain is never reached: the key is refused before that.
+    deployment = Deployment(
+        chain_id=31337,
+        rpc_url="http://127.0.0.1:9",
+        run_id=run_id_from_name("dev"),
+        deploy_block=0,
+        admin=ADDRESS,
+        treasury=ADDRESS,
+        recorders=[ADDRESS],
+        validators=[ADDRESS],
+        contracts=ContractAddresses(
+            stake_token=ADDRESS,
+            provider_registry=ADDRESS,
+            stake_manager=ADDRESS,
+            compute_pool=ADDRESS,
+        ),
+        params=ProtocolParams(),
+    )
+    write_deployment(tmp_path / "deployment.json", deployment)
+    out = wallet(  # the timeout is a guard against a hang
+        tmp_path, "withdraw", "costly", "--deployment", str(tmp_path / "deployment.json")
+    )
     assert out.returncode == 1
     assert out.stderr.startswith(
         f"error: keystore {tmp_path / 'ks' / 'costly.json'} is damaged: its scrypt memory"

@@ -99,7 +99,7 @@ def test_unknown_versions_and_foreign_files_are_one_clear_error(tmp_path):
     path.write_bytes(b"PAR1 not really")
     with pytest.raises(ValueError, match="not a readable rollout file"):
         read_rollouts(path)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="does not exist"):
         read_rollouts(tmp_path / "missing.parquet")
 
 
