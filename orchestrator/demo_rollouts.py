@@ -132,14 +132,17 @@ def _cheating_scenes(backend: TorchBackend, records: list, task_set: dict) -> No
         ]
         _say(f"  a node that rewrites a task's answer: rejected ({verdict.reason})")
     group = records[:GROUP]
-    source = group[0]
-    copied = [source] + [
-        r.model_copy(
+    # The longest completion: the least likely to repeat by chance, so the clearest case.
+    source = max(group, key=lambda r: len(r.output_ids))
+    copied = [
+        r
+        if r is source
+        else r.model_copy(
             update={f: getattr(source, f) for f in (*COMPLETION_FIELDS, *REWARD_FIELDS)}
         ).sealed()
-        for r in group[1:]
+        for r in group
     ]
-    verdict = verify_rollouts(backend, copied, task_set, ASKED, task_reward)[1]
+    verdict = verify_rollouts(backend, copied, task_set, ASKED, task_reward)[0]
     _say(f"  a node that copies one completion across its group: rejected ({verdict.reason})")
 
 

@@ -31,9 +31,14 @@ def test_demo_runs_every_available_stage(default_model):
         in (out.stdout)
     )
     assert "one prefill pass each: 48/48 accepted" in out.stdout
-    assert "a node that claims a reward it did not earn: rejected (its task reward is 1" in (
-        out.stdout
-    )
+    assert (
+        "a node that rewrites a task's answer: rejected (its verification info differs from "
+        "the task set's"
+    ) in out.stdout
+    assert (
+        "a node that copies one completion across its group: rejected (samples #0, #1, #2, #3 "
+        "of its group are one completion, which the claimed sampling repeats with probability"
+    ) in out.stdout
     assert "a node that generated with a cheaper model: rejected (TOPLOC rejected" in out.stdout
     for verdict in ("a correct program passes", "a wrong one fails", "an endless loop fails"):
         assert verdict in out.stdout
