@@ -77,9 +77,9 @@ def _gone(pids: list[int]) -> bool:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"--model": "missing"}, "is not a model directory"),
+        ({"--model": "missing"}, "missing does not exist"),
         ({"--tasks": "bad.jsonl"}, "line 1"),
-        ({"--advantage-scale": "max"}, "advantage_scale must be none or std"),
+        ({"--advantage-scale": "max"}, "Invalid value for '--advantage-scale'"),
         ({"--async-level": "-1"}, "Invalid value"),
     ],
 )
