@@ -58,6 +58,14 @@ def read_state_dict(model_dir: Path) -> dict[str, Any]:
     return state
 
 
+def check_finite(where: Path, name: str, tensor: Any) -> None:
+    """ValueError in one sentence if the floating-point ``tensor`` holds NaN or inf."""
+    import torch
+
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{where}: {name} holds values that are not finite")
+
+
 def check_model(model_dir: Path) -> None:
     """ValueError in one sentence unless the checkpoint is whole: every tensor its
     ``config.json`` calls for is present with that shape, nothing else is, and every
@@ -89,8 +97,7 @@ def check_model(model_dir: Path) -> None:
                             f"{path}: {name} has shape {tuple(tensor.shape)}, but config.json "
                             f"calls for {expected[name]}"
                         )
-                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                        raise ValueError(f"{path}: {name} holds values that are not finite")
+                    check_finite(path, name, tensor)
                     found.add(name)
         except (SafetensorError, OSError, RuntimeError) as e:
             raise ValueError(f"{path} is not a whole safetensors file ({e})") from None

@@ -32,7 +32,13 @@ from swarmrl.models.backend import (
     score_tokens,
     token_logprobs,
 )
-from swarmrl.models.checkpoint import check_model, eos_token_ids, load_tokenizer, read_state_dict
+from swarmrl.models.checkpoint import (
+    check_finite,
+    check_model,
+    eos_token_ids,
+    load_tokenizer,
+    read_state_dict,
+)
 
 # Stop strings are looked for in the decoded tail of this many tokens beyond the
 # longest stop string's length, enough for tokens that are shorter than a character.
@@ -259,7 +265,8 @@ class TorchBackend:
         """Copy a newer checkpoint's tensors into the loaded model, shape by shape."""
         model_dir = Path(model_dir)
         _check_same_architecture(self.model.config.to_dict(), model_dir)
-        check_model(model_dir)
+        # Names and shapes are checked against the running model below, on the tensors
+        # already read: check_model would read the whole checkpoint a second time.
         state = read_state_dict(model_dir)
         weights = dict(self.model.named_parameters())
         params = {**weights, **dict(self.model.named_buffers())}
@@ -276,6 +283,7 @@ class TorchBackend:
                     f"{model_dir}: {name} has shape {tuple(tensor.shape)}, "
                     f"expected {tuple(params[name].shape)}"
                 )
+            check_finite(model_dir, name, tensor)
         for name, tensor in state.items():
             params[name].copy_(tensor)
         self.model_dir = model_dir
