@@ -30,14 +30,18 @@ app.add_typer(bench_app, name="bench")
 
 def _register_apps() -> None:
     """The one place swarmrl reaches into the apps: their command groups."""
+    from client.node.cli import node_app
     from client.rollouts import rollouts_generate
     from client.wallet import app as wallet_app
     from orchestrator.cli import eval_command, model_app, tasks_app  # light: torch loads later
+    from orchestrator.service.cli import orchestrator_app
     from orchestrator.train_local.cli import train_app
     from orchestrator.verify_cli import rollouts_verify
     from swarmrl.chain.cli import chain_app  # light: web3 loads inside the commands
     from swarmrl.p2p.cli import weights_app  # light: libp2p loads inside the commands
 
+    app.add_typer(node_app, name="node")
+    app.add_typer(orchestrator_app, name="orchestrator")
     app.add_typer(wallet_app, name="wallet")
     app.add_typer(chain_app, name="chain")
     app.add_typer(weights_app, name="weights")
@@ -57,7 +61,7 @@ def _register_apps() -> None:
 
 _register_apps()
 
-BENCHMARKS = ("toploc", "shards", "broadcast", "inference", "learner")
+BENCHMARKS = ("toploc", "shards", "broadcast", "inference", "learner", "swarm")
 
 
 def _version(show: bool) -> None:
@@ -128,6 +132,17 @@ def bench_learner(
 ) -> None:
     """`train local` vs. TRL's GRPOTrainer: held-out reward against wall time (CPU)."""
     _run_benchmark("learner", minutes, target)
+
+
+@bench_app.command("swarm")
+def bench_swarm(
+    minutes: float = typer.Option(
+        4.0, "--minutes", min=0.5, max=600.0, help="Measured time of each."
+    ),
+) -> None:
+    """The whole swarm (3 nodes) vs. `train local` (3 workers): rollouts/s, intake
+    latency, validation vs. generation CPU, memory (CPU)."""
+    _run_benchmark("swarm", minutes)
 
 
 @bench_app.command("all")

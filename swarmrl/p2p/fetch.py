@@ -74,7 +74,7 @@ class PeerBook:
         self,
         peer_id: str,
         *,
-        endpoint: Endpoint,
+        endpoint: Endpoint | None,
         account: str | None,
         addrs: list[str],
         holdings: dict[str, bytearray],

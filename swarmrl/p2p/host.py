@@ -13,16 +13,25 @@ offer secio and plaintext, which nothing here may accept), gossipsub with
 strictly signed messages on an allow-list of topics, and request/response
 protocols: one request frame in, response frames out, each bounded in size
 and time (see :mod:`swarmrl.p2p.wire`).
+
+Uploads (``handle_upload`` / ``upload``) carry bodies too big for one frame:
+a header frame, body frames of bounded size, and an empty frame that ends the
+body. The serving side may refuse from the header before reading any of the
+body, spools the body chunk by chunk into a file (never into memory), and
+checks each chunk's length against the body limit before reading the chunk.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, Protocol
 
 import multiaddr
 import trio
@@ -49,6 +58,10 @@ DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 # A request handler runs in a worker thread; this many at once per host.
 MAX_CONCURRENT_HANDLERS = 16
 ERROR_KEY = "error"
+MiB = 1024 * 1024
+# Spooled upload bodies are named so, in the spool directory of their protocol.
+SPOOL_PREFIX = "upload-"
+SPOOL_SUFFIX = ".part"
 
 Handler = Callable[[str, bytes], Sequence[bytes]]
 TopicHandler = Callable[[str, bytes], None]
@@ -58,11 +71,44 @@ class RemoteError(RuntimeError):
     """The remote peer answered a request with an error sentence."""
 
 
+class _LocalReadError(Exception):
+    """The local file of an upload could not be read; the message is the reason."""
+
+
+class UploadHandler(Protocol):
+    """Serves one upload protocol. Both calls run in worker threads, like request
+    handlers; a WireError or Refusal they raise goes back as the error reply, any
+    other exception costs that upload only (the peer hears that it failed)."""
+
+    def check(self, peer: str, header: bytes) -> None:
+        """Refuses the upload from its header alone, before any body byte is
+        read, by raising WireError or Refusal; returning accepts it."""
+
+    def receive(self, peer: str, header: bytes, path: Path) -> Sequence[bytes]:
+        """Takes the complete body, spooled to `path` (flushed and fsynced), and
+        returns the response frames. To keep the body, move `path` away (a rename
+        within the spool directory's file system); whatever is left at `path`
+        is deleted once this returns or raises."""
+
+
 @dataclass(frozen=True)
 class _Protocol:
     handler: Handler
     request_limit: int
     timeout: float
+
+
+@dataclass(frozen=True)
+class _Upload:
+    handler: UploadHandler
+    header_limit: int
+    body_limit: int
+    chunk_limit: int
+    timeout: float
+    spool_dir: Path
+    # Bounds the memory (chunk buffers) and spool disk (body_limit each) that
+    # uploads in flight can hold at once; more are refused, not queued.
+    slots: trio.Semaphore
 
 
 class Host:
@@ -72,12 +118,14 @@ class Host:
         self,
         key_pair: KeyPair,
         *,
-        listen: str = DEFAULT_LISTEN,
+        listen: str | None = DEFAULT_LISTEN,
         topics: Sequence[str] = (),
         start_timeout: float = 30.0,
     ) -> None:
         self._key_pair = key_pair
-        self._listen = multiaddr.Multiaddr(listen)
+        # None: listen nowhere, as a node behind NAT; it still dials out, and peers
+        # reach it over the connections it opened.
+        self._listen = [] if listen is None else [multiaddr.Multiaddr(listen)]
         self._topics = frozenset(topics)
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -140,7 +188,7 @@ class Host:
         self._token = trio.lowlevel.current_trio_token()
         self._handler_limit = trio.CapacityLimiter(MAX_CONCURRENT_HANDLERS)
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self._host.run(listen_addrs=[self._listen]))
+            await stack.enter_async_context(self._host.run(listen_addrs=self._listen))
             await stack.enter_async_context(background_trio_service(self._pubsub))
             await stack.enter_async_context(background_trio_service(self._gossip))
             self._nursery = await stack.enter_async_context(trio.open_nursery())
@@ -173,6 +221,60 @@ class Host:
             log.info("a %s request from %s failed: %r", name, peer, e)
             await _try_write_error(stream, "the request failed on the serving peer")
         finally:
+            await _close_quietly(stream)
+
+    async def _handle_upload(self, stream: INetStream, spec: _Upload, name: str) -> None:
+        peer = str(stream.muxed_conn.peer_id)
+        spooled: Path | None = None
+        # Set by the worker that runs receive: from then on that worker, not this
+        # side, deletes the spooled file, so an abandoned receive never finds it gone.
+        claimed = threading.Event()
+        try:
+            spec.slots.acquire_nowait()
+        except trio.WouldBlock:
+            log.info("refused a %s upload from %s: all upload slots are busy", name, peer)
+            await _try_write_error(stream, "the serving peer is busy with other uploads")
+            await _close_quietly(stream)
+            return
+        try:
+            with trio.fail_after(spec.timeout):
+                header = await wire.read_frame(stream, spec.header_limit)
+                await trio.to_thread.run_sync(
+                    spec.handler.check,
+                    peer,
+                    header,
+                    limiter=self._handler_limit,
+                    abandon_on_cancel=True,
+                )
+                spooled = _new_spool_file(spec.spool_dir)
+                await _spool_body(stream, spec, spooled)
+                frames = await trio.to_thread.run_sync(
+                    _receive_then_clean,
+                    spec.handler,
+                    peer,
+                    header,
+                    spooled,
+                    claimed,
+                    limiter=self._handler_limit,
+                    abandon_on_cancel=True,
+                )
+                for body in frames:
+                    await wire.write_frame(stream, body)
+        except wire.WireError as e:
+            log.warning("rejected a %s upload from %s: %s", name, peer, e)
+            await _try_write_error(stream, str(e))
+        except wire.Refusal as e:
+            await _try_write_error(stream, str(e))
+        except trio.TooSlowError:
+            log.warning("a %s upload from %s took over %.0f s; dropped", name, peer, spec.timeout)
+            await _try_write_error(stream, f"the upload took over {spec.timeout:.0f} s")
+        except Exception as e:  # a stream reset or a handler bug costs this stream only
+            log.info("a %s upload from %s failed: %r", name, peer, e)
+            await _try_write_error(stream, "the upload failed on the serving peer")
+        finally:
+            if spooled is not None and not claimed.is_set():
+                spooled.unlink(missing_ok=True)
+            spec.slots.release()
             await _close_quietly(stream)
 
     async def _topic_loop(self, topic: str, handler: TopicHandler) -> None:
@@ -210,6 +312,29 @@ class Host:
         finally:
             await _close_quietly(stream)
 
+    async def _upload(
+        self, peer_id: str, protocol: str, header: bytes, body: IO[bytes], chunk: int, limit: int
+    ) -> bytes:
+        stream = await self._host.new_stream(ID.from_base58(peer_id), [TProtocol(protocol)])
+        try:
+            sender = _Sender(stream, header, body, chunk)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sender.run, nursery.cancel_scope)
+                # The reply is read while the body is still going out: a peer that
+                # refuses early answers and stops reading, and its sentence must
+                # reach the caller rather than the broken pipe that follows.
+                reply = await _read_reply(stream, limit)
+                if isinstance(reply, Exception) or _error_message(reply) is not None:
+                    nursery.cancel_scope.cancel()
+            if sender.read_failure is not None:
+                raise _LocalReadError(sender.read_failure.strerror or str(sender.read_failure))
+            if isinstance(reply, Exception):
+                raise reply
+            _raise_if_error(reply)
+            return reply
+        finally:
+            await _close_quietly(stream)
+
     # ---- the bridge ------------------------------------------------------------
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -240,6 +365,12 @@ class Host:
             raise ValueError(f"{addr!r} is not a multiaddr with a /p2p/ peer id ({e})") from None
 
         async def dial() -> None:
+            # An explicit connect means "try now": py-libp2p would refuse a peer whose
+            # addresses all failed in the last minute, which keeps a node away from an
+            # orchestrator that restarted seconds ago. Callers bound their own retries.
+            network = self._host.get_network()
+            if hasattr(network, "unblock_peer"):
+                network.unblock_peer(info.peer_id)
             with trio.fail_after(timeout):
                 await self._host.connect(info)
 
@@ -266,6 +397,87 @@ class Host:
             await self._handle_stream(stream, spec, protocol)
 
         self._call(_sync_async, self._host.set_stream_handler, TProtocol(protocol), on_stream)
+
+    def handle_upload(
+        self,
+        protocol: str,
+        handler: UploadHandler,
+        *,
+        header_limit: int,
+        body_limit: int,
+        chunk_limit: int = MiB,
+        timeout: float,
+        spool_dir: Path,
+        max_uploads: int = 8,
+    ) -> None:
+        """Serves uploads on `protocol` (see :class:`UploadHandler`): a header of at
+        most `header_limit` bytes, then a body of at most `body_limit` bytes in
+        frames of at most `chunk_limit`, spooled into a new file in `spool_dir`;
+        the whole upload, receive included, within `timeout` seconds. At most
+        `max_uploads` at once; more are refused with an error reply."""
+        for key, value in (
+            ("header_limit", header_limit),
+            ("body_limit", body_limit),
+            ("chunk_limit", chunk_limit),
+            ("max_uploads", max_uploads),
+        ):
+            if value < 1:
+                raise ValueError(f"{key} must be at least 1, got {value}")
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        spec = _Upload(
+            handler,
+            header_limit,
+            body_limit,
+            chunk_limit,
+            timeout,
+            spool_dir,
+            trio.Semaphore(max_uploads),
+        )
+
+        async def on_stream(stream: INetStream) -> None:
+            await self._handle_upload(stream, spec, protocol)
+
+        self._call(_sync_async, self._host.set_stream_handler, TProtocol(protocol), on_stream)
+
+    def upload(
+        self,
+        peer_id: str,
+        protocol: str,
+        header: bytes,
+        path: Path,
+        *,
+        response_limit: int,
+        chunk: int = MiB,
+        timeout: float,
+    ) -> list[bytes]:
+        """Sends `header`, then the file at `path` in frames of `chunk` bytes read
+        from disk one at a time, then the empty frame; returns the one response
+        frame. An error reply, even one sent before the body was through, raises
+        RemoteError with the peer's sentence."""
+        if chunk < 1:
+            raise ValueError(f"the upload chunk must be at least 1 byte, got {chunk}")
+        try:
+            body = path.open("rb")
+        except OSError as e:
+            raise OSError(f"cannot read {path}: {e.strerror or e}") from None
+
+        async def run() -> bytes:
+            with trio.fail_after(timeout):
+                return await self._upload(peer_id, protocol, header, body, chunk, response_limit)
+
+        try:
+            with body:
+                return [self._call(run)]
+        except trio.TooSlowError:
+            raise TimeoutError(
+                f"{peer_id} did not take the {protocol} upload within {timeout:.0f} s"
+            ) from None
+        except (wire.WireError, RemoteError):
+            raise
+        except _LocalReadError as e:
+            raise OSError(f"cannot read {path}: {e}") from None
+        except Exception as e:
+            raise ConnectionError(f"{protocol} upload to {peer_id} failed: {e}") from None
 
     def request(
         self,
@@ -330,13 +542,90 @@ def error_frame(message: str) -> bytes:
     return wire.dump_json({ERROR_KEY: message})
 
 
+def _error_message(body: bytes) -> str | None:
+    """The sentence of an error reply; None for any other frame."""
+    if not body.startswith(b'{"' + ERROR_KEY.encode() + b'"'):
+        return None
+    try:
+        return wire.parse_error(body, ERROR_KEY)
+    except wire.WireError:
+        return None
+
+
 def _raise_if_error(body: bytes) -> None:
-    if body.startswith(b'{"' + ERROR_KEY.encode() + b'"'):
-        try:
-            message = wire.parse_error(body, ERROR_KEY)
-        except wire.WireError:
-            return
+    message = _error_message(body)
+    if message is not None:
         raise RemoteError(message)
+
+
+async def _read_reply(stream: INetStream, limit: int) -> bytes | Exception:
+    """The reply frame, or why none came; cancellation still propagates."""
+    try:
+        return await wire.read_frame(stream, limit)
+    except Exception as e:
+        return e
+
+
+def _new_spool_file(spool_dir: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=SPOOL_PREFIX, suffix=SPOOL_SUFFIX, dir=spool_dir)
+    os.close(fd)
+    return Path(name)
+
+
+async def _spool_body(stream: INetStream, spec: _Upload, path: Path) -> None:
+    """Appends body frames to `path` until the empty frame, refusing each frame by
+    its length prefix (chunk limit, then running total) before reading it."""
+    total = 0
+    async with await trio.open_file(path, "wb") as out:
+        while length := await wire.read_length(stream):
+            if length > spec.chunk_limit:
+                raise wire.WireError(
+                    f"a {length}-byte upload chunk is over the {spec.chunk_limit}-byte limit"
+                )
+            if total + length > spec.body_limit:
+                raise wire.WireError(f"the upload is over the {spec.body_limit}-byte limit")
+            await out.write(await wire.read_exactly(stream, length))
+            total += length
+        await out.flush()
+        await trio.to_thread.run_sync(os.fsync, out.fileno())
+
+
+def _receive_then_clean(
+    handler: UploadHandler, peer: str, header: bytes, path: Path, claimed: threading.Event
+) -> Sequence[bytes]:
+    claimed.set()
+    try:
+        return handler.receive(peer, header, path)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+class _Sender:
+    """Writes an upload's frames; a failed write ends it quietly (the reply, read
+    alongside, says why), a failed read of the local file cancels the upload."""
+
+    def __init__(self, stream: INetStream, header: bytes, body: IO[bytes], chunk: int) -> None:
+        self._stream = stream
+        self._header = header
+        self._body = trio.wrap_file(body)
+        self._chunk = chunk
+        self.read_failure: OSError | None = None
+
+    async def run(self, upload: trio.CancelScope) -> None:
+        try:
+            await wire.write_frame(self._stream, self._header)
+            while True:
+                try:
+                    data = await self._body.read(self._chunk)
+                except OSError as e:
+                    self.read_failure = e
+                    upload.cancel()
+                    return
+                await wire.write_frame(self._stream, data)
+                if not data:
+                    return
+        except Exception as e:
+            log.debug("an upload stopped sending: %r", e)
 
 
 async def _try_write_error(stream: INetStream, message: str) -> None:

@@ -68,7 +68,8 @@ class Advert(_Message):
 
     record: PeerRecord | None = None  # absent for a peer without an Ethereum key
     addrs: list[Multiaddr] = Field(default_factory=list, max_length=MAX_ADDRS)
-    data: str = Field(min_length=3, max_length=300)  # host:port of the data path
+    # host:port of the data path; None for a peer that accepts no connections.
+    data: str | None = Field(default=None, min_length=3, max_length=300)
     holdings: list[Holding] = Field(default_factory=list, max_length=MAX_HOLDINGS)
     peers: list[Multiaddr] = Field(default_factory=list, max_length=MAX_EXCHANGED_PEERS)
 

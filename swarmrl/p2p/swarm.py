@@ -106,7 +106,7 @@ class SwarmNode:
         trusted: Iterable[str],
         peer_key: KeyPair,
         account: LocalAccount | None = None,
-        listen: str = DEFAULT_LISTEN,
+        listen: str | None = DEFAULT_LISTEN,
         bootstrap: Iterable[str] = (),
         workers: int = DEFAULT_WORKERS,
         on_event: Callable[[Event], None] | None = None,
@@ -133,14 +133,19 @@ class SwarmNode:
             peer_key, listen=listen, topics=[self._topic_checkpoints, self._topic_peers]
         )
         try:
-            self.server = ShardServer(self.store.get, host=_listen_host(listen))
+            # Outbound only (listen None): nobody could dial the data path, so none is
+            # offered; the node fetches from peers and serves nothing.
+            self.server = (
+                None if listen is None else ShardServer(self.store.get, host=_listen_host(listen))
+            )
             self.record = (
                 PeerRecord.sign(account, self.host.peer_id, domain) if account is not None else None
             )
             self.host.handle(
                 MANIFEST_PROTOCOL, self._serve_manifest, request_limit=MAX_REQUEST_BYTES
             )
-            self.host.handle(HAVE_PROTOCOL, self._serve_have, request_limit=MAX_REQUEST_BYTES)
+            # A have request carries the asker's advert, signed record included.
+            self.host.handle(HAVE_PROTOCOL, self._serve_have, request_limit=MAX_ADVERT_BYTES)
             self.host.subscribe(self._topic_checkpoints, self._on_announcement)
             self.host.subscribe(self._topic_peers, self._on_advert)
             for version in self.store.load():
@@ -173,7 +178,7 @@ class SwarmNode:
         return Advert(
             record=self.record,
             addrs=self.addrs,
-            data=str(self.server.endpoint),
+            data=None if self.server is None else str(self.server.endpoint),
             holdings=holdings,
             peers=known[-MAX_EXCHANGED_PEERS:],
         )
@@ -226,7 +231,7 @@ class SwarmNode:
 
     def _learn(self, peer: str, advert: Advert) -> None:
         account = advert.record.verify(self.domain, peer) if advert.record else None
-        endpoint = Endpoint.parse(advert.data)
+        endpoint = None if advert.data is None else Endpoint.parse(advert.data)
         holdings = {}
         for h in advert.holdings:
             version = self.store.get(h.manifest_hash)
@@ -486,7 +491,7 @@ class SwarmNode:
             download.stop()
         for thread in self._threads:
             thread.join(timeout=IO_TIMEOUT)
-        if hasattr(self, "server"):
+        if getattr(self, "server", None) is not None:
             self.server.close()
         self.host.close()
         for version in self.store.versions():

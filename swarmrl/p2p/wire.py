@@ -66,7 +66,8 @@ def frame(body: bytes) -> bytes:
     return encode_varint(len(body)) + body
 
 
-async def _read_exactly(stream: Stream, n: int) -> bytes:
+async def read_exactly(stream: Stream, n: int) -> bytes:
+    """`n` bytes; the caller has checked `n` against its limit and bounds the time."""
     chunks = []
     while n:
         chunk = await stream.read(n)
@@ -77,19 +78,24 @@ async def _read_exactly(stream: Stream, n: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_frame(stream: Stream, limit: int) -> bytes:
-    """One frame's body, at most `limit` bytes. The caller bounds the time."""
+async def read_length(stream: Stream) -> int:
+    """The length prefix of the next frame, with nothing of its body read, so a
+    reader can refuse a frame by its size (or by a running total) first."""
     length = 0
     for i in range(_MAX_VARINT_BYTES):
-        byte = (await _read_exactly(stream, 1))[0]
+        byte = (await read_exactly(stream, 1))[0]
         length |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
-            break
-    else:
-        raise WireError("the frame length is not a valid varint")
+            return length
+    raise WireError("the frame length is not a valid varint")
+
+
+async def read_frame(stream: Stream, limit: int) -> bytes:
+    """One frame's body, at most `limit` bytes. The caller bounds the time."""
+    length = await read_length(stream)
     if length > limit:
         raise WireError(f"a {length}-byte frame is over the {limit}-byte limit")
-    return await _read_exactly(stream, length)
+    return await read_exactly(stream, length)
 
 
 async def write_frame(stream: Stream, body: bytes) -> None:
@@ -114,6 +120,8 @@ def parse(model: type[M], body: bytes) -> M:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the message"
+        if len(where) > 80 or not where.isprintable():
+            where = reprlib.repr(where)  # a peer's key must not forge or flood log lines
         raise WireError(f"invalid {model.__name__}: {where}: {first['msg']}") from None
 
 

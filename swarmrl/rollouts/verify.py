@@ -32,6 +32,7 @@ from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend
 from swarmrl.rollouts.generate import prompt_ids
 from swarmrl.rollouts.records import Rollout
 from swarmrl.tasks import Task, length_penalty
+from swarmrl.tasks.rewards import CODE_TYPES
 
 # Log-probabilities recomputed by prefill differ from decode-time ones only by
 # float reassociation (batching, KV cache); a mean gap past this is not rounding.
@@ -62,6 +63,10 @@ class Verdict:
 
     ``sequence_logprob`` is the validator's log-probability, under the claimed
     sampling, of the record's completion (None when the check stopped earlier).
+    ``slashable`` marks a rejection that honest nondeterminism cannot produce
+    (a failed proof, a deterministic reward claimed falsely, output that does not
+    answer what was asked): evidence worth a stake, where every other rejection
+    costs the node only the reward.
     """
 
     accepted: bool
@@ -70,6 +75,11 @@ class Verdict:
     chunks_accepted: int = 0
     task_reward: float | None = None
     sequence_logprob: float | None = None
+    slashable: bool = False
+
+
+def _evidence(reason: str, chunks: int = 0, passed: int = 0) -> Verdict:
+    return Verdict(False, reason, chunks, passed, slashable=True)
 
 
 def _provenance_error(rollout: Rollout, asked: Assignment) -> str | None:
@@ -126,24 +136,30 @@ def verify_rollout(
     task: Task,
     asked: Assignment,
     score: Callable[[Task, str], float],
+    *,
+    prefill: bool = True,
 ) -> Verdict:
     """Check one record against the validator's ``task`` and what was ``asked``; never
-    raises for a bad record, only rejects it."""
+    raises for a bad record, only rejects it. Without ``prefill`` the model is not run:
+    TOPLOC, log-probabilities and sampleability go unchecked (the swarm prefills a
+    sample of submissions); everything else, rewards included, is still checked."""
     for error in (_provenance_error(rollout, asked), _task_error(rollout, task)):
         if error:
-            return Verdict(False, error)
+            return _evidence(error)
     if rollout.prompt_ids != prompt_ids(backend.tokenizer, task.prompt, rollout.target_len):
-        return Verdict(False, "its prompt ids are not the task's prompt with its budget")
+        return _evidence("its prompt ids are not the task's prompt with its budget")
     n = len(rollout.output_ids)
     if n > rollout.max_tokens:
-        return Verdict(False, f"{n} output tokens exceed its max_tokens {rollout.max_tokens}")
+        return _evidence(f"{n} output tokens exceed its max_tokens {rollout.max_tokens}")
     if len(rollout.logprobs) != n:
-        return Verdict(False, f"{len(rollout.logprobs)} logprobs for {n} output tokens")
+        return _evidence(f"{len(rollout.logprobs)} logprobs for {n} output tokens")
     chunks = math.ceil(n / PROOF_CHUNK)
     if len(rollout.proofs) != chunks:
-        return Verdict(False, f"{len(rollout.proofs)} proofs for {chunks} chunks of output")
+        return _evidence(f"{len(rollout.proofs)} proofs for {chunks} chunks of output")
     if error := _finish_error(rollout, backend.eos_ids):
-        return Verdict(False, error)
+        return _evidence(error)
+    if not prefill:
+        return _rewards_verdict(backend, rollout, task, score, chunks=0, passed=0, logprob=None)
     try:
         prefill = backend.prefill(
             rollout.prompt_ids,
@@ -157,35 +173,54 @@ def verify_rollout(
     passed = sum(r.accepted for r in results)
     if passed < chunks:
         rejected = f"TOPLOC rejected {chunks - passed} of {chunks} chunks"
-        return Verdict(False, rejected, chunks, passed)
+        return _evidence(rejected, chunks, passed)
     gap = sum(abs(a - b) for a, b in zip(prefill.logprobs, rollout.logprobs, strict=True)) / n
     if not math.isfinite(gap) or gap > LOGPROB_MEAN_TOLERANCE:
-        return Verdict(False, f"its logprobs are off by {gap:.3g} on average", chunks, passed)
+        return _evidence(f"its logprobs are off by {gap:.3g} on average", chunks, passed)
     if unsampleable := prefill.scores.unsampleable:
         how = "not the argmax" if rollout.temperature == 0 else "outside the top-p nucleus"
-        return Verdict(
-            False,
+        return _evidence(
             f"{len(unsampleable)} of its tokens are {how} (the first at {unsampleable[0]}), "
             f"so they were not sampled as claimed",
             chunks,
             passed,
         )
+    return _rewards_verdict(
+        backend, rollout, task, score, chunks, passed, prefill.scores.sequence_logprob
+    )
+
+
+def _rewards_verdict(
+    backend: Backend,
+    rollout: Rollout,
+    task: Task,
+    score: Callable[[Task, str], float],
+    chunks: int,
+    passed: int,
+    logprob: float | None,
+) -> Verdict:
     text = backend.tokenizer.decode(rollout.output_ids, skip_special_tokens=True)
     try:
         task_reward = score(task, text)
     except ValueError as e:
         return Verdict(False, f"its task cannot be scored ({e})", chunks, passed)
-    penalty = length_penalty(rollout.target_len, n)
+    penalty = length_penalty(rollout.target_len, len(rollout.output_ids))
     for name, claimed, actual in (
         ("task reward", rollout.task_reward, task_reward),
         ("length penalty", rollout.length_penalty, penalty),
         ("reward", rollout.reward, task_reward - penalty),
     ):
         if not abs(claimed - actual) <= REWARD_TOLERANCE:
+            # A code test can time out here and pass there; every other verifier is
+            # a pure function of the text.
             return Verdict(
-                False, f"its {name} is {claimed:g}, recomputed {actual:g}", chunks, passed
+                False,
+                f"its {name} is {claimed:g}, recomputed {actual:g}",
+                chunks,
+                passed,
+                slashable=task.task_type not in CODE_TYPES,
             )
-    return Verdict(True, "", chunks, passed, task_reward, prefill.scores.sequence_logprob)
+    return Verdict(True, "", chunks, passed, task_reward, logprob)
 
 
 def repeat_plausibility(group_size: int, copies: int, sequence_logprob: float) -> float:
@@ -198,14 +233,19 @@ def repeat_plausibility(group_size: int, copies: int, sequence_logprob: float) -
 
 def _group_error(
     group: Sequence[int], rollouts: Sequence[Rollout], verdicts: Sequence[Verdict], n: int
-) -> str | None:
+) -> Verdict | None:
+    """The verdict on a group that fails its checks: evidence when the group is not
+    what was asked for, a plain rejection for an implausible repeat (which an honest
+    sampler makes, rarely)."""
     members = [rollouts[i] for i in group]
     samples = sorted(r.sample for r in members)
     if samples != list(range(n)):
         shown = ", ".join(map(str, samples[:8])) + (" ..." if len(samples) > 8 else "")
-        return f"its group holds samples {shown}, where {n} (0 to {n - 1}) were asked for"
+        return _evidence(
+            f"its group holds samples {shown}, where {n} (0 to {n - 1}) were asked for"
+        )
     if len({tuple(r.prompt_ids) for r in members}) > 1:
-        return "its group's samples were not given one prompt"
+        return _evidence("its group's samples were not given one prompt")
     first: dict[tuple[int, ...], int] = {}
     copies: dict[tuple[int, ...], list[int]] = {}
     for i in group:
@@ -219,9 +259,10 @@ def _group_error(
         chance = repeat_plausibility(n, len(repeated), logprob)
         if chance < REPEAT_PLAUSIBILITY:
             shown = ", ".join(f"#{s}" for s in sorted(repeated))
-            return (
+            return Verdict(
+                False,
                 f"samples {shown} of its group are one completion, which the claimed "
-                f"sampling repeats with probability {chance:.2g}"
+                f"sampling repeats with probability {chance:.2g}",
             )
     return None
 
@@ -232,6 +273,8 @@ def verify_rollouts(
     tasks: Mapping[str, Task],
     asked: Assignment,
     score: Callable[[Task, str], float],
+    *,
+    prefill: bool = True,
 ) -> list[Verdict]:
     """One verdict per record, in order: each record's own checks, then its group's.
 
@@ -242,15 +285,20 @@ def verify_rollouts(
     for rollout in rollouts:
         task = tasks.get(rollout.problem_id)
         if task is None:
-            verdicts.append(Verdict(False, "its problem_id is not in the validator's task set"))
+            verdicts.append(_evidence("its problem_id is not in the validator's task set"))
         else:
-            verdicts.append(verify_rollout(backend, rollout, task, asked, score))
+            verdicts.append(verify_rollout(backend, rollout, task, asked, score, prefill=prefill))
     groups: dict[str, list[int]] = {}
     for i, rollout in enumerate(rollouts):
         groups.setdefault(rollout.problem_id, []).append(i)
     for group in groups.values():
-        if error := _group_error(group, rollouts, verdicts, asked.group_size):
+        if failed := _group_error(group, rollouts, verdicts, asked.group_size):
             for i in group:
                 if verdicts[i].accepted:
-                    verdicts[i] = replace(verdicts[i], accepted=False, reason=error)
+                    verdicts[i] = replace(
+                        verdicts[i],
+                        accepted=False,
+                        reason=failed.reason,
+                        slashable=failed.slashable,
+                    )
     return verdicts

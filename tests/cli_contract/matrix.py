@@ -35,6 +35,7 @@ PATH_ROLES = {
     "store": "out-dir",
     "out": "out-file",
     "path": "weights",
+    "config": "config",
     "model init out": "out-dir",
     "model import-smollm2 out": "out-dir",
     "train local out": "out-dir",
@@ -45,6 +46,7 @@ PATH_ROLES = {
 STR_ROLES = {
     "name": "key-name",
     "key": "key-name",
+    "provider": "key-name",
     "wallet new name": "new-key-name",
     "wallet import name": "new-key-name",
     "amount": "amount",

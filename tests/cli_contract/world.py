@@ -179,6 +179,8 @@ def build_world(root: Path, rpc_url: str, *, huge_files: bool) -> World:
     valid["password"] = _write(inputs / "password.txt", f"{PASSWORD}\n".encode())
     valid["deployment"] = _deployment(home / "chain" / "deployment.json", world.rpc_url)
     valid["weights"] = _write(inputs / "weights.bin", b"\x01" * 4096)
+    # A daemon's settings: one key both daemons have, pointing into the sandbox.
+    valid["config"] = _write(inputs / "config.toml", f'data_dir = "{home}/daemon"\n'.encode())
 
     damaged = world.damaged
     variants = inputs / "damaged"
@@ -197,6 +199,10 @@ def build_world(root: Path, rpc_url: str, *, huge_files: bool) -> World:
         if huge_files:
             # Outside the watched inputs: restoring those copies them, sparse or not.
             damaged[kind]["huge"] = _huge(root / "huge", kind, valid[kind].suffix)
+    damaged["config"] = _file_variants("config", valid["config"], variants)
+    del damaged["config"]["empty"]  # an empty config is every default: a valid one
+    damaged["config"]["unknown key"] = _write(variants / "config-typo.toml", b"no_such_key = 1\n")
+    damaged["config"]["out of range"] = _write(variants / "config-port.toml", b"metrics_port = 0\n")
     damaged["keystore"].update(_keystore_variants(valid["keystore"], variants))
     damaged["deployment"].update(_deployment_variants(valid["deployment"], variants))
     damaged["model"] = _model_variants(valid["model"], variants)

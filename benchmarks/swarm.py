@@ -1,0 +1,204 @@
+"""The cost of decentralisation: the whole swarm against `train local`, same machine, same run.
+
+Both train the embedded default model on the same tasks with the same recipe for
+the same wall time. `train local` samples with three inference workers that
+hand rollouts straight to the trainer; the swarm's three nodes pull every new
+checkpoint through the weight broadcast, take signed orders, prove their
+rollouts with TOPLOC, sign and submit them over libp2p, and the orchestrator
+validates them (rewards always, prefill at the default rate once a node is
+trusted) before its trainer sees them. Reported:
+
+- rollouts per second that reach the trainer: accepted by validation (swarm) or
+  written by a worker (local), over the same window, and their ratio (goal >= 0.9);
+- intake latency p50/p99: a node's submit call, upload to signed receipt;
+- validation CPU per rollout against generation CPU per rollout (goal: >= 10x cheaper);
+- the orchestrator's and a node's resident memory at the start and the end of the
+  window (flat under a steady stream of submissions).
+
+    python -m benchmarks.swarm [--minutes 4]
+    or   swarmrl bench swarm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.pretrain import build_default_model
+from orchestrator.tasks.generators import demo_tasks
+from orchestrator.train_local.metrics import read_metrics
+from swarmrl.local_swarm import (
+    SWARMRL,
+    free_port,
+    make_swarm,
+    orchestrator_addr,
+    stake_and_init_node,
+    wait_for,
+    write_toml,
+)
+from swarmrl.models.files import default_models_dir
+from swarmrl.tasks import write_tasks
+
+NODES = 3
+RECIPE = {
+    "group_size": 8,
+    "prompts_per_step": 4,
+    "max_tokens": 64,
+    "lr": 3e-4,
+    "steps": 100_000,
+}
+PROMPTS_PER_ORDER = 2
+TARGET_LEN = 128
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_local(model: Path, tasks: Path, out: Path, seconds: float) -> float:
+    """Rollouts per second written by `train local`'s workers in the window after its
+    first checkpoint is trained on."""
+    import subprocess
+
+    args = [
+        SWARMRL, "train", "local", "--model", model, "--tasks", tasks, "--out", out,
+        "--workers", NODES, "--group-size", RECIPE["group_size"],
+        "--prompts-per-step", RECIPE["prompts_per_step"], "--max-tokens", RECIPE["max_tokens"],
+        "--lr", RECIPE["lr"], "--steps", RECIPE["steps"], "--minutes", seconds / 60,
+    ]  # fmt: skip
+    subprocess.run([str(a) for a in args], check=True, capture_output=True, timeout=seconds + 600)
+    rows = read_metrics(out / "metrics.jsonl")
+    batches = 0
+    for stats in (out / "samplers").glob("*.json"):
+        batches += json.loads(stats.read_text())["batches"]
+    rollouts = batches * RECIPE["prompts_per_step"] * RECIPE["group_size"]
+    return rollouts / max(rows[-1]["elapsed"], 1e-9)
+
+
+def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str, Any]:
+    swarm = make_swarm(root)
+    try:
+        keys = [f"node{4 + i}" for i in range(NODES)]
+        for i, key in enumerate(keys):
+            stake_and_init_node(swarm, 4 + i, key)
+        data = root / "orchestrator"
+        config = write_toml(
+            root / "orch.toml",
+            {
+                "model": model,
+                "tasks": tasks,
+                "data_dir": data,
+                "deployment": swarm.deployment_file,
+                "keystore_dir": swarm.keystore_dir,
+                "password_file": swarm.password_file,
+                "listen": f"/ip4/127.0.0.1/tcp/{free_port()}",
+                "metrics_port": free_port(),
+                "prompts_per_assignment": PROMPTS_PER_ORDER,
+                "target_len": TARGET_LEN,
+                **RECIPE,
+            },
+        )
+        log = root / "orchestrator.log"
+        orchestrator = swarm.start(
+            "orchestrator", [SWARMRL, "orchestrator", "run", "--config", config], log
+        )
+        addr = wait_for(lambda: orchestrator_addr(log), "the orchestrator", 180, swarm)
+        for key in keys:
+            node = write_toml(
+                root / f"{key}.toml",
+                {
+                    "data_dir": root / key,
+                    "deployment": swarm.deployment_file,
+                    "keystore_dir": swarm.keystore_dir,
+                    "key": key,
+                    "password_file": swarm.password_file,
+                    "tasks": tasks,
+                    "orchestrator": addr,
+                    "threads": 1,
+                    "backend": "torch",
+                    "device": "cpu",
+                    "metrics_port": free_port(),
+                },
+            )
+            swarm.start(key, [SWARMRL, "node", "run", "--config", node], root / f"{key}.log")
+        # The window opens with the first step trained, as local's does.
+        wait_for(lambda: read_metrics(data / "run" / "metrics.jsonl"), "step 1", 600, swarm)
+        began = time.monotonic()
+        units_at_start = _units(data)
+        rss_start = (_rss_mib(orchestrator.pid), _rss_mib(swarm.processes[keys[0]].pid))
+        time.sleep(seconds)
+        elapsed = time.monotonic() - began
+        units = _units(data) - units_at_start
+        rss_end = (_rss_mib(orchestrator.pid), _rss_mib(swarm.processes[keys[0]].pid))
+        costs = [c for key in keys for c in _lines(root / key / "costs.jsonl")]
+        checks = _lines(data / "validation.jsonl")
+        return {
+            "rollouts_per_second": units / elapsed,
+            "submit_seconds": sorted(c["submit_seconds"] for c in costs),
+            "generate_cpu_per_rollout": sum(c["generate_cpu_seconds"] for c in costs)
+            / max(1, sum(c["rollouts"] for c in costs)),
+            "validate_cpu_per_rollout": sum(c["cpu_seconds"] for c in checks)
+            / max(1, sum(c["rollouts"] for c in checks)),
+            "prefilled": sum(c["prefill"] for c in checks) / max(1, len(checks)),
+            "rss_start": rss_start,
+            "rss_end": rss_end,
+            "submissions": len(costs),
+        }
+    finally:
+        swarm.stop_all()
+
+
+def _units(data: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{data / 'ledger.sqlite3'}?mode=ro", uri=True) as db:
+        return db.execute("SELECT COALESCE(SUM(units), 0) FROM submissions").fetchone()[0]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def main(minutes: float = 4.0) -> None:
+    model = build_default_model(default_models_dir() / "default")
+    with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
+        root = Path(tmp)
+        tasks = root / "train.jsonl"
+        write_tasks(demo_tasks(4096, seed=1), tasks)
+        print(f"each for {minutes:g} min: train local ({NODES} workers), then the swarm")
+        local = run_local(model, tasks, root / "local", minutes * 60)
+        swarm = run_swarm(model, tasks, root / "swarm", minutes * 60)
+    submit = swarm["submit_seconds"]
+    ratio = swarm["rollouts_per_second"] / local
+    cheaper = swarm["generate_cpu_per_rollout"] / max(swarm["validate_cpu_per_rollout"], 1e-12)
+    print(f"\n| | train local | swarm ({NODES} nodes) |\n| --- | --- | --- |")
+    print(f"| rollouts/s reaching the trainer | {local:.2f} | {swarm['rollouts_per_second']:.2f} "
+          f"({ratio:.2f}x) |")  # fmt: skip
+    print(f"\nintake latency over {len(submit)} submissions: p50 {_percentile(submit, 0.5):.3f} s, "
+          f"p99 {_percentile(submit, 0.99):.3f} s")  # fmt: skip
+    print(
+        f"CPU per rollout: generation {swarm['generate_cpu_per_rollout'] * 1000:.1f} ms, "
+        f"validation {swarm['validate_cpu_per_rollout'] * 1000:.2f} ms "
+        f"({cheaper:.0f}x cheaper; {swarm['prefilled']:.0%} of submissions prefilled)"
+    )
+    (o0, n0), (o1, n1) = swarm["rss_start"], swarm["rss_end"]
+    print(f"resident memory: orchestrator {o0:.0f} -> {o1:.0f} MiB, node {n0:.0f} -> {n1:.0f} MiB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=4.0)
+    main(parser.parse_args().minutes)

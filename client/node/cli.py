@@ -1,0 +1,142 @@
+"""`swarmrl node init|run|status`."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+
+node_app = typer.Typer(help="Run a node: generate proven rollouts for a run, get paid.")
+
+ConfigOption = typer.Option(None, "--config", "-c", help="The node's TOML file.")
+
+
+@node_app.command("init")
+def init(
+    provider: str = typer.Option(
+        ..., "--provider", help="Keystore name of the provider that stakes for this node."
+    ),
+    key: str = typer.Option("node", "--key", help="Keystore name of the node's key."),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+    out: Path | None = typer.Option(
+        None, "--config-out", help="Also write a commented node.toml here."
+    ),
+) -> None:
+    """Create the node's key and identity, and with the provider's key register it and
+    join the run's pool; running it again only checks."""
+    from client.node.settings import NodeSettings
+    from client.node.setup import init_node, passwords_from
+    from swarmrl import keystore
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.files import check_output_path, write_atomically
+    from swarmrl.settings_toml import template
+
+    if out is not None:
+        check_output_path(out)
+    done = init_node(
+        keystore_dir or keystore.default_dir(),
+        key,
+        provider,
+        passwords_from(password_file),
+        load_deployment(deployment),
+    )
+    typer.echo(done.summary())
+    if out is not None:
+        write_atomically(out, template(NodeSettings).encode())
+        typer.echo(f"wrote {out}; set orchestrator in it, then: swarmrl node run --config {out}")
+
+
+def _settings(config: Path | None) -> Any:
+    from client.node.settings import NodeSettings
+    from swarmrl.settings_toml import load_settings
+
+    return load_settings(NodeSettings, config)
+
+
+@node_app.command("run")
+def run(
+    config: Path | None = ConfigOption,
+    headless: bool = typer.Option(
+        True, "--headless/--tui", help="Log lines (the terminal app comes next)."
+    ),
+) -> None:
+    """Join the run and work until Ctrl-C or SIGTERM; the same command resumes it."""
+    import os
+
+    from client.node.events import log_event
+    from client.node.loop import Node, thread_count
+    from client.node.metrics import NodeMetrics
+    from swarmrl import keystore
+    from swarmrl.logs import setup_logging
+
+    settings = _settings(config)
+    if settings.orchestrator is None:
+        raise ValueError("set orchestrator (the multiaddr the orchestrator prints) in the config")
+    account = keystore.unlock(
+        settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
+    )
+    threads = thread_count(settings)
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    setup_logging(Path(settings.data_dir) / "node.log")
+    metrics = NodeMetrics(settings.metrics_port)
+
+    def on_event(event: Any) -> None:
+        log_event(event)
+        metrics.on_event(event)
+
+    node = Node(settings, account, on_event=on_event, on_state=metrics.update)
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: node.stop())
+    try:
+        node.run()
+    finally:
+        metrics.close()
+
+
+@node_app.command("doctor")
+def doctor(config: Path | None = ConfigOption) -> None:
+    """Check everything `node run` needs, one line each; exit 1 if anything fails."""
+    from client.node.doctor import exit_code, render, run_checks
+
+    checks = run_checks(_settings(config), None)
+    typer.echo(render(checks))
+    raise typer.Exit(exit_code(checks))
+
+
+@node_app.command("status")
+def status(
+    config: Path | None = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """What this node has submitted, and the receipts it holds."""
+    from client.node.journal import Journal
+
+    settings = _settings(config)
+    folder = Path(settings.data_dir) / "journal"
+    if not folder.is_dir():
+        raise ValueError(f"{settings.data_dir} holds no node journal; has the node run yet?")
+    journal = Journal(folder)
+    receipts = journal.receipts()
+    summary = {
+        "pending": len(journal.pending()),
+        "receipts": len(receipts),
+        "units_at_intake": sum(int(r.get("units", 0)) for r in receipts),
+        "rejected_at_intake": sum(1 for r in receipts if not r.get("units")),
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        typer.echo(
+            f"receipts {summary['receipts']}  units {summary['units_at_intake']}  "
+            f"rejected {summary['rejected_at_intake']}  waiting to be sent {summary['pending']}"
+        )

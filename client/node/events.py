@@ -1,0 +1,64 @@
+"""What a running node tells the people watching it: typed events, never free strings.
+
+The headless logger and the terminal app consume the same events: an
+:class:`EventKind` and the fields that kind fills in.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("swarmrl.node")
+
+
+class EventKind(enum.Enum):
+    JOINED = "joined"
+    WEIGHTS_PROGRESS = "weights_progress"
+    WEIGHTS_READY = "weights_ready"
+    ORDER = "order"
+    GENERATED = "generated"
+    SUBMITTED = "submitted"
+    RESENT = "resent"
+    OUTCOME = "outcome"
+    RETRY = "retry"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    step: int | None = None
+    order: str | None = None  # an order id, shortened for people
+    digest: str | None = None
+    units: int | None = None
+    rollouts: int | None = None
+    tokens_per_second: float | None = None
+    reward: float | None = None
+    done: int | None = None
+    total: int | None = None
+    reason: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+Listener = Callable[[Event], None]
+
+
+def log_event(event: Event) -> None:
+    """The headless node's log line for an event: the kind, then key=value pairs."""
+    parts = [event.kind.value]
+    for name in ("step", "order", "digest", "units", "rollouts", "done", "total"):
+        value = getattr(event, name)
+        if value is not None:
+            parts.append(f"{name}={value}")
+    if event.tokens_per_second is not None:
+        parts.append(f"tokens_per_second={event.tokens_per_second:.1f}")
+    if event.reward is not None:
+        parts.append(f"reward={event.reward:.3f}")
+    parts.extend(f"{k}={v}" for k, v in event.extra.items())
+    if event.reason:
+        parts.append(f"reason={event.reason!r}")
+    level = logging.WARNING if event.kind is EventKind.RETRY else logging.INFO
+    log.log(level, " ".join(parts))

@@ -1,0 +1,388 @@
+"""`swarmrl node run`: join, pull weights, take orders, generate, prove, submit.
+
+The loop, once started::
+
+    join -> (heartbeat every few seconds, in its own thread)
+    resend what the journal holds unacknowledged
+    repeat: newest weights (hot-reloaded between orders) -> ask for an order
+            -> generate its groups with proofs -> sign -> journal -> submit
+            -> keep the receipt
+
+Every failure (orchestrator gone, network gone, a refusal) ends in a bounded,
+jittered backoff and a retry from the top, never a tight loop; whatever was
+signed waits in the journal until a receipt for it is kept, so a restart or a
+SIGKILL loses nothing and a resend is never counted twice (the orchestrator
+knows it by digest).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from client.node.backoff import Backoff
+from client.node.events import Event, EventKind, Listener
+from client.node.journal import Journal
+from client.node.session import Identity, Session, node_report
+from client.node.settings import OUTBOUND_ONLY, NodeSettings
+from swarmrl.p2p import wire
+from swarmrl.p2p.host import RemoteError
+from swarmrl.work.assign import WorkOrder
+from swarmrl.work.heartbeat import MAX_OUTCOMES
+
+log = logging.getLogger("swarmrl.node")
+
+# Failures the loop waits out and retries; anything else is a bug or bad settings.
+RETRIED = (ConnectionError, TimeoutError, RemoteError, wire.WireError, OSError)
+
+
+@dataclass
+class NodeState:
+    """What the node knows now; read by the heartbeat, metrics and the status file."""
+
+    step: int | None = None
+    speed: float | None = None
+    joined: bool = False
+    paused: bool = False
+    submitted: int = 0
+    accepted_units: int = 0
+    rejected: int = 0
+    last_rejection: str = ""
+
+
+class Node:
+    def __init__(
+        self,
+        settings: NodeSettings,
+        account: Any,
+        *,
+        on_event: Listener | None = None,
+        on_state: Callable[[NodeState, int], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.account = account
+        self.on_event = on_event or (lambda event: None)
+        # Hears the node's state and its peer count after every heartbeat (metrics).
+        self.on_state = on_state or (lambda state, peers: None)
+        self.data_dir = Path(settings.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.data_dir / "journal")
+        self.outbox = self.data_dir / "outbox"
+        self.outbox.mkdir(exist_ok=True)
+        self.state = NodeState()
+        self.stopping = threading.Event()
+        self.backoff = Backoff(base=1.0, cap=30.0)
+        self.backend: Any = None
+        self.backend_step: int | None = None
+        self.swarm: Any = None
+        self.session: Session | None = None
+        self.heartbeat_seconds = 10.0  # until the orchestrator says otherwise
+        # Outcomes already counted; heartbeats repeat the last few, so a short memory does.
+        self._outcomes_seen: dict[tuple[str, str], None] = {}
+
+    # ---- setup ------------------------------------------------------------------
+
+    def _identity(self) -> Identity:
+        from swarmrl.chain.deploy import load_deployment
+        from swarmrl.chain.eip712 import pool_domain
+        from swarmrl.chain.protocol import Protocol
+        from swarmrl.p2p.records import swarm_domain
+
+        d = load_deployment(self.settings.deployment)
+        provider = Protocol.connect(d).provider_of(self.account.address)
+        if provider is None:
+            raise ValueError(
+                f"node {self.account.address} has no provider on chain; run `swarmrl node init`"
+            )
+        pool = d.contracts.compute_pool
+        self.deployment = d
+        return Identity(
+            account=self.account,
+            provider=provider,
+            run=d.run_id,
+            swarm_domain=swarm_domain(d.chain_id, pool),
+            pool_domain=pool_domain(d.chain_id, pool),
+            trusted=frozenset(d.recorders),
+        )
+
+    def _start_swarm(self, me: Identity) -> None:
+        from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+        from swarmrl.p2p.store import WeightStore
+        from swarmrl.p2p.swarm import SwarmNode
+
+        s = self.settings
+        listen = None if s.listen == OUTBOUND_ONLY else s.listen
+        self.swarm = SwarmNode(
+            store=WeightStore(self.data_dir / "weights"),
+            domain=me.swarm_domain,
+            run=me.run,
+            trusted=me.trusted,
+            peer_key=load_or_create_peer_key(peer_key_path(Path(s.keystore_dir), s.key)),
+            account=self.account,
+            listen=listen,
+            on_event=self._on_swarm_event,
+        )
+        assert s.orchestrator is not None
+        self.orchestrator_peer = s.orchestrator.rsplit("/p2p/", 1)[1]
+        self.session = Session(self.swarm.host, self.orchestrator_peer, me)
+
+    def _on_swarm_event(self, event: Any) -> None:
+        if event.kind == "progress" and event.progress is not None:
+            p = event.progress
+            self.on_event(
+                Event(EventKind.WEIGHTS_PROGRESS, step=event.step, done=p.held, total=p.total)
+            )
+        elif event.kind == "ready":
+            self.on_event(Event(EventKind.WEIGHTS_READY, step=event.step))
+
+    def _connect_and_join(self) -> None:
+        assert self.session is not None
+        assert self.settings.orchestrator is not None
+        if self.orchestrator_peer not in self.swarm.host.peers():
+            self.swarm.join(self.settings.orchestrator)
+        for addr in self.settings.bootstrap:
+            try:
+                self.swarm.join(addr)
+            except (ConnectionError, TimeoutError) as e:
+                log.info("bootstrap peer %s unreachable: %s", addr, e)
+        device = "cpu" if self.settings.device == "auto" else self.settings.device
+        response = self.session.join(node_report(self._backend_name(), device))
+        self.state.joined = True
+        self.heartbeat_seconds = response.heartbeat_seconds
+        self.on_event(
+            Event(EventKind.JOINED, step=response.policy_step, extra={"state": response.state})
+        )
+
+    def _backend_name(self) -> str:
+        """vLLM when it is installed and the node is to use a GPU; torch otherwise."""
+        if self.settings.backend != "auto":
+            return self.settings.backend
+        if self.settings.device != "auto" and not self.settings.device.startswith("cuda"):
+            return "torch"
+        try:
+            import torch
+            import vllm  # noqa: F401
+        except ImportError:
+            return "torch"
+        return "vllm" if torch.cuda.is_available() else "torch"
+
+    # ---- the loop -----------------------------------------------------------------
+
+    def run(self) -> None:
+        me = self._identity()
+        self._start_swarm(me)
+        beat = threading.Thread(target=self._heartbeats, name="swarmrl-heartbeat", daemon=True)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    if not self.state.joined:
+                        self._connect_and_join()
+                        if not beat.is_alive():
+                            beat.start()
+                    self._resend()
+                    if self.state.paused:
+                        self.stopping.wait(1.0)
+                        continue
+                    self._one_order()
+                    self.backoff.reset()
+                except RETRIED as e:
+                    delay = self.backoff.next_delay()
+                    # Dialling and joining again is cheap and idempotent; after a failure
+                    # the orchestrator may have restarted or forgotten the connection.
+                    self.state.joined = False
+                    self.on_event(
+                        Event(EventKind.RETRY, reason=_sentence(e), extra={"wait": f"{delay:.1f}s"})
+                    )
+                    self.stopping.wait(delay)
+        finally:
+            self.on_event(Event(EventKind.STOPPED))
+            self.swarm.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _heartbeats(self) -> None:
+        while not self.stopping.wait(self.heartbeat_seconds):
+            if self.session is None:
+                continue
+            try:
+                response = self.session.heartbeat(
+                    self.state.step, self.state.speed, self.state.paused
+                )
+            except RETRIED as e:
+                log.info("heartbeat failed: %s", _sentence(e))
+                continue
+            for outcome in response.outcomes:
+                self._note_outcome(outcome)
+            self.on_state(self.state, len(self.swarm.host.peers()))
+
+    def _note_outcome(self, outcome: Any) -> None:
+        key = (outcome.digest, outcome.status)
+        if key in self._outcomes_seen or outcome.status == "received":
+            return
+        self._outcomes_seen[key] = None
+        if len(self._outcomes_seen) > 8 * MAX_OUTCOMES:
+            del self._outcomes_seen[next(iter(self._outcomes_seen))]
+        if outcome.status == "accepted":
+            self.state.accepted_units += outcome.units
+        else:
+            self.state.rejected += 1
+            self.state.last_rejection = outcome.reason
+        self.on_event(
+            Event(
+                EventKind.OUTCOME,
+                digest=outcome.digest[:12],
+                units=outcome.units,
+                reason=outcome.reason,
+                extra={"status": outcome.status},
+            )
+        )
+
+    def _resend(self) -> None:
+        assert self.session is not None
+        from swarmrl.work.submit import SubmitHeader
+
+        for entry in self.journal.pending():
+            header = SubmitHeader.model_validate(entry.header)
+            receipt = self.session.submit(header, entry.file)
+            self.journal.settle(entry.digest, receipt.model_dump())
+            self.on_event(Event(EventKind.RESENT, digest=entry.digest[:12], units=receipt.units))
+
+    def _weights(self, at_least: int) -> Path:
+        """The newest complete weights, at least step ``at_least``, loaded into the backend."""
+        version = self.swarm.wait_for(step=at_least, timeout=self.settings.weights_timeout)
+        model_dir = version.unpacked
+        if model_dir is None:
+            raise OSError(f"the checkpoint of step {version.step} is not a model directory")
+        if self.backend is None:
+            from swarmrl.models import load_backend
+
+            device = None if self.settings.device == "auto" else self.settings.device
+            self.backend = load_backend(self._backend_name(), model_dir, device=device)
+        elif self.backend_step != version.step:
+            self.backend.load_weights(model_dir)
+        self.backend_step = version.step
+        self.state.step = version.step
+        return model_dir
+
+    def _one_order(self) -> None:
+        assert self.session is not None
+        self._weights(0)
+        response = self.session.work()
+        if response.order is None:
+            self.stopping.wait(max(0.5, response.retry_after))
+            return
+        order = response.order
+        if self.backend_step is None or self.backend_step < order.min_step:
+            self._weights(order.min_step)
+        else:
+            # Hot reload between orders: a newer complete version replaces the policy.
+            latest = self.swarm.store.latest()
+            if latest is not None and latest.step > (self.backend_step or -1):
+                self._weights(latest.step)
+        order_id = order.digest(self.session.me.swarm_domain).hex()
+        self.on_event(
+            Event(
+                EventKind.ORDER,
+                step=self.backend_step,
+                order=order_id[:12],
+                total=len(order.tasks) * order.group_size,
+            )
+        )
+        path, cost = self._generate(order, order_id)
+        header = self.session.sign(order, self.backend_step or 0, path)
+        digest = self.session.digest(header)
+        entry = self.journal.add(order_id, digest, header.model_dump(), path)
+        path.unlink(missing_ok=True)  # the journal holds its own copy
+        sent = time.perf_counter()
+        receipt = self.session.submit(header, entry.file)
+        self.journal.settle(digest, receipt.model_dump())
+        self._note_cost(
+            {**cost, "digest": digest, "units": receipt.units},
+            submit_seconds=time.perf_counter() - sent,
+        )
+        self.state.submitted += 1
+        self.on_event(
+            Event(
+                EventKind.SUBMITTED, digest=digest[:12], units=receipt.units, reason=receipt.reason
+            )
+        )
+
+    def _generate(self, order: WorkOrder, order_id: str) -> tuple[Path, dict[str, float]]:
+        """The order's rollouts in a file of the outbox, and what making them cost."""
+        from swarmrl.models.backend import SamplingParams
+        from swarmrl.rollouts.generate import Provenance, generate_rollouts
+        from swarmrl.rollouts.records import write_rollouts
+        from swarmrl.tasks.rewards import task_reward
+
+        tasks = [self.tasks[slot.problem_id] for slot in order.tasks]
+        budgets = iter(slot.budget for slot in order.tasks)
+        began, cpu = time.perf_counter(), time.process_time()
+        records = generate_rollouts(
+            self.backend,
+            tasks,
+            n=order.group_size,
+            params=SamplingParams(
+                max_tokens=order.max_tokens, temperature=order.temperature, top_p=order.top_p
+            ),
+            provenance=Provenance(
+                run=order.run, policy_step=self.backend_step or 0, node=self.account.address
+            ),
+            seed=order.seed,
+            score=task_reward,
+            # Called once per task, in order: each task gets the budget its order states.
+            target_for=lambda _speed: next(budgets),
+            batch_size=self.settings.max_batch,
+        )
+        seconds = time.perf_counter() - began
+        cost = {
+            "rollouts": len(records),
+            "generate_cpu_seconds": time.process_time() - cpu,
+            "generate_seconds": seconds,
+        }
+        tokens = sum(len(r.output_ids) for r in records)
+        self.state.speed = tokens / max(seconds, 1e-9)
+        path = self.outbox / f"{order_id}.parquet"
+        write_rollouts(records, path)
+        self.on_event(
+            Event(
+                EventKind.GENERATED,
+                extra={"tokens": str(tokens)},
+                rollouts=len(records),
+                tokens_per_second=self.state.speed,
+                reward=statistics.fmean(r.task_reward for r in records),
+                step=self.backend_step,
+            )
+        )
+        return path, cost
+
+    def _note_cost(self, cost: dict[str, Any], submit_seconds: float) -> None:
+        """One line per submission in ``costs.jsonl``: what generating and handing in cost
+        (``swarmrl bench swarm`` reads it)."""
+        line = {**cost, "submit_seconds": submit_seconds}
+        with (self.data_dir / "costs.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    @property
+    def tasks(self) -> dict[str, Any]:
+        if not hasattr(self, "_tasks"):
+            from swarmrl.tasks import read_tasks
+
+            self._tasks = {t.problem_id: t for t in read_tasks(self.settings.tasks)}
+        return self._tasks
+
+
+def _sentence(e: BaseException) -> str:
+    return str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+
+
+def thread_count(settings: NodeSettings) -> int:
+    return settings.threads or len(os.sched_getaffinity(0))

@@ -1,0 +1,1 @@
+"""The orchestrator daemon: intake, validation, scheduling, the ledger and the chain recorder."""

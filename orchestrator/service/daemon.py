@@ -1,0 +1,377 @@
+"""`swarmrl orchestrator run`: the coordinator of one training run.
+
+One process holds the libp2p host (the work protocols and the weight origin),
+intake and scheduling, the publisher and a supervisor loop; the heavy work runs
+in processes of its own, each with its share of the cores:
+
+- the trainer (``trainer_process``): validator's spool in, checkpoints out;
+- the validator (``validator``): prefill and rewards, outcomes to the ledger;
+- the recorder (``recorder``): closed epochs on chain, slashing on evidence.
+
+They share nothing but files: the ledger (SQLite, WAL) and the run directory.
+``<data_dir>`` holds all of it, so the same command after a crash, a SIGKILL
+or a reboot carries on where it stopped, losing nothing it acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+
+from orchestrator.service.intake import ChainView, Intake, RunContext
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.settings import OrchestratorSettings
+from orchestrator.service.stop import StopFlag
+from orchestrator.service.trainer_process import TrainerProcessConfig, run_trainer
+from orchestrator.service.validator import ValidatorConfig, run_validator
+from orchestrator.trainer import checkpoint as ckpt
+from swarmrl.chain.deploy import Deployment
+from swarmrl.work import assign, heartbeat, join, submit
+
+log = logging.getLogger("swarmrl.orchestrator")
+
+SUPERVISE_SECONDS = 1.0
+# A child that dies is restarted this many times before the daemon gives up.
+MAX_RESTARTS = 5
+RUN_DIR = "run"
+
+
+@dataclass(frozen=True)
+class Keys:
+    recorder: LocalAccount  # sends submitWork, signs checkpoints, orders and receipts
+    validator: LocalAccount  # votes to slash
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    data_dir: Path
+    deployment: Deployment
+    recorder_key: bytes
+    validator_key: bytes
+    epoch_seconds: float
+    validation_grace: float
+
+
+def _recorder_process(config: RecorderConfig, stop: Any, parent_pid: int) -> None:
+    from orchestrator.service.logs import setup_process_logging
+    from orchestrator.service.recorder import run_recorder
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    setup_process_logging(config.data_dir, "recorder")
+    run_recorder(
+        config.data_dir / "ledger.sqlite3",
+        config.deployment,
+        config.recorder_key,
+        config.validator_key,
+        stop,
+        epoch_seconds=config.epoch_seconds,
+        validation_grace=config.validation_grace,
+    )
+
+
+class ProtocolChainView(ChainView):
+    """Join checks against the chain, through a read-only Protocol."""
+
+    def __init__(self, protocol: Any) -> None:
+        self.protocol = protocol
+
+    def standing(self, node: str, provider: str) -> str | None:
+        p = self.protocol
+        try:
+            if not p.is_provider(provider):
+                return f"{provider} is not a registered provider"
+            if p.provider_of(node) != provider:
+                return f"node {node} is not registered under provider {provider}"
+            nodes = max(1, len(p.nodes_of(provider)))
+            if p.stake_of(provider) < p.min_stake_per_node() * nodes:
+                return (
+                    f"provider {provider} has staked less than the pool's minimum "
+                    f"for {nodes} node(s)"
+                )
+            if not p.is_joined(node):
+                return f"node {node} has not joined this run's pool"
+        except Exception as e:  # the chain is unreachable or answered nonsense
+            log.warning("chain check for %s failed: %r", node, e)
+            return "the orchestrator cannot reach the chain right now; try again later"
+        return None
+
+
+class Child:
+    """One worker process, restarted when it dies (a few times)."""
+
+    def __init__(self, name: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+        self.name, self.target, self.args = name, target, args
+        self.context = multiprocessing.get_context("spawn")
+        self.stop = StopFlag(self.context)
+        self.restarts = 0
+        self.process: Any = None
+        self.finished = False
+
+    def start(self) -> None:
+        self.process = self.context.Process(
+            target=self.target, args=(*self.args, self.stop, os.getpid()), name=self.name
+        )
+        self.process.start()
+        log.info("started the %s process (pid %d)", self.name, self.process.pid)
+
+    def check(self) -> None:
+        if self.finished or self.process.is_alive():
+            return
+        code = self.process.exitcode
+        if code == 0 and self.name == "trainer":
+            self.finished = True
+            log.info("the trainer finished its steps")
+            return
+        if self.restarts >= MAX_RESTARTS:
+            raise RuntimeError(
+                f"the {self.name} process died {self.restarts + 1} times (code {code})"
+            )
+        self.restarts += 1
+        log.warning("the %s process exited with code %s; restarting it", self.name, code)
+        self.start()
+
+    def shutdown(self, timeout: float = 15.0) -> None:
+        self.stop.set()
+        if self.process is None:
+            return
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+def thread_shares(cores: int) -> tuple[int, int]:
+    """(trainer, validator) threads: the trainer gets the larger share."""
+    validator = max(1, cores // 3)
+    return max(1, cores - validator), validator
+
+
+class Orchestrator:
+    def __init__(self, settings: OrchestratorSettings, deployment: Deployment, keys: Keys) -> None:
+        from swarmrl.chain.eip712 import pool_domain
+        from swarmrl.p2p.records import swarm_domain
+        from swarmrl.tasks import read_tasks
+
+        self.settings = settings
+        self.deployment = deployment
+        self.keys = keys
+        self.data_dir = Path(settings.data_dir)
+        self.run_dir = self.data_dir / RUN_DIR
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        pool = deployment.contracts.compute_pool
+        self.context = RunContext(
+            run=deployment.run_id,
+            swarm_domain=swarm_domain(deployment.chain_id, pool),
+            pool_domain=pool_domain(deployment.chain_id, pool),
+            signer=keys.recorder,
+        )
+        self.tasks = {t.problem_id: t for t in read_tasks(settings.tasks)}
+        self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
+        self.published: int | None = None
+        self._stopping = threading.Event()
+        self.children: list[Child] = []
+        self.swarm: Any = None
+        self.metrics: Any = None
+
+    # ---- pieces -------------------------------------------------------------------
+
+    def _start_children(self) -> None:
+        s = self.settings
+        cores = s.threads or len(os.sched_getaffinity(0))
+        trainer_threads, validator_threads = thread_shares(cores)
+        log.info(
+            "threads: trainer %d, validator %d, on %d cores",
+            trainer_threads,
+            validator_threads,
+            cores,
+        )
+        trainer = TrainerProcessConfig(
+            data_dir=self.data_dir,
+            run_dir=self.run_dir,
+            model=Path(s.model),
+            tasks_file=Path(s.tasks),
+            settings=s.trainer_settings(self.deployment.run_id),
+            threads=trainer_threads,
+            device=s.device,
+        )
+        validator = ValidatorConfig(
+            data_dir=self.data_dir,
+            run_dir=self.run_dir,
+            tasks_file=Path(s.tasks),
+            run=self.deployment.run_id,
+            validation_rate=s.validation_rate,
+            trust_after=s.trust_after,
+            code_check_rate=s.code_check_rate,
+            threads=validator_threads,
+            device=s.device,
+        )
+        recorder = RecorderConfig(
+            data_dir=self.data_dir,
+            deployment=self.deployment,
+            recorder_key=bytes(self.keys.recorder.key),
+            validator_key=bytes(self.keys.validator.key),
+            epoch_seconds=s.epoch_seconds,
+            validation_grace=s.validation_grace,
+        )
+        # The trainer writes step 0 before anything can be published; validator and
+        # recorder only read what others wrote.
+        self.children = [
+            Child("trainer", run_trainer, (trainer,)),
+            Child("validator", run_validator, (validator,)),
+            Child("recorder", _recorder_process, (recorder,)),
+        ]
+        for child in self.children:
+            child.start()
+
+    def _start_host(self) -> None:
+        from swarmrl.p2p.identity import load_or_create_peer_key
+        from swarmrl.p2p.store import WeightStore
+        from swarmrl.p2p.swarm import SwarmNode
+
+        s = self.settings
+        store = WeightStore(self.data_dir / "weights")
+        self.swarm = SwarmNode(
+            store=store,
+            domain=self.context.swarm_domain,
+            run=self.deployment.run_id,
+            trusted=self.deployment.recorders,
+            peer_key=load_or_create_peer_key(self.data_dir / "peer.key"),
+            account=self.keys.recorder,
+            listen=s.listen,
+            bootstrap=s.bootstrap,
+        )
+        latest = store.latest()
+        self.published = latest.step if latest is not None else None
+        chain = _read_only_protocol(self.deployment)
+        intake = Intake(
+            s,
+            self.context,
+            self.ledger,
+            self.tasks,
+            ProtocolChainView(chain),
+            published_step=lambda: self.published,
+            backlog=self._backlog,
+            weights_addrs=lambda: self.swarm.addrs,
+        )
+        host = self.swarm.host
+        host.handle(
+            join.PROTOCOL, intake.join, request_limit=join.REQUEST_LIMIT, timeout=join.DEADLINE
+        )
+        host.handle(
+            heartbeat.PROTOCOL,
+            intake.heartbeat,
+            request_limit=heartbeat.REQUEST_LIMIT,
+            timeout=heartbeat.DEADLINE,
+        )
+        host.handle(
+            assign.PROTOCOL,
+            intake.work,
+            request_limit=assign.REQUEST_LIMIT,
+            timeout=assign.DEADLINE,
+        )
+        incoming = self.data_dir / "incoming"
+        for leftover in incoming.glob("upload-*.part"):  # a SIGKILL mid-upload leaves these
+            leftover.unlink(missing_ok=True)
+        host.handle_upload(
+            submit.PROTOCOL,
+            intake.uploads(),
+            header_limit=submit.HEADER_LIMIT,
+            body_limit=submit.BODY_LIMIT,
+            timeout=submit.DEADLINE,
+            spool_dir=incoming,
+        )
+        for addr in self.swarm.addrs:
+            log.info("listening on %s", addr)
+
+    def _backlog(self) -> int:
+        """Submissions not yet validated plus rollout files the trainer has not read."""
+        spool = self.run_dir / "rollouts"
+        unread = sum(1 for p in spool.glob("*.parquet")) if spool.is_dir() else 0
+        return self.ledger.tally().count("received") + unread
+
+    def _publish_new(self) -> None:
+        step = ckpt.latest_step(self.run_dir)
+        if step is None or (self.published is not None and step <= self.published):
+            return
+        began = time.perf_counter()
+        self.swarm.publish(
+            ckpt.step_dir(self.run_dir, step), model=self.deployment.run_id, step=step
+        )
+        self.published = step
+        log.info("published policy step %d (%.2f s)", step, time.perf_counter() - began)
+
+    def _sweep_nodes(self, now: float) -> None:
+        s = self.settings
+        for order in self.ledger.expire_assignments(now):
+            log.info("order %s of %s expired unanswered", order.order_id[:12], order.node)
+        for node in self.ledger.nodes():
+            quiet = now - (node.last_seen or node.joined_at)
+            if node.state in ("joined", "active") and quiet > s.silent_after * s.heartbeat_seconds:
+                self.ledger.set_state(node.address, "silent", "missed heartbeats", now)
+            elif node.state == "silent" and quiet > s.gone_after:
+                self.ledger.set_state(node.address, "gone", f"silent for {quiet:.0f} s", now)
+
+    # ---- the loop -------------------------------------------------------------------
+
+    def run(self) -> None:
+        from orchestrator.service.metrics import OrchestratorMetrics
+
+        stop = _StopOnSignal(self._stopping)
+        try:
+            # Cheapest first: a taken port fails before any process or listener starts.
+            self.metrics = OrchestratorMetrics(self.settings.metrics_port)
+            self._start_children()
+            self._start_host()
+            log.info(
+                "orchestrator of run %s up; metrics on 127.0.0.1:%d",
+                self.deployment.run_id[:10],
+                self.settings.metrics_port,
+            )
+            while not self._stopping.is_set():
+                now = time.time()
+                self._publish_new()
+                self._sweep_nodes(now)
+                for child in self.children:
+                    child.check()
+                self.metrics.update(self.ledger, self.run_dir, self.published)
+                self._stopping.wait(SUPERVISE_SECONDS)
+        finally:
+            stop.restore()
+            self.close()
+
+    def close(self) -> None:
+        for child in self.children:
+            child.shutdown()
+        if self.swarm is not None:
+            self.swarm.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        self.ledger.close()
+        log.info("orchestrator stopped")
+
+
+class _StopOnSignal:
+    def __init__(self, event: threading.Event) -> None:
+        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in self._old:
+            signal.signal(s, lambda *_: event.set())
+
+    def restore(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def _read_only_protocol(deployment: Deployment) -> Any:
+    from swarmrl.chain.protocol import Protocol
+
+    return Protocol.connect(deployment)

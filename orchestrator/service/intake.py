@@ -1,0 +1,490 @@
+"""The orchestrator's side of the work protocols: join, heartbeat, work, submit.
+
+Every handler runs in one of the host's worker threads and takes nothing a peer
+sent on trust. Cheap checks come first and answer at once; a submission is
+written to the ledger (and its file to the data dir) before the receipt goes
+out, so an acknowledged submission survives any crash, and a resend is
+recognised by its digest and answered with the same receipt. What costs model
+time (prefill, rewards) is the validator process's work, later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eth_account.signers.local import LocalAccount
+from eth_utils import to_checksum_address
+
+from orchestrator.service.ledger import AssignmentRow, Ledger, NodeRow, SubmissionRow
+from orchestrator.service.scheduler import budget_for, draw_order
+from orchestrator.service.settings import OrchestratorSettings
+from swarmrl.chain.eip712 import Domain, Submission, recover
+from swarmrl.p2p import wire
+from swarmrl.rollouts.records import Rollout, read_rollouts
+from swarmrl.tasks import Task
+from swarmrl.work import assign, heartbeat, join, submit
+from swarmrl.work.assign import Slot, WorkOrder
+
+log = logging.getLogger("swarmrl.orchestrator")
+
+# Requests per peer and second, sustained, and the burst allowed above it.
+RATE_PER_SECOND = 5.0
+RATE_BURST = 20.0
+
+
+class ChainView:
+    """What intake asks the chain about a joining node (a Protocol in the daemon)."""
+
+    def standing(self, node: str, provider: str) -> str | None:  # pragma: no cover
+        """None if `node` may work for `provider`, else the sentence why not."""
+        raise NotImplementedError
+
+
+@dataclass
+class _Bucket:
+    tokens: float = RATE_BURST
+    updated: float = field(default_factory=time.monotonic)
+
+
+class RateLimiter:
+    """A token bucket per peer: a flood from one peer is refused without work."""
+
+    def __init__(self, rate: float = RATE_PER_SECOND, burst: float = RATE_BURST) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, _Bucket] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, peer: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._buckets) > 10_000:  # forget idle peers rather than grow forever
+                self._buckets = {p: b for p, b in self._buckets.items() if now - b.updated < 60}
+            bucket = self._buckets.setdefault(peer, _Bucket(self.burst, now))
+            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.updated) * self.rate)
+            bucket.updated = now
+            if bucket.tokens < 1:
+                return False
+            bucket.tokens -= 1
+            return True
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who this orchestrator is in which run."""
+
+    run: str  # the deployment's run id, 0x + 64 hex: what every record names
+    swarm_domain: Domain
+    pool_domain: Domain
+    signer: LocalAccount  # signs work orders and receipts
+
+
+class Intake:
+    """The four protocol handlers, over one ledger."""
+
+    def __init__(
+        self,
+        settings: OrchestratorSettings,
+        context: RunContext,
+        ledger: Ledger,
+        tasks: Mapping[str, Task],
+        chain: ChainView,
+        *,
+        published_step: Callable[[], int | None],
+        backlog: Callable[[], int],
+        weights_addrs: Callable[[], list[str]],
+    ) -> None:
+        self.settings = settings
+        self.context = context
+        self.ledger = ledger
+        self.tasks = dict(tasks)
+        self.task_list = sorted(self.tasks.values(), key=lambda t: t.problem_id)
+        self.chain = chain
+        self.published_step = published_step
+        self.backlog = backlog
+        self.weights_addrs = weights_addrs
+        self.limiter = RateLimiter()
+        self.submissions_dir = Path(settings.data_dir) / "submissions"
+        self.submissions_dir.mkdir(parents=True, exist_ok=True)
+        self._order_lock = threading.Lock()
+        self._submit_lock = threading.Lock()
+
+    # ---- helpers -----------------------------------------------------------------
+
+    def _limit(self, peer: str) -> None:
+        if not self.limiter.allow(peer):
+            raise wire.Refusal("too many requests from this peer; slow down")
+
+    def _node(self, peer: str) -> NodeRow:
+        node = self.ledger.node_by_peer(peer)
+        if node is None:
+            raise wire.Refusal("this peer has not joined; send a join request first")
+        if node.state == "banned":
+            raise wire.Refusal(f"node {node.address} is banned from this run")
+        return node
+
+    # ---- join ----------------------------------------------------------------------
+
+    def join(self, peer: str, body: bytes) -> list[bytes]:
+        self._limit(peer)
+        claim = wire.parse(join.JoinClaim, body)
+        if claim.peer_id != peer:
+            raise wire.WireError(f"the join claim names peer {claim.peer_id}, not the sender")
+        try:
+            claim.check_signer(self.context.swarm_domain, claim.node, "join claim")
+        except ValueError as e:
+            raise wire.WireError(str(e)) from None
+        now = time.time()
+        if abs(now - claim.issued_at) > join.MAX_CLOCK_SKEW:
+            raise wire.WireError(
+                "the join claim's time is more than 10 minutes off; check the clock"
+            )
+        node_address = to_checksum_address(claim.node)
+        known = self.ledger.node(node_address)
+        if known is not None and known.state == "banned":
+            raise wire.Refusal(f"node {node_address} is banned from this run")
+        if why := self.chain.standing(node_address, to_checksum_address(claim.provider)):
+            raise wire.Refusal(why)
+        self.ledger.upsert_node(
+            node_address,
+            to_checksum_address(claim.provider),
+            peer,
+            claim.report.backend,
+            claim.report.model_dump(),
+            now,
+        )
+        if known is not None and known.state in ("gone", "silent"):
+            self.ledger.set_state(node_address, "joined", "joined again", now)
+        state = self.ledger.node(node_address)
+        assert state is not None  # just written
+        log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
+        return [
+            wire.dump(
+                join.JoinResponse(
+                    run=self.context.run,
+                    state=state.state,
+                    heartbeat_seconds=self.settings.heartbeat_seconds,
+                    policy_step=self.published_step(),
+                    weights=self.weights_addrs()[:8],
+                )
+            )
+        ]
+
+    # ---- heartbeat -------------------------------------------------------------------
+
+    def heartbeat(self, peer: str, body: bytes) -> list[bytes]:
+        self._limit(peer)
+        request = wire.parse(heartbeat.HeartbeatRequest, body)
+        node = self._node(peer)
+        now = time.time()
+        self.ledger.touch(node.address, now, request.tokens_per_second)
+        if node.state in ("joined", "silent"):
+            self.ledger.set_state(node.address, "active", "heartbeat", now)
+        recent = self.ledger.latest_submissions(node.address, heartbeat.MAX_OUTCOMES)
+        return [
+            wire.dump(
+                heartbeat.HeartbeatResponse(
+                    state=self.ledger.node(node.address).state,
+                    policy_step=self.published_step(),
+                    epoch=self.ledger.epoch_of(now, self.settings.epoch_seconds),
+                    outcomes=[
+                        heartbeat.Outcome(
+                            digest=s.digest, status=s.status, units=s.units, reason=s.reason[:300]
+                        )
+                        for s in recent
+                    ],
+                )
+            )
+        ]
+
+    # ---- work ------------------------------------------------------------------------
+
+    def work(self, peer: str, body: bytes) -> list[bytes]:
+        self._limit(peer)
+        wire.parse(assign.WorkRequest, body)
+        node = self._node(peer)
+        if node.state not in ("active", "joined"):
+            raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
+        with self._order_lock:
+            # An open order first: a node whose reply was lost gets it again, whatever
+            # else has changed, rather than have it expire against its standing.
+            open_row = self.ledger.open_assignment(node.address)
+            if open_row is not None and open_row.deadline > time.time():
+                return [wire.dump(assign.WorkResponse(order=order_of(open_row, self.context.run)))]
+            step = self.published_step()
+            if step is None:
+                return _no_work(2.0, "no policy is published yet")
+            if step >= self.settings.steps:
+                return _no_work(60.0, f"the run has trained all its {self.settings.steps} steps")
+            if self.backlog() >= self.settings.max_backlog:
+                return _no_work(2.0, "the validator and trainer are catching up")
+            order = self._new_order(node, step)
+        return [wire.dump(assign.WorkResponse(order=order))]
+
+    def _new_order(self, node: NodeRow, step: int) -> WorkOrder:
+        s = self.settings
+        counter = self.ledger.next_counter(node.address)
+        sequences = s.prompts_per_assignment * s.group_size
+        budget = budget_for(
+            node.speed,
+            base=s.target_len,
+            max_tokens=s.max_tokens,
+            sequences=sequences,
+            seconds=s.assignment_seconds,
+        )
+        drawn = draw_order(
+            self.task_list,
+            run=self.context.run,
+            node=node.address,
+            step=step,
+            counter=counter,
+            prompts=s.prompts_per_assignment,
+            budget=budget,
+        )
+        now = time.time()
+        order = WorkOrder(
+            run=self.context.run,
+            node=node.address,
+            counter=counter,
+            min_step=max(0, step - s.async_level),
+            seed=drawn.seed,
+            group_size=s.group_size,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            tasks=drawn.tasks,
+            deadline=int(now + s.assignment_seconds),
+        ).signed_by(self.context.signer, self.context.swarm_domain)
+        self.ledger.add_assignment(
+            AssignmentRow(
+                order_id=order.digest(self.context.swarm_domain).hex(),
+                node=node.address,
+                counter=counter,
+                min_step=order.min_step,
+                seed=order.seed,
+                group_size=order.group_size,
+                max_tokens=order.max_tokens,
+                temperature=order.temperature,
+                top_p=order.top_p,
+                tasks=[(t.problem_id, t.budget) for t in order.tasks],
+                deadline=order.deadline,
+                issued_at=now,
+                signature=order.signature,
+                state="open",
+            )
+        )
+        return order
+
+    # ---- submit ------------------------------------------------------------------------
+
+    def uploads(self) -> _Submissions:
+        """The submit protocol's upload handler (see ``Host.handle_upload``)."""
+        return _Submissions(self)
+
+    def check_submission(self, peer: str, header_body: bytes) -> None:
+        """Refuses from the header alone, before a byte of the file is read."""
+        self._limit(peer)
+        header = wire.parse(submit.SubmitHeader, header_body)
+        node = self._node(peer)
+        if to_checksum_address(header.node) != node.address:
+            raise wire.WireError(f"the submission names node {header.node}, not the sender")
+        if self.ledger.submission(self._digest(header).hex()) is not None:
+            return  # a resend: answered with its receipt
+        row = self.ledger.assignment(header.order_id)
+        if row is None or row.node != node.address:
+            raise wire.WireError("the submission answers no work order of this node")
+        if row.state != "open":
+            raise wire.WireError(f"work order {header.order_id[:12]} is already {row.state}")
+        newest = self.published_step()
+        if newest is None or header.step > newest:
+            raise wire.WireError(f"policy step {header.step} was never published")
+        if self._signer(header) != node.address:
+            raise wire.WireError("the submission is not signed by its node")
+
+    def _digest(self, header: submit.SubmitHeader) -> bytes:
+        return self._submission(header).digest(self.context.pool_domain)
+
+    def _submission(self, header: submit.SubmitHeader) -> Submission:
+        return Submission(
+            run_id=bytes.fromhex(self.context.run[2:]),
+            node=to_checksum_address(header.node),
+            step=header.step,
+            rollout_digest=header.rollout_digest(),
+        )
+
+    def _signer(self, header: submit.SubmitHeader) -> str | None:
+        try:
+            return recover(self._digest(header), bytes.fromhex(header.signature))
+        except Exception:  # eth-keys raises several types for a malformed signature
+            return None
+
+    def receive_submission(self, peer: str, header_body: bytes, path: Path) -> list[bytes]:
+        header = wire.parse(submit.SubmitHeader, header_body)
+        node = self._node(peer)
+        digest = self._digest(header).hex()
+        if (stored := self.ledger.submission(digest)) is not None:
+            return _receipt_reply(stored)
+        if submit.file_sha256(path) != header.file_sha256:
+            raise wire.WireError("the file's sha256 is not the one the submission signs")
+        order = self.ledger.assignment(header.order_id)
+        assert order is not None  # checked from the header
+        units, reason, slashable = self._answers(order, header, path)
+        # One answer per order: of two submissions racing for it, the second is refused.
+        with self._submit_lock:
+            if (stored := self.ledger.submission(digest)) is not None:
+                return _receipt_reply(stored)
+            state = self.ledger.assignment(header.order_id)
+            if state is None or state.state != "open":
+                raise wire.WireError(f"work order {header.order_id[:12]} is already answered")
+            row = self._record(node, header, digest, path, units, reason, slashable)
+        outcome = f"{units} units" if units else f"rejected: {reason}"
+        log.info("submission %s from %s: %s", digest[:12], node.address, outcome)
+        return _receipt_reply(row)
+
+    def _record(
+        self,
+        node: NodeRow,
+        header: submit.SubmitHeader,
+        digest: str,
+        path: Path,
+        units: int,
+        reason: str,
+        slashable: bool,
+    ) -> SubmissionRow:
+        """The file kept and the submission in the ledger, before any receipt leaves."""
+        now = time.time()
+        epoch = self.ledger.epoch_of(now, self.settings.epoch_seconds)
+        kept = self.submissions_dir / f"{digest}.parquet"
+        shutil.move(path, kept)
+        _fsync_dir(self.submissions_dir)
+        receipt = submit.Receipt(
+            run=self.context.run,
+            node=node.address,
+            submission=digest,
+            epoch=epoch,
+            units=units,
+            reason=reason,
+        ).signed_by(self.context.signer, self.context.swarm_domain)
+        row, _ = self.ledger.record_submission(
+            SubmissionRow(
+                digest=digest,
+                node=node.address,
+                order_id=header.order_id,
+                epoch=epoch,
+                step=header.step,
+                file=str(kept),
+                file_sha256=header.file_sha256,
+                rollout_digest=header.rollout_digest().hex(),
+                signature=header.signature,
+                received_at=now,
+                units=0,
+                status="received" if units else "rejected",
+                reason=reason,
+                slashable=slashable,
+                prefilled=False,
+                receipt=receipt.model_dump_json(),
+                validated_at=None if units else now,
+            )
+        )
+        self.ledger.set_assignment_state(header.order_id, "answered")
+        if slashable:
+            self.ledger.set_state(node.address, "banned", f"evidence: {reason}", now)
+        return row
+
+    def _answers(
+        self, order: AssignmentRow, header: submit.SubmitHeader, path: Path
+    ) -> tuple[int, str, bool]:
+        """(units, reason, slashable): the rollouts it holds if the file answers its order
+        exactly; else 0 and why, evidence only where no honest node could get it wrong."""
+        try:
+            records = read_rollouts(path)
+        except (ValueError, OSError) as e:
+            return 0, f"its file is not a readable rollout file: {e}"[:300], False
+        newest = self.published_step() or 0
+        if newest - header.step > self.settings.async_level:
+            return 0, f"policy step {header.step} is stale (newest {newest})", False
+        if why := answers_order(records, order, self.context.run, header):
+            return 0, why, True
+        return len(records), "", False
+
+
+@dataclass(frozen=True)
+class _Submissions:
+    intake: Intake
+
+    def check(self, peer: str, header: bytes) -> None:
+        self.intake.check_submission(peer, header)
+
+    def receive(self, peer: str, header: bytes, path: Path) -> list[bytes]:
+        return self.intake.receive_submission(peer, header, path)
+
+
+def answers_order(
+    records: Sequence[Rollout], order: AssignmentRow, run: str, header: submit.SubmitHeader
+) -> str | None:
+    """Why ``records`` do not answer ``order`` exactly, or None."""
+    asked = {(pid, i) for pid, _ in order.tasks for i in range(order.group_size)}
+    given = [(r.problem_id, r.sample) for r in records]
+    if len(set(given)) != len(given):
+        return "it holds one sample twice"
+    if set(given) != asked:
+        missing = len(asked - set(given))
+        extra = len(set(given) - asked)
+        return f"it does not answer its order: {missing} samples missing, {extra} not asked for"
+    budgets = dict(order.tasks)
+    for r in records:
+        for name, claimed, expected in (
+            ("run", r.run, run),
+            ("node", r.node.lower(), order.node.lower()),
+            ("policy step", r.policy_step, header.step),
+            ("seed", r.seed, order.seed),
+            ("max_tokens", r.max_tokens, order.max_tokens),
+            ("temperature", r.temperature, order.temperature),
+            ("top_p", r.top_p, order.top_p),
+            ("budget", r.target_len, budgets[r.problem_id]),
+        ):
+            if claimed != expected:
+                return f"a record's {name} is {claimed}, not the {expected} its order states"
+    return None
+
+
+def order_of(row: AssignmentRow, run: str) -> WorkOrder:
+    """The signed order a ledger row stands for (sent again when a reply was lost)."""
+    return WorkOrder(
+        run=run,
+        node=row.node,
+        counter=row.counter,
+        min_step=row.min_step,
+        seed=row.seed,
+        group_size=row.group_size,
+        max_tokens=row.max_tokens,
+        temperature=row.temperature,
+        top_p=row.top_p,
+        tasks=[Slot(problem_id=p, budget=b) for p, b in row.tasks],
+        deadline=int(row.deadline),
+        signature=row.signature,
+    )
+
+
+def _receipt_reply(row: SubmissionRow) -> list[bytes]:
+    """The receipt given when the submission was acknowledged, the same on every resend."""
+    receipt = submit.Receipt.model_validate_json(row.receipt)
+    return [wire.dump(submit.SubmitResponse(receipt=receipt))]
+
+
+def _no_work(retry_after: float, reason: str) -> list[bytes]:
+    return [wire.dump(assign.WorkResponse(order=None, retry_after=retry_after, reason=reason))]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,295 @@
+"""The chain recorder: each node's closed epochs go on chain, bad work is slashed.
+
+Per closed (epoch, node) of the ledger it sends `ComputePool.submitWork` with
+the accepted rollouts as units and a Merkle commitment over every submission
+the node signed in that epoch (rejected ones too, so that they stay slashable
+evidence). Then, for each slashable submission in an epoch on chain, it votes
+to slash with the node's own signed submission and its Merkle proof.
+
+The chain, not the ledger, says what was sent: before every transaction the
+recorder reads the chain, so a crash between a transaction and its ledger write
+never sends an epoch or a slash vote twice. A chain failure is one logged
+sentence and is retried on the next round; the loop itself never stops on one.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol as Interface
+
+from eth_account import Account
+from hexbytes import HexBytes
+
+from orchestrator.service.ledger import EpochRow, Ledger, SlashRow, SubmissionRow
+from swarmrl.chain import eip712
+from swarmrl.chain.deploy import Deployment
+from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
+from swarmrl.chain.protocol import Protocol
+
+log = logging.getLogger(__name__)
+
+# Reverts of `slash` that mean the chain already holds this vote or this epoch's slash.
+_ALREADY_SLASHED = ("AlreadyVoted", "AlreadySlashed", "EvidenceUsed")
+
+
+@dataclass
+class RecorderReport:
+    """What one round did. Epochs: `sent` by this round's transactions, `found` on chain
+    already (sent before a crash), `empty` (nothing to record, nothing sent). Slashes
+    carry their outcome ('sent', 'found', 'missed'). `errors`: one sentence per
+    failure, each retried next round."""
+
+    sent: list[EpochRow] = field(default_factory=list)
+    found: list[EpochRow] = field(default_factory=list)
+    empty: list[EpochRow] = field(default_factory=list)
+    slashes: list[SlashRow] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Recorder:
+    """Records the ledger's closed epochs with `recorder` (RECORDER_ROLE) and slashes
+    with `validator` (VALIDATOR_ROLE); both act on the same deployment."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        recorder: Protocol,
+        validator: Protocol,
+        *,
+        epoch_seconds: float,
+        validation_grace: float,
+    ) -> None:
+        if epoch_seconds <= 0:
+            raise ValueError(f"epoch_seconds must be positive, got {epoch_seconds}")
+        if validation_grace < 0:
+            raise ValueError(f"validation_grace must not be negative, got {validation_grace}")
+        self.ledger = ledger
+        self.recorder = recorder
+        self.validator = validator
+        self.epoch_seconds = epoch_seconds
+        self.validation_grace = validation_grace
+
+    def run_once(self, now: float) -> RecorderReport:
+        """One round at time `now`: every closed epoch not yet recorded, then every
+        slashable submission of an epoch on chain not yet slashed."""
+        report = RecorderReport()
+        current = self.ledger.epoch_of(now, self.epoch_seconds)
+        for epoch, node in self.ledger.unrecorded_epochs(current):
+            submissions = self.ledger.submissions(node=node, epoch=epoch)
+            if not self._closed(epoch, submissions, now):
+                continue
+            what = f"recording epoch {epoch} of node {node}"
+            self._guarded(report, what, self._record, epoch, node, submissions, now)
+        settled: set[tuple[int, str]] = set()
+        for evidence in self.ledger.slash_candidates():
+            # The pool slashes an epoch once: one evidence per (epoch, node) and round.
+            if (evidence.epoch, evidence.node) in settled:
+                continue
+            settled.add((evidence.epoch, evidence.node))
+            what = f"slashing node {evidence.node} for epoch {evidence.epoch}"
+            self._guarded(report, what, self._slash, evidence, now)
+        return report
+
+    def epoch_end(self, epoch: int) -> float:
+        return self.ledger.genesis() + (epoch + 1) * self.epoch_seconds
+
+    def _closed(self, epoch: int, submissions: list[SubmissionRow], now: float) -> bool:
+        """Ended, and validated or past the grace time (a validator that falls behind
+        must not hold up payment forever; what it has not accepted is not paid)."""
+        end = self.epoch_end(epoch)
+        if now < end:
+            return False
+        validating = any(s.status == "received" for s in submissions)
+        return not validating or now >= end + self.validation_grace
+
+    def _guarded(
+        self, report: RecorderReport, what: str, action: Callable[..., None], *args: object
+    ) -> None:
+        try:
+            action(report, *args)
+        except Exception as e:
+            sentence = chain_failure_sentence(e)
+            if sentence is None:
+                raise
+            log.warning("recorder: %s failed, retrying next round: %s", what, sentence)
+            report.errors.append(f"{what}: {sentence}")
+
+    def _record(
+        self,
+        report: RecorderReport,
+        epoch: int,
+        node: str,
+        submissions: list[SubmissionRow],
+        now: float,
+    ) -> None:
+        tree = commitment_tree(submissions)
+        units = sum(s.units for s in submissions if s.status == "accepted")
+        if units == 0 and any(s.slashable for s in submissions):
+            # The pool takes no record without units; one unit lets the evidence be
+            # committed, and the slash invalidates the epoch, so it never pays.
+            units = 1
+        if units == 0:
+            self.ledger.record_epoch(epoch, node, 0, tree.root.hex(), None, now=now)
+            report.empty.append(_recorded(self.ledger, epoch, node))
+            return
+        on_chain = self.recorder.work_of(epoch, node)
+        if on_chain.units:
+            if on_chain.commitment != tree.root:
+                log.warning(
+                    "recorder: the chain holds epoch %d of node %s with another commitment "
+                    "than the ledger's; its submissions cannot be slashed",
+                    epoch,
+                    node,
+                )
+            self.ledger.record_epoch(
+                epoch, node, on_chain.units, on_chain.commitment.hex(), None, now=now
+            )
+            report.found.append(_recorded(self.ledger, epoch, node))
+            log.info("recorder: epoch %d of node %s was already on chain", epoch, node)
+            return
+        receipt = self.recorder.submit_work(epoch, node, units, tree.root)
+        tx_hash = _tx_hash(receipt["transactionHash"])
+        self.ledger.record_epoch(epoch, node, units, tree.root.hex(), tx_hash, now=now)
+        report.sent.append(_recorded(self.ledger, epoch, node))
+        log.info("recorder: epoch %d of node %s: %d units in %s", epoch, node, units, tx_hash)
+
+    def _slash(self, report: RecorderReport, evidence: SubmissionRow, now: float) -> None:
+        epoch, node = evidence.epoch, evidence.node
+        submission = self.validator.submission(node, evidence.step, _bytes(evidence.rollout_digest))
+        if submission.digest(self.validator.pool_domain()) != _bytes(evidence.digest):
+            # Cannot happen for rows intake wrote; the pool would refuse such evidence.
+            log.error("recorder: submission %s does not match its digest", evidence.digest)
+            self._settle(report, evidence, None, "missed", now)
+            return
+        submissions = self.ledger.submissions(node=node, epoch=epoch)
+        tree = commitment_tree(submissions)
+        on_chain = self.validator.work_of(epoch, node)
+        if on_chain.slashed:
+            self._settle(report, evidence, None, "found", now)
+            return
+        problem = None
+        if on_chain.commitment != tree.root:
+            problem = "the commitment on chain is not over the ledger's submissions"
+        elif self.validator.chain_time() >= on_chain.unlocks_at:
+            problem = "its invalidation window has closed"
+        if problem is not None:
+            log.error("recorder: cannot slash node %s for epoch %d: %s", node, epoch, problem)
+            self._settle(report, evidence, None, "missed", now)
+            return
+        index = sorted(_bytes(s.digest) for s in submissions).index(_bytes(evidence.digest))
+        try:
+            receipt = self.validator.slash(
+                epoch, submission, _bytes(evidence.signature), tree.proof(index)
+            )
+        except RevertedError as e:
+            if e.error not in _ALREADY_SLASHED:
+                raise
+            self._settle(report, evidence, None, "found", now)
+            return
+        tx_hash = _tx_hash(receipt["transactionHash"])
+        self._settle(report, evidence, tx_hash, "sent", now)
+        log.info("recorder: voted to slash node %s for epoch %d in %s", node, epoch, tx_hash)
+
+    def _settle(
+        self,
+        report: RecorderReport,
+        evidence: SubmissionRow,
+        tx_hash: str | None,
+        outcome: str,
+        now: float,
+    ) -> None:
+        self.ledger.record_slash(
+            evidence.digest, evidence.epoch, evidence.node, tx_hash, now, outcome=outcome
+        )
+        report.slashes.append(
+            SlashRow(evidence.digest, evidence.epoch, evidence.node, tx_hash, outcome, now)
+        )
+
+
+def commitment_tree(submissions: list[SubmissionRow]) -> eip712.MerkleTree:
+    """The Merkle tree over the submissions' digests in digest order: the epoch's
+    commitment is its root, and a slash proves one leaf of it."""
+    return eip712.MerkleTree.from_digests(sorted(_bytes(s.digest) for s in submissions))
+
+
+def chain_failure_sentence(error: BaseException) -> str | None:
+    """A failure worth retrying next round, in one sentence; None for anything else."""
+    if isinstance(error, ChainError):
+        return str(error)
+    if isinstance(error, sqlite3.OperationalError):
+        return f"the ledger is busy or unwritable ({error})"
+    return rpc_failure_sentence(error)
+
+
+class StopSignal(Interface):
+    """A threading or multiprocessing Event."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def run_recorder(
+    ledger_path: Path,
+    deployment: Deployment,
+    recorder_key: bytes,
+    validator_key: bytes,
+    stop: StopSignal,
+    *,
+    epoch_seconds: float,
+    validation_grace: float,
+    poll_seconds: float = 5.0,
+    rpc_url: str | None = None,
+) -> None:
+    """The recorder process: a round every `poll_seconds` until `stop` is set.
+
+    Its arguments pickle, so it can be a `multiprocessing.Process` target under any
+    start method; keys are raw private keys (the daemon unlocks the keystores).
+    An unreachable chain at start is retried like any other chain failure.
+    """
+    ledger = Ledger(ledger_path)
+    recorder: Recorder | None = None
+    try:
+        while not stop.is_set():
+            try:
+                if recorder is None:
+                    chain = Protocol.connect(
+                        deployment, Account.from_key(recorder_key), rpc_url=rpc_url
+                    )
+                    validator = chain.as_account(Account.from_key(validator_key))
+                    recorder = Recorder(
+                        ledger,
+                        chain,
+                        validator,
+                        epoch_seconds=epoch_seconds,
+                        validation_grace=validation_grace,
+                    )
+                recorder.run_once(time.time())
+            except Exception as e:
+                sentence = chain_failure_sentence(e)
+                if sentence is None:
+                    raise
+                log.warning("recorder: %s; retrying in %g s", sentence, poll_seconds)
+            stop.wait(poll_seconds)
+    finally:
+        ledger.close()
+
+
+def _recorded(ledger: Ledger, epoch: int, node: str) -> EpochRow:
+    row = ledger.recorded(epoch, node)
+    assert row is not None  # just written
+    return row
+
+
+def _bytes(hex_text: str) -> bytes:
+    """Hex with or without 0x, as the ledger may hold either."""
+    return bytes(HexBytes(hex_text))
+
+
+def _tx_hash(value: bytes) -> str:
+    return "0x" + bytes(value).hex()

@@ -1,0 +1,62 @@
+"""Which work a node gets: drawn, never chosen.
+
+An order's tasks, seed and budgets are a pure function of (run, node, policy
+step, counter): a node cannot steer what it is given, and anyone holding the
+task set can redraw an order and see that it was fair. Budgets follow the
+node's measured speed, as INTELLECT-2's do: a node that reports it decodes
+fast gets longer thinking budgets, one that is slow (or lies low) short ones,
+so every order fits its deadline.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eth_utils import keccak
+
+from swarmrl.tasks import Task
+from swarmrl.work.assign import Slot
+
+# The thinking budgets an order may state, shortest first.
+BUDGETS = (64, 128, 256, 512)
+# An order should take at most this share of its deadline at the node's speed.
+DEADLINE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Draw:
+    tasks: list[Slot]
+    seed: int
+
+
+def draw_order(
+    tasks: Sequence[Task],
+    *,
+    run: str,
+    node: str,
+    step: int,
+    counter: int,
+    prompts: int,
+    budget: int,
+) -> Draw:
+    """The tasks (each with ``budget``) and sampling seed of one order."""
+    key = keccak(f"{run}/{node.lower()}/{step}/{counter}".encode())
+    rng = random.Random(key)
+    chosen = rng.sample(list(tasks), prompts) if prompts <= len(tasks) else tasks
+    seed = int.from_bytes(keccak(key + b"/seed")[:8], "big")
+    return Draw([Slot(problem_id=t.problem_id, budget=budget) for t in chosen], seed)
+
+
+def budget_for(
+    speed: float | None, *, base: int, max_tokens: int, sequences: int, seconds: float
+) -> int:
+    """The longest budget whose sequences the node decodes within its share of the
+    deadline at ``speed`` tokens/s; ``base`` while its speed is unknown."""
+    if speed is None or speed <= 0:
+        return min(base, max_tokens)
+    fitting = [
+        b for b in BUDGETS if b <= max_tokens and b * sequences <= speed * seconds * DEADLINE_SHARE
+    ]
+    return fitting[-1] if fitting else min(BUDGETS[0], max_tokens)

@@ -1,0 +1,295 @@
+"""The orchestrator daemon's settings: ``orchestrator.toml`` and ``SWARMRL_*``.
+
+Every knob of the trainer (``orchestrator.trainer.loop.TrainerSettings``) is a key here
+too, with the same default; ``trainer_settings`` hands them over. Read with
+``swarmrl.settings_toml.load_settings(OrchestratorSettings, path)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import NoDecode
+
+from swarmrl.chain.paths import deployment_path
+from swarmrl.cli_options import MAX_SEED
+from swarmrl.files import data_dir
+from swarmrl.models.files import default_models_dir
+from swarmrl.settings_toml import (
+    SettingError,
+    SwarmrlSettings,
+    check_listen,
+    check_peer,
+    heading,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.trainer.loop import TrainerSettings
+
+DAY = 24 * 3600
+
+
+def default_data_dir() -> Path:
+    return data_dir("orchestrator", "SWARMRL_DATA_DIR")
+
+
+def _default_keystore_dir() -> Path:
+    from swarmrl.keystore import default_dir  # eth_account: only when no keystore is given
+
+    return default_dir()
+
+
+class OrchestratorSettings(SwarmrlSettings):
+    """Settings of the swarmrl orchestrator (`swarmrl orchestrator run --config FILE`).
+
+    The defaults run a small swarm on one laptop against `swarmrl chain up`."""
+
+    # -- files ---------------------------------------------------------------------
+    model: Path = Field(
+        default_factory=lambda: default_models_dir() / "default",
+        description="The policy training starts from: an HF model directory (safetensors); "
+        "`swarmrl model init` builds the default.",
+        json_schema_extra=heading("Files"),
+    )
+    tasks: Path = Field(
+        default_factory=lambda: default_data_dir() / "tasks.jsonl",
+        description="The training tasks, .jsonl or .parquet (`swarmrl tasks generate`).",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Everything the orchestrator needs to restart: ledger, checkpoints, "
+        "rollouts, its peer identity.",
+    )
+    deployment: Path = Field(
+        # A lambda: pydantic would pass a one-argument factory the other values.
+        default_factory=lambda: deployment_path(),
+        description="The chain deployment file (the one `swarmrl chain up` wrote by default).",
+    )
+
+    # -- keys ----------------------------------------------------------------------
+    keystore_dir: Path = Field(
+        default_factory=_default_keystore_dir,
+        description="Where the keystores below live.",
+        json_schema_extra=heading("Keys"),
+    )
+    recorder_key: str = Field(
+        "recorder",
+        min_length=1,
+        description="Keystore name of the key with the recorder role: it sends each epoch's "
+        "work to the chain.",
+    )
+    validator_key: str = Field(
+        "validator",
+        min_length=1,
+        description="Keystore name of the key with the validator role: it slashes on evidence.",
+    )
+    origin_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Keystore name of the key that signs checkpoints, work orders and "
+        "receipts; unset: the recorder key.",
+        json_schema_extra={"example": "recorder"},
+    )
+    password_file: Path | None = Field(
+        None,
+        description="The keystores' password, first line; unset: $SWARMRL_PASSWORD.",
+        json_schema_extra={"example": "~/.config/swarmrl/password"},
+    )
+
+    # -- network -------------------------------------------------------------------
+    listen: str = Field(
+        "/ip4/127.0.0.1/tcp/4001",
+        description="Multiaddr the libp2p host listens on; /ip4/0.0.0.0/... to accept "
+        "nodes from other machines.",
+        json_schema_extra=heading("Network"),
+    )
+    metrics_port: int = Field(
+        9464, ge=1, le=65535, description="Prometheus metrics on 127.0.0.1 at this port."
+    )
+    bootstrap: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Other peers of the weight swarm, multiaddrs ending in /p2p/<peer id> "
+        "(in the environment: separated by commas).",
+    )
+
+    # -- the recipe (trainer keys included) ------------------------------------------
+    steps: int = Field(
+        100,
+        ge=1,
+        le=10_000_000,
+        description="Policy steps to train.",
+        json_schema_extra=heading("Training run"),
+    )
+    group_size: int = Field(8, ge=2, le=1024, description="Completions sampled per task.")
+    prompts_per_step: int = Field(
+        16, ge=1, le=100_000, description="Tasks (groups) per optimizer step."
+    )
+    prompts_per_assignment: int = Field(
+        4, ge=1, le=10_000, description="Tasks in one assignment given to a node."
+    )
+    async_level: int = Field(
+        2,
+        ge=0,
+        le=1000,
+        description="How many steps behind the trainer a node's policy may be.",
+    )
+    max_tokens: int = Field(128, ge=1, le=65_536, description="Longest completion, in tokens.")
+    target_len: int = Field(
+        128,
+        ge=1,
+        le=65_536,
+        description="Thinking budget of a node whose speed is not known yet; known speeds "
+        "earn budgets that fit the assignment's deadline.",
+    )
+    temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (1: off).")
+    lr: float = Field(1e-4, gt=0, le=1, description="Peak learning rate (AdamW).")
+    warmup_steps: int = Field(
+        5, ge=0, le=10_000_000, description="Steps of linear learning-rate warm-up."
+    )
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
+    max_grad_norm: float = Field(0.1, gt=0, description="Gradient norm clip.")
+    eps_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below: ratio >= 1 - eps_low.")
+    eps_high: float = Field(0.2, ge=0, description="PPO clip above: ratio <= 1 + eps_high.")
+    delta: float = Field(
+        4.0,
+        ge=1,
+        description="Dual clip: the ratio's bound where the advantage is negative; "
+        "at least 1 + eps_high.",
+    )
+    advantage_scale: Literal["none", "std"] = Field(
+        "none", description="Advantages divided by the group's std (std) or not (none)."
+    )
+    ratio_against: Literal["sampler", "trainer"] = Field(
+        "sampler",
+        description="The importance ratio's denominator: the sampler's log-probabilities "
+        "or the trainer's recomputed ones.",
+    )
+    kl_coef: float = Field(0.0, ge=0, description="k3 KL penalty to the starting model (0: off).")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: off).")
+    micro_batch: int = Field(
+        32, ge=1, le=65_536, description="Sequences per forward/backward pass."
+    )
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the trainer's random state.")
+    threads: int = Field(
+        0, ge=0, le=1024, description="CPU threads per process (0: chosen from the cores)."
+    )
+    device: str = Field(
+        "cpu", description="torch device of the trainer and validator: cpu, cuda:N."
+    )
+
+    # -- validation ----------------------------------------------------------------
+    validation_rate: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Share of a trusted node's submissions checked by prefill (TOPLOC and "
+        "log-probabilities).",
+        json_schema_extra=heading("Validation"),
+    )
+    trust_after: int = Field(
+        3,
+        ge=0,
+        le=1_000_000,
+        description="Fully checked submissions a new node passes before it is sampled at "
+        "validation_rate.",
+    )
+    max_backlog: int = Field(
+        8,
+        ge=1,
+        le=100_000,
+        description="Submissions awaiting validation or training before nodes are told to "
+        "wait: work beyond it would only go stale.",
+    )
+    code_check_rate: float = Field(
+        1.0, ge=0, le=1, description="Share of code rewards recomputed in the sandbox."
+    )
+    validation_grace: float = Field(
+        600.0,
+        ge=0,
+        le=30 * DAY,
+        description="Seconds after an epoch ends that validation may hold its record back.",
+    )
+
+    # -- nodes and epochs -----------------------------------------------------------
+    assignment_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=7 * DAY,
+        description="Deadline of an assignment; unanswered, it goes to another node.",
+        json_schema_extra=heading("Nodes and epochs"),
+    )
+    heartbeat_seconds: float = Field(
+        10.0, gt=0, le=3600, description="How often nodes send a heartbeat."
+    )
+    silent_after: int = Field(
+        3, ge=1, le=1000, description="Missed heartbeats before a node counts as silent."
+    )
+    gone_after: float = Field(
+        300.0,
+        gt=0,
+        le=30 * DAY,
+        description="Seconds without a heartbeat before a node counts as gone; more than "
+        "silent_after x heartbeat_seconds.",
+    )
+    epoch_seconds: int = Field(
+        3600,
+        ge=1,
+        le=30 * DAY,
+        description="Length of an epoch, the unit of work recorded on chain (the demo: 120).",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        return check_listen(value)
+
+    @field_validator("temperature", "top_p")
+    @classmethod
+    def _signable(cls, value: float) -> float:
+        # Work orders sign them as integer millionths.
+        if round(value * 1_000_000) / 1_000_000 != value:
+            raise ValueError("must be a multiple of 0.000001")
+        return value
+
+    @field_validator("bootstrap", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: list[str]) -> list[str]:
+        for address in value:
+            check_peer(address)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OrchestratorSettings:
+        if self.delta < 1 + self.eps_high:
+            raise SettingError(
+                ("delta", "eps_high"),
+                f"delta must be at least 1 + eps_high = {1 + self.eps_high:g}, got {self.delta:g}",
+            )
+        silent = self.silent_after * self.heartbeat_seconds
+        if self.gone_after <= silent:
+            raise SettingError(
+                ("gone_after", "silent_after", "heartbeat_seconds"),
+                f"gone_after must be more than silent_after x heartbeat_seconds = {silent:g} "
+                f"seconds, got {self.gone_after:g}",
+            )
+        if self.origin_key is None:
+            self.origin_key = self.recorder_key
+        return self
+
+    def trainer_settings(self, run: str) -> TrainerSettings:
+        """The trainer's knobs of this configuration, for the run ``run``."""
+        from orchestrator.trainer.loop import TrainerSettings  # torch
+
+        names = [f.name for f in dataclasses.fields(TrainerSettings) if f.name != "run"]
+        return TrainerSettings(run=run, **{name: getattr(self, name) for name in names})

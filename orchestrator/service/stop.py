@@ -1,0 +1,32 @@
+"""How the daemon tells a child process to stop.
+
+A ``multiprocessing.Event`` would do until a child dies while waiting on it: its
+``set`` then waits for that waiter to wake, forever (SIGTERM to the process
+group kills the children first). A pipe cannot hang that way: the parent writes
+one message, and a child sees it as long as it lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+
+class StopFlag:
+    """Set once by the parent; ``is_set`` and ``wait`` in the child, like an Event's."""
+
+    def __init__(self, context: Any) -> None:
+        self._reader, self._writer = context.Pipe(duplex=False)
+
+    def set(self) -> None:
+        with contextlib.suppress(OSError):  # every reader is gone: nobody left to stop
+            self._writer.send_bytes(b"stop")
+
+    def is_set(self) -> bool:
+        return self._reader.poll()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._reader.poll(timeout)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_reader": self._reader}  # a child only reads

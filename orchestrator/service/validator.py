@@ -1,0 +1,253 @@
+"""The validator process: every received submission checked against its own order.
+
+It takes submissions from the ledger oldest first and checks each with
+:func:`swarmrl.rollouts.verify.verify_rollouts`: the tasks from the
+orchestrator's task set, the run, node, step, group size and sampling settings
+from the order it issued, never from the file. Rewards are always recomputed
+(code at ``code_check_rate``); prefill (TOPLOC and log-probabilities under the
+policy of the submission's step) runs on every submission of a node that has
+not yet earned trust, then on ``validation_rate`` of them, chosen by the
+submission's digest so a restarted validator chooses the same.
+
+Accepted records go to the trainer's spool with the validator's rewards, never
+the node's; the outcome (units, reason, evidence) goes to the ledger, where the
+recorder commits it on chain and slashes on evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.service.ledger import AssignmentRow, Ledger, SubmissionRow
+from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.feed import Spool
+from swarmrl.rollouts.records import Rollout, read_rollouts
+from swarmrl.rollouts.verify import Assignment, Verdict, verify_rollouts
+from swarmrl.tasks import Task
+from swarmrl.tasks.rewards import CODE_TYPES
+
+log = logging.getLogger("swarmrl.validator")
+
+POLL_SECONDS = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidatorConfig:
+    data_dir: Path
+    run_dir: Path
+    tasks_file: Path
+    run: str
+    validation_rate: float
+    trust_after: int
+    code_check_rate: float
+    threads: int
+    device: str | None
+
+
+def chosen(digest: str, rate: float, salt: str) -> bool:
+    """A fair coin of probability ``rate`` that is a function of the digest."""
+    return random.Random(f"{salt}/{digest}").random() < rate
+
+
+def spool_sampler(node: str) -> str:
+    """The trainer spool's sampler name for a node's files."""
+    return "n" + node.lower().removeprefix("0x")
+
+
+class Validator:
+    """Judges submissions; holds the policy of the step it last prefilled with."""
+
+    def __init__(self, config: ValidatorConfig, ledger: Ledger, tasks: dict[str, Task]) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.tasks = tasks
+        self.spool = Spool(config.run_dir / "rollouts")
+        self._backend: Any = None
+        self._step: int | None = None
+
+    def backend_at(self, step: int) -> Any:
+        """The policy of ``step`` (the trainer keeps every step's weights)."""
+        from swarmrl.models import load_backend
+
+        model_dir = ckpt.step_dir(self.config.run_dir, step)
+        if self._backend is None:
+            self._backend = load_backend("torch", model_dir, device=self.config.device)
+        elif self._step != step:
+            self._backend.load_weights(model_dir)
+        self._step = step
+        return self._backend
+
+    def run_once(self) -> int:
+        """Validate what is waiting; returns how many submissions were judged."""
+        pending = self.ledger.pending_validation(16)
+        for row in pending:
+            self.judge(row)
+        return len(pending)
+
+    def judge(self, row: SubmissionRow) -> None:
+        order = self.ledger.assignment(row.order_id)
+        node = self.ledger.node(row.node)
+        if order is None or node is None:  # intake checked both; a damaged ledger otherwise
+            self._finish(row, [], "its order or node is missing from the ledger", False, False)
+            return
+        try:
+            records = read_rollouts(Path(row.file))
+        except (ValueError, OSError) as e:
+            self._finish(row, [], f"its file cannot be read: {e}"[:300], False, False)
+            return
+        if (
+            ckpt.latest_step(self.config.run_dir) is None
+            or not ckpt.step_dir(self.config.run_dir, row.step).is_dir()
+        ):
+            self._finish(row, [], f"the policy of step {row.step} is not on disk", False, False)
+            return
+        # Trust is earned by passing full checks and spent by abandoning orders.
+        prefill = node.trusted - node.abandoned < self.config.trust_after or chosen(
+            row.digest, self.config.validation_rate, "prefill"
+        )
+        check_code = chosen(row.digest, self.config.code_check_rate, "code")
+        asked = Assignment(
+            run=self.config.run,
+            node=order.node,
+            step=row.step,
+            group_size=order.group_size,
+            max_tokens=order.max_tokens,
+            temperature=order.temperature,
+            top_p=order.top_p,
+        )
+        backend = self.backend_at(row.step)
+        began = time.process_time()
+        verdicts = verify_rollouts(
+            backend,
+            records,
+            self.tasks,
+            asked,
+            _scorer(records, backend.tokenizer, check_code),
+            prefill=prefill,
+        )
+        seconds = time.process_time() - began
+        self._note_cost(row, len(records), seconds, prefill)
+        evidence = [v for v in verdicts if v.slashable]
+        if evidence:
+            self._finish(row, [], evidence[0].reason, True, prefill, seconds)
+            return
+        accepted = [
+            _with_rewards(r, v) for r, v in zip(records, verdicts, strict=True) if v.accepted
+        ]
+        reasons = [v.reason for v in verdicts if not v.accepted]
+        reason = f"{len(reasons)} of {len(records)} rejected: {reasons[0]}" if reasons else ""
+        if accepted:
+            self._spool(row, order, accepted)
+        self._finish(row, accepted, reason, False, prefill, seconds)
+
+    def _note_cost(self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool) -> None:
+        """One line per judged submission in ``validation.jsonl``: what checking cost."""
+        line = {"digest": row.digest, "rollouts": rollouts, "cpu_seconds": cpu, "prefill": prefill}
+        with (self.config.data_dir / "validation.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def _spool(self, row: SubmissionRow, order: AssignmentRow, records: list[Rollout]) -> None:
+        name = spool_sampler(row.node)
+        # A validator restarted after spooling, before writing the outcome, must not
+        # hand the trainer the same groups twice.
+        from orchestrator.trainer.feed import spool_name
+
+        file = spool_name(name, order.counter)
+        if not (self.spool.directory / file).exists() and not (self.spool.read_dir / file).exists():
+            self.spool.put(name, order.counter, records)
+
+    def _finish(
+        self,
+        row: SubmissionRow,
+        accepted: list[Rollout],
+        reason: str,
+        slashable: bool,
+        prefilled: bool,
+        seconds: float = 0.0,
+    ) -> None:
+        status = "accepted" if accepted else "rejected"
+        self.ledger.set_outcome(
+            row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
+        )
+        if prefilled and accepted and not reason:
+            self.ledger.add_trust(row.node)
+        if slashable:
+            self.ledger.set_state(row.node, "banned", f"evidence: {reason}"[:300], time.time())
+        what = f"{len(accepted)} accepted" if accepted else "rejected"
+        flag = " EVIDENCE" if slashable else ""
+        log.info(
+            "validated %s from %s: %s%s%s (%.2f CPU s, prefill %s)",
+            row.digest[:12],
+            row.node,
+            what,
+            f" ({reason})" if reason else "",
+            flag,
+            seconds,
+            "yes" if prefilled else "no",
+        )
+
+
+def _scorer(
+    records: list[Rollout], tokenizer: Any, check_code: bool
+) -> Callable[[Task, str], float]:
+    """The validator's task reward. Code tests are run on ``code_check_rate`` of the
+    submissions; on the others a code record's own claim stands (math never does)."""
+    from swarmrl.tasks.rewards import task_reward
+
+    claimed = {
+        (r.problem_id, tokenizer.decode(r.output_ids, skip_special_tokens=True)): r.task_reward
+        for r in records
+        if r.task_type in CODE_TYPES
+    }
+
+    def score(task: Task, text: str) -> float:
+        if task.task_type in CODE_TYPES and not check_code:
+            return claimed[(task.problem_id, text)]
+        return task_reward(task, text)
+
+    return score
+
+
+def _with_rewards(record: Rollout, verdict: Verdict) -> Rollout:
+    """The record as the trainer gets it: with the validator's reward."""
+    assert verdict.task_reward is not None
+    return record.model_copy(
+        update={
+            "task_reward": verdict.task_reward,
+            "reward": verdict.task_reward - record.length_penalty,
+        }
+    ).sealed()
+
+
+def run_validator(config: ValidatorConfig, stop: Any, parent_pid: int) -> None:
+    """The process body: judge until ``stop`` is set or the parent is gone."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["RAYON_NUM_THREADS"] = str(config.threads)
+    import torch
+
+    torch.set_num_threads(config.threads)
+    from orchestrator.service.logs import setup_process_logging
+    from swarmrl.cli_options import quiet_transformers
+    from swarmrl.tasks import read_tasks
+
+    setup_process_logging(config.data_dir, "validator")
+    quiet_transformers()
+    tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
+    ledger = Ledger(config.data_dir / "ledger.sqlite3")
+    validator = Validator(config, ledger, tasks)
+    try:
+        while not stop.is_set() and os.getppid() == parent_pid:
+            if validator.run_once() == 0:
+                stop.wait(POLL_SECONDS)
+    finally:
+        ledger.close()

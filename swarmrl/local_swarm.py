@@ -1,0 +1,190 @@
+"""A whole swarm on one machine: anvil, the deployment, keys, and the orchestrator and
+nodes as real processes started the way a person starts them (the `swarmrl` command).
+
+The end-to-end tests, `swarmrl bench swarm` and the demo build their swarms with it;
+it only runs commands, so it imports neither the node nor the orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swarmrl import keystore
+from swarmrl.chain.anvil import Anvil, dev_accounts
+from swarmrl.chain.deploy import (
+    DEV_RECORDER,
+    DEV_VALIDATOR,
+    TOKEN,
+    Deployment,
+    ProtocolParams,
+    deploy_dev,
+    run_id_from_name,
+    write_deployment,
+)
+
+SWARMRL = Path(sys.executable).with_name("swarmrl")
+PASSWORD = "correct horse battery staple"
+# Providers among the funded dev accounts (4 onwards).
+PROVIDERS = (4, 5, 6, 7)
+
+
+@dataclass
+class Swarm:
+    root: Path
+    anvil: Anvil
+    deployment: Deployment
+    deployment_file: Path
+    keystore_dir: Path
+    password_file: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SWARMRL_CHAIN_DIR": str(self.root / "chain"),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self, name: str, args: list[object], log: Path) -> subprocess.Popen:
+        handle = log.open("a")
+        process = subprocess.Popen(
+            [str(a) for a in args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        process = self.processes.pop(name)
+        os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise AssertionError(f"{name} did not stop within 60 s of signal {sig}") from None
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            process = self.processes[name]
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for name in list(self.processes):
+            try:
+                self.processes[name].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.processes[name].pid, signal.SIGKILL)
+                self.processes[name].wait()
+            del self.processes[name]
+        self.anvil.stop()
+
+
+def make_swarm(root: Path, *, invalidation_window: int = 3600) -> Swarm:
+    anvil = Anvil.start()
+    deployment = deploy_dev(
+        anvil,
+        run_id=run_id_from_name("e2e-swarm"),
+        params=ProtocolParams(
+            min_stake_per_node=100 * TOKEN,
+            unbonding_period=7200,
+            invalidation_window=invalidation_window,
+            reward_per_unit=TOKEN // 100,
+            slash_penalty=50 * TOKEN,
+            quorum=1,
+        ),
+        tokens_each=1_000 * TOKEN,
+        pool_funding=100_000 * TOKEN,
+    )
+    deployment_file = root / "deployment.json"
+    write_deployment(deployment_file, deployment)
+    keys = root / "keys"
+    password_file = root / "password"
+    password_file.write_text(PASSWORD + "\n")
+    accounts = dev_accounts()
+    keystore.save(keys, "recorder", bytes(accounts[DEV_RECORDER].key), PASSWORD)
+    keystore.save(keys, "validator", bytes(accounts[DEV_VALIDATOR].key), PASSWORD)
+    for i in PROVIDERS:
+        keystore.save(keys, f"provider{i}", bytes(accounts[i].key), PASSWORD)
+    return Swarm(root, anvil, deployment, deployment_file, keys, password_file)
+
+
+def stake_and_init_node(swarm: Swarm, provider: int, node_key: str) -> str:
+    """The volunteer's two commands after `wallet new`: stake, then `node init`."""
+    run_cli(swarm, "wallet", "stake", f"provider{provider}", "100")
+    out = run_cli(swarm, "node", "init", "--provider", f"provider{provider}", "--key", node_key)
+    return out
+
+
+def run_cli(swarm: Swarm, *args: object, check: bool = True) -> str:
+    common = [
+        "--keystore-dir",
+        swarm.keystore_dir,
+        "--password-file",
+        swarm.password_file,
+        "--deployment",
+        swarm.deployment_file,
+    ]
+    out = subprocess.run(
+        [str(a) for a in [SWARMRL, *args, *common]],
+        capture_output=True,
+        text=True,
+        env=swarm.env(),
+        timeout=300,
+    )
+    if check and out.returncode != 0:
+        raise AssertionError(f"swarmrl {' '.join(map(str, args))} failed: {out.stderr}")
+    return out.stdout
+
+
+def write_toml(path: Path, values: dict[str, object]) -> Path:
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, (int, float)):
+            lines.append(f"{key} = {value}")
+        elif isinstance(value, list):
+            lines.append(f"{key} = [{', '.join(repr(str(v)) for v in value)}]")
+        else:
+            lines.append(f"{key} = {str(value)!r}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Swarm) -> object:
+    deadline = time.monotonic() + limit
+    while True:
+        value = condition()
+        if value:
+            return value
+        for name, process in swarm.processes.items():
+            if process.poll() is not None:
+                raise AssertionError(f"{name} exited with {process.returncode} before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {limit:.0f} s")
+        time.sleep(0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def orchestrator_addr(log: Path) -> str | None:
+    if not log.is_file():
+        return None
+    m = re.search(r"listening on (/ip4/127\.0\.0\.1/tcp/\d+/p2p/\S+)", log.read_text())
+    return m.group(1) if m else None

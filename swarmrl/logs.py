@@ -1,0 +1,44 @@
+"""Log lines for daemons: one line per event, UTC timestamps, to stderr and a file.
+
+A daemon runs for days and is read by people and by log shippers alike, so a
+line is ``<time> <level> <logger> <message>`` and never spans lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class _UtcFormatter(logging.Formatter):
+    converter = time.gmtime
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created)) + (
+            f".{int(record.msecs):03d}Z"
+        )
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", " | ")
+
+
+def setup_logging(file: Path | None = None, *, level: int = logging.INFO) -> None:
+    """Send swarmrl's log lines to stderr and, if given, appended to ``file``."""
+    from swarmrl.p2p.host import quiet_libp2p_logs
+
+    formatter = _UtcFormatter(FORMAT)
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(file))
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(level)
+    quiet_libp2p_logs()

@@ -1,0 +1,112 @@
+"""``/swarmrl/work/1.0.0``: a node asks for work and gets a signed work order.
+
+Nodes never choose their tasks. The orchestrator draws each order from a seed
+of (run, node, counter) and signs it as :class:`WorkOrder`: the tasks with the
+thinking budget of each, the group size, the sampling settings, the seed, the
+oldest policy step it will accept and a deadline. The order's EIP-712 digest is
+its id; the node's submission names it, and validation checks every record
+against the order, never against what the records say of themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pydantic_core
+from pydantic import Field, StringConstraints
+
+from swarmrl.p2p.wire import protocol_id
+from swarmrl.rollouts.signing import micros
+from swarmrl.work.signed import (
+    MAX_UINT32,
+    MAX_UINT64,
+    HexAddress,
+    Message,
+    RunId,
+    Signed,
+    address,
+    id_bytes,
+    run_bytes,
+)
+
+PROTOCOL = protocol_id("work")
+REQUEST_LIMIT = 1024
+RESPONSE_LIMIT = 64 * 1024
+DEADLINE = 10.0
+MAX_TASKS = 64
+
+_ABI_TYPES = [
+    "bytes32",
+    "address",
+    "uint64",
+    "uint64",
+    "uint64",
+    "uint32",
+    "uint32",
+    "uint32",
+    "uint32",
+    "bytes32",
+    "uint64",
+]
+ProblemId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class WorkRequest(Message):
+    """Asks for the node's open order, or a new one."""
+
+
+class Slot(Message):
+    """One task of an order and the thinking budget its prompt states."""
+
+    problem_id: ProblemId
+    budget: int = Field(ge=1, le=MAX_UINT32)
+
+
+class WorkOrder(Signed):
+    EIP712_TYPE = (
+        "WorkOrder(bytes32 runId,address node,uint64 counter,uint64 minStep,uint64 seed,"
+        "uint32 groupSize,uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros,"
+        "bytes32 tasks,uint64 deadline)"
+    )
+
+    run: RunId
+    node: HexAddress
+    counter: int = Field(ge=0, le=MAX_UINT64)
+    min_step: int = Field(ge=0, le=MAX_UINT64)
+    seed: int = Field(ge=0, le=MAX_UINT64)
+    group_size: int = Field(ge=1, le=MAX_UINT32)
+    max_tokens: int = Field(ge=1, le=MAX_UINT32)
+    temperature: float = Field(ge=0, le=100)
+    top_p: float = Field(gt=0, le=1)
+    tasks: list[Slot] = Field(min_length=1, max_length=MAX_TASKS)
+    deadline: int = Field(ge=0, le=MAX_UINT64)
+
+    def tasks_hash(self) -> bytes:
+        pairs = [[s.problem_id, s.budget] for s in self.tasks]
+        return id_bytes(pydantic_core.to_json(pairs).decode())
+
+    def abi_fields(self) -> tuple[list[str], list[Any]]:
+        return (
+            _ABI_TYPES,
+            [
+                run_bytes(self.run),
+                address(self.node),
+                self.counter,
+                self.min_step,
+                self.seed,
+                self.group_size,
+                self.max_tokens,
+                micros(self.temperature, "temperature"),
+                micros(self.top_p, "top_p"),
+                self.tasks_hash(),
+                self.deadline,
+            ],
+        )
+
+
+class WorkResponse(Message):
+    """An order, or none yet (no published policy, node not active) and when to ask again."""
+
+    order: WorkOrder | None = None
+    retry_after: float = Field(default=0.0, ge=0, le=3600)
+    reason: Annotated[str, StringConstraints(max_length=300)] = ""

@@ -1,0 +1,45 @@
+"""``/swarmrl/heartbeat/1.0.0``: a joined node says it is alive and learns the news.
+
+The node reports the policy step it holds and its measured speed (which sizes
+its next assignments); the orchestrator answers with the node's state, the
+newest policy step, the current epoch, and the outcomes of the node's recent
+submissions once validated (a receipt accepts at intake; prefill may still
+reject later, and this is how the node hears it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from swarmrl.p2p.wire import protocol_id
+from swarmrl.work.signed import MAX_UINT64, Hex32, Message
+
+PROTOCOL = protocol_id("heartbeat")
+REQUEST_LIMIT = 1024
+RESPONSE_LIMIT = 32 * 1024
+DEADLINE = 10.0
+MAX_OUTCOMES = 32
+
+
+class HeartbeatRequest(Message):
+    policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
+    tokens_per_second: float | None = Field(default=None, ge=0, le=1e9)
+    paused: bool = False
+
+
+class Outcome(Message):
+    """How validation ended for one submission."""
+
+    digest: Hex32
+    status: Literal["received", "accepted", "rejected"]
+    units: int = Field(ge=0)
+    reason: Annotated[str, StringConstraints(max_length=300)] = ""
+
+
+class HeartbeatResponse(Message):
+    state: Literal["joined", "active", "silent", "gone", "banned"]
+    policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
+    epoch: int = Field(ge=0, le=MAX_UINT64)
+    outcomes: list[Outcome] = Field(default_factory=list, max_length=MAX_OUTCOMES)

@@ -1,0 +1,88 @@
+"""``/swarmrl/join/1.0.0``: a node asks to take part in the run.
+
+The request is a :class:`JoinClaim` the node signs: its address, the provider
+that staked for it, its libp2p peer id and what it reports about itself. The
+orchestrator accepts it only from the peer it names (libp2p's Noise handshake
+authenticates peer ids), so afterwards every request from that peer is the
+node's without another signature; and only when the chain says the provider
+is registered, staked enough and the node joined the pool.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import pydantic_core
+from pydantic import Field, StringConstraints
+
+from swarmrl.p2p.wire import protocol_id
+from swarmrl.work.signed import (
+    MAX_UINT64,
+    HexAddress,
+    Message,
+    PeerId,
+    RunId,
+    Signed,
+    address,
+    id_bytes,
+)
+
+PROTOCOL = protocol_id("join")
+REQUEST_LIMIT = 4 * 1024
+RESPONSE_LIMIT = 8 * 1024
+DEADLINE = 20.0
+# How far a claim's issuedAt may be from the orchestrator's clock.
+MAX_CLOCK_SKEW = 600
+
+Short = Annotated[str, StringConstraints(max_length=128)]
+Multiaddr = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class NodeReport(Message):
+    """What a node says about itself: shown to the coordinator, never trusted for
+    anything but scheduling (a slow report only earns smaller assignments)."""
+
+    backend: Literal["torch", "vllm"]
+    device: Short
+    cpu_cores: int = Field(ge=1, le=4096)
+    gpu: Short | None = None
+    gpu_memory_gib: float | None = Field(default=None, ge=0, le=1 << 20)
+    version: Short
+
+    def hash(self) -> bytes:
+        return id_bytes(pydantic_core.to_json(self.model_dump(), by_alias=True).decode())
+
+
+class JoinClaim(Signed):
+    EIP712_TYPE = (
+        "JoinClaim(address node,address provider,bytes32 peerId,bytes32 report,uint64 issuedAt)"
+    )
+
+    node: HexAddress
+    provider: HexAddress
+    peer_id: PeerId
+    report: NodeReport
+    issued_at: int = Field(ge=0, le=MAX_UINT64)
+
+    def abi_fields(self) -> tuple[list[str], list[Any]]:
+        return (
+            ["address", "address", "bytes32", "bytes32", "uint64"],
+            [
+                address(self.node),
+                address(self.provider),
+                id_bytes(self.peer_id),
+                self.report.hash(),
+                self.issued_at,
+            ],
+        )
+
+
+class JoinResponse(Message):
+    """The node's standing in the run, and what it needs to take part."""
+
+    run: RunId
+    state: Literal["joined", "active", "silent", "gone", "banned"]
+    heartbeat_seconds: float = Field(gt=0, le=3600)
+    policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
+    # Where the newest weights can be fetched: the orchestrator's own swarm peer.
+    weights: list[Multiaddr] = Field(default_factory=list, max_length=8)

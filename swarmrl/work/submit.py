@@ -1,0 +1,101 @@
+"""``/swarmrl/submit/1.0.0``: a node hands in the rollouts of one work order.
+
+The request is streamed (see ``Host.upload``): a :class:`SubmitHeader`, then the
+rollout file in bounded chunks. The header carries the node's signature over
+the contract's ``Submission(runId, node, step, rolloutDigest)`` in the pool's
+domain, with ``rolloutDigest = keccak(orderId || sha256(file))``: the very
+evidence ``ComputePool.slash`` takes, so a bad submission is slashable without
+anything else the node must cooperate with. The orchestrator writes it to its
+ledger before answering with a :class:`Receipt` it signs; a resend of the same
+submission gets the same receipt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any
+
+from eth_utils import keccak
+from pydantic import Field, StringConstraints
+
+from swarmrl.p2p.wire import protocol_id
+from swarmrl.work.signed import (
+    MAX_UINT32,
+    MAX_UINT64,
+    Hex32,
+    HexAddress,
+    HexSignature,
+    Message,
+    RunId,
+    Signed,
+    address,
+    id_bytes,
+    run_bytes,
+)
+
+PROTOCOL = protocol_id("submit")
+HEADER_LIMIT = 2 * 1024
+BODY_LIMIT = 64 * 1024 * 1024
+RESPONSE_LIMIT = 4 * 1024
+DEADLINE = 300.0
+_READ = 1 << 20
+
+
+class SubmitHeader(Message):
+    order_id: Hex32
+    node: HexAddress
+    step: int = Field(ge=0, le=MAX_UINT64)
+    file_sha256: Hex32
+    size: int = Field(ge=1, le=BODY_LIMIT)
+    signature: HexSignature  # over the pool-domain Submission
+
+    def rollout_digest(self) -> bytes:
+        return rollout_digest(self.order_id, self.file_sha256)
+
+
+def rollout_digest(order_id: str, file_sha256: str) -> bytes:
+    """What the signed Submission commits to: the order answered and the file's bytes."""
+    return keccak(bytes.fromhex(order_id) + bytes.fromhex(file_sha256))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Receipt(Signed):
+    """The orchestrator's signed acknowledgement of one submission: accepted at intake
+    with ``units`` work units, or rejected (units 0) for ``reason``."""
+
+    EIP712_TYPE = (
+        "Receipt(bytes32 runId,address node,bytes32 submission,uint64 epoch,uint32 units,"
+        "bytes32 reason)"
+    )
+
+    run: RunId
+    node: HexAddress
+    submission: Hex32
+    epoch: int = Field(ge=0, le=MAX_UINT64)
+    units: int = Field(ge=0, le=MAX_UINT32)
+    reason: Annotated[str, StringConstraints(max_length=300)] = ""
+
+    def abi_fields(self) -> tuple[list[str], list[Any]]:
+        return (
+            ["bytes32", "address", "bytes32", "uint64", "uint32", "bytes32"],
+            [
+                run_bytes(self.run),
+                address(self.node),
+                bytes.fromhex(self.submission),
+                self.epoch,
+                self.units,
+                id_bytes(self.reason) if self.reason else b"\0" * 32,
+            ],
+        )
+
+
+class SubmitResponse(Message):
+    receipt: Receipt

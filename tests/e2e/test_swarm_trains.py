@@ -1,0 +1,226 @@
+"""The swarm trains: anvil, the orchestrator and three nodes as real processes on
+loopback, plus a node that generates with another model.
+
+After the run: held-out reward rose; every receipt a node holds is in the ledger
+exactly once; work on chain equals the ledger per node and epoch; the cheater is
+rejected and slashed with its own signed submission, no honest node is; the
+orchestrator killed with SIGKILL and restarted lost nothing it acknowledged; a
+node killed and restarted resent its journal and was not counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.trainer import checkpoint as ckpt
+from swarmrl import keystore
+from swarmrl.local_swarm import (
+    SWARMRL,
+    free_port,
+    make_swarm,
+    orchestrator_addr,
+    stake_and_init_node,
+    wait_for,
+    write_toml,
+)
+from tests.integration.test_rollouts_cli import swarmrl
+from tests.model_fixtures import random_tiny_model
+
+STEPS = 30
+LEARNING_RISE = 0.04
+HONEST = {"node4": 4, "node5": 5, "node6": 6}
+CHEATER = ("cheat7", 7)
+OUTBOUND_ONLY = "node6"
+
+
+def _trainer_step(data_dir: Path) -> int:
+    return ckpt.latest_step(data_dir / "run") or 0
+
+
+def _ledger(data_dir: Path) -> list[dict]:
+    out = swarmrl("orchestrator", "ledger", "--json", "--config", data_dir.parent / "orch.toml")
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def _receipts(node_dir: Path) -> list[dict]:
+    from client.node.journal import Journal
+
+    return Journal(node_dir / "journal").receipts()
+
+
+@pytest.mark.slow
+def test_the_swarm_trains_verifies_and_slashes(default_model, tmp_path):
+    swarm = make_swarm(tmp_path)
+    try:
+        _run(swarm, default_model, tmp_path)
+    finally:
+        swarm.stop_all()
+
+
+def _run(swarm, default_model, tmp_path):
+    tasks = tmp_path / "train.jsonl"
+    swarmrl("tasks", "generate", "--n", 400, "--seed", 1, "--out", tasks)
+    held_out = tmp_path / "held-out.jsonl"
+    swarmrl("tasks", "generate", "--n", 96, "--seed", 12345, "--out", held_out)
+
+    def held_out_reward(model) -> float:
+        out = swarmrl("eval", "--model", model, "--tasks", held_out, "--n", 8,
+                      "--max-tokens", 128, "--json")  # fmt: skip
+        return json.loads(out.stdout)["mean_reward"]
+
+    before = held_out_reward(default_model)
+
+    for key, provider in [*HONEST.items(), CHEATER]:
+        stake_and_init_node(swarm, provider, key)
+
+    data = tmp_path / "orchestrator"
+    orch_toml = write_toml(
+        tmp_path / "orch.toml",
+        {
+            "model": default_model,
+            "tasks": tasks,
+            "data_dir": data,
+            "deployment": swarm.deployment_file,
+            "keystore_dir": swarm.keystore_dir,
+            "password_file": swarm.password_file,
+            # A fixed port, as in production: nodes find a restarted orchestrator again.
+            "listen": f"/ip4/127.0.0.1/tcp/{free_port()}",
+            "metrics_port": free_port(),
+            "steps": STEPS,
+            "group_size": 8,
+            "prompts_per_step": 2,
+            "prompts_per_assignment": 2,
+            "max_tokens": 64,
+            "target_len": 128,
+            "lr": 3e-4,
+            "epoch_seconds": 60,
+            "validation_grace": 30,
+            "heartbeat_seconds": 2,
+            "gone_after": 60,
+            "max_backlog": 3,
+        },
+    )
+    orch_log = tmp_path / "orchestrator.log"
+
+    def start_orchestrator():
+        swarm.start(
+            "orchestrator", [SWARMRL, "orchestrator", "run", "--config", orch_toml], orch_log
+        )
+
+    start_orchestrator()
+    addr = wait_for(lambda: orchestrator_addr(orch_log), "orchestrator address", 180, swarm)
+
+    def node_toml(key: str) -> Path:
+        return write_toml(
+            tmp_path / f"{key}.toml",
+            {
+                "data_dir": tmp_path / key,
+                "deployment": swarm.deployment_file,
+                "keystore_dir": swarm.keystore_dir,
+                "key": key,
+                "password_file": swarm.password_file,
+                "tasks": tasks,
+                "orchestrator": addr,
+                "threads": 1,
+                "backend": "torch",
+                "device": "cpu",
+                "metrics_port": free_port(),
+                # One node listens nowhere, as behind NAT: it still pulls and works.
+                **({"listen": "none"} if key == OUTBOUND_ONLY else {}),
+            },
+        )
+
+    def start_node(key: str):
+        swarm.start(
+            key, [SWARMRL, "node", "run", "--config", node_toml(key)], tmp_path / f"{key}.log"
+        )
+
+    for key in HONEST:
+        start_node(key)
+    cheater_model = tmp_path / "other-model"
+    random_tiny_model(cheater_model, seed=7)
+    cheater_key = CHEATER[0]
+    swarm.start(
+        cheater_key,
+        [
+            sys.executable,
+            Path(__file__).with_name("cheating_node.py"),
+            node_toml(cheater_key),
+            cheater_model,
+        ],
+        tmp_path / f"{cheater_key}.log",
+    )
+
+    # Kill -9 the orchestrator mid-run, and a node; both come back and lose nothing.
+    wait_for(lambda: _trainer_step(data) >= STEPS // 3, "a third of the steps", 900, swarm)
+    acknowledged = {r["digest"] for r in _ledger(data)}
+    swarm.kill("orchestrator")
+    start_orchestrator()
+    swarm.kill("node4")
+    start_node("node4")
+    wait_for(lambda: _trainer_step(data) >= STEPS, f"{STEPS} steps", 1500, swarm)
+    time.sleep(5)  # the last submissions in flight land
+    for key in list(swarm.processes):
+        if key != "orchestrator":
+            swarm.kill(key, 15)
+
+    rows = _ledger(data)
+    by_digest = {r["digest"]: r for r in rows}
+    assert acknowledged <= set(by_digest), "an acknowledged submission was lost in the crash"
+    assert len(rows) == len(by_digest)
+    for key in [*HONEST, cheater_key]:
+        receipts = _receipts(tmp_path / key)
+        assert receipts, key
+        for receipt in receipts:
+            assert receipt["submission"] in by_digest, (key, receipt)
+
+    honest_addresses = set()
+    for key in HONEST:
+        honest_addresses.add(keystore.info(swarm.keystore_dir, key).address)
+    cheater_address = keystore.info(swarm.keystore_dir, cheater_key).address
+    cheats = [r for r in rows if r["node"] == cheater_address]
+    assert cheats
+    assert all(r["status"] == "rejected" for r in cheats)
+    assert any(r["slashable"] for r in cheats)
+    honest = [r for r in rows if r["node"] in honest_addresses]
+    assert not any(r["slashable"] for r in honest)
+    for address in honest_addresses:  # the outbound-only node among them
+        assert sum(r["units"] for r in honest if r["node"] == address) > 0, address
+
+    # The recorder closes the epochs and slashes the cheater.
+    from swarmrl.chain.protocol import Protocol
+
+    chain = Protocol.connect(swarm.deployment)
+
+    def cheater_slashed() -> bool:
+        status = json.loads(
+            swarmrl("orchestrator", "status", "--json", "--config", orch_toml).stdout
+        )
+        return any(s["node"] == cheater_address for s in status["slashes"])
+
+    wait_for(cheater_slashed, "the cheater's slash", 240, swarm)
+    status = json.loads(swarmrl("orchestrator", "status", "--json", "--config", orch_toml).stdout)
+    assert {s["node"] for s in status["slashes"]} == {cheater_address}
+    for key in HONEST:
+        address = keystore.info(swarm.keystore_dir, key).address
+        assert chain.stake_of(chain.provider_of(address)) >= 100 * 10**18
+    # Work on chain equals the ledger, per node and epoch.
+    for record in status["epochs_recorded"]:
+        if record["tx"] is None or record["node"] == cheater_address:
+            continue
+        units = sum(
+            r["units"]
+            for r in rows
+            if r["node"] == record["node"] and r["epoch"] == record["epoch"]
+        )
+        assert chain.work_of(record["epoch"], record["node"]).units == units
+
+    swarm.kill("orchestrator", 15)
+    newest = ckpt.step_dir(data / "run", _trainer_step(data))
+    after = held_out_reward(newest)
+    assert after >= before + LEARNING_RISE, (before, after)

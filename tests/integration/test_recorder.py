@@ -1,0 +1,386 @@
+"""The chain recorder on the session's anvil: closed epochs go on chain once, with a
+commitment over every signed submission; evidence is slashed once; a crash between
+a transaction and its ledger write sends nothing again.
+
+Time is passed to `run_once` explicitly, relative to the ledger's genesis, so no
+test sleeps for an epoch to pass.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+from eth_utils import keccak
+
+from orchestrator.service.ledger import Ledger, SubmissionRow
+from orchestrator.service.recorder import Recorder, commitment_tree, run_recorder
+from swarmrl.chain import eip712
+from swarmrl.chain.anvil import connect
+from swarmrl.chain.deploy import TOKEN
+from swarmrl.chain.protocol import Protocol
+from swarmrl.chain.tx import TxSettings
+
+from .conftest import ADMIN, NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR
+
+EPOCH = 60.0
+GRACE = 30.0
+STAKE = 100 * TOKEN
+
+
+@pytest.fixture
+def node(protocol, accounts):
+    """Node A, added by provider A (who staked the minimum) and joined to the pool."""
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = protocol.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.stake(STAKE)
+    p.join_pool(node.address)
+    return node
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    with Ledger(tmp_path / "ledger.sqlite3") as opened:
+        yield opened
+
+
+@pytest.fixture
+def recorder(ledger, protocol, accounts):
+    return Recorder(
+        ledger,
+        protocol.as_account(accounts[RECORDER]),
+        protocol.as_account(accounts[VALIDATOR]),
+        epoch_seconds=EPOCH,
+        validation_grace=GRACE,
+    )
+
+
+class Submit:
+    """Signs submissions with the node's key and writes them to the ledger as intake
+    does, then sets the validator's verdict."""
+
+    def __init__(self, protocol: Protocol, ledger: Ledger, node) -> None:
+        self.protocol, self.ledger, self.node = protocol, ledger, node
+        self.count = 0
+
+    def __call__(
+        self,
+        epoch: int,
+        status: str,
+        units: int = 0,
+        *,
+        slashable: bool = False,
+    ) -> SubmissionRow:
+        self.count += 1
+        order_id = keccak(text=f"order-{self.count}").hex()
+        sha = keccak(text=f"file-{self.count}").hex()
+        rollout_digest = keccak(bytes.fromhex(order_id) + bytes.fromhex(sha))
+        signed = self.protocol.submission(self.node.address, self.count, rollout_digest)
+        signature = self.protocol.sign_submission(self.node, signed)
+        row, created = self.ledger.record_submission(
+            SubmissionRow(
+                digest=signed.digest(self.protocol.pool_domain()).hex(),
+                node=self.node.address,
+                order_id=order_id,
+                epoch=epoch,
+                step=self.count,
+                file=f"/data/{self.count}.parquet",
+                file_sha256=sha,
+                rollout_digest=rollout_digest.hex(),
+                signature="0x" + signature.hex(),
+                received_at=self.ledger.genesis() + epoch * EPOCH + self.count,
+            )
+        )
+        assert created
+        if status != "received":
+            reason = "" if status == "accepted" else "a reason"
+            self.ledger.set_outcome(row.digest, status, units, reason, slashable, True, 0.0)
+        return row
+
+
+@pytest.fixture
+def submit(protocol, ledger, node):
+    return Submit(protocol, ledger, node)
+
+
+def after(ledger: Ledger, epoch: int, seconds: float = 1.0) -> float:
+    """`seconds` after `epoch` ended."""
+    return ledger.genesis() + (epoch + 1) * EPOCH + seconds
+
+
+def nonce(protocol: Protocol, index: int, accounts) -> int:
+    return protocol.w3.eth.get_transaction_count(accounts[index].address)
+
+
+def record_and_vote_by_hand(
+    protocol: Protocol,
+    accounts,
+    epoch: int,
+    units: int,
+    rows: list[SubmissionRow],
+    evidence: SubmissionRow,
+) -> None:
+    """What the recorder sends for `epoch`, sent without it (as if its ledger writes
+    were lost): the work, then a slash vote with `evidence`."""
+    tree = commitment_tree(rows)
+    node = evidence.node
+    protocol.as_account(accounts[RECORDER]).submit_work(epoch, node, units, tree.root)
+    signed = protocol.submission(node, evidence.step, bytes.fromhex(evidence.rollout_digest))
+    index = sorted(r.digest for r in rows).index(evidence.digest)
+    signature = bytes.fromhex(evidence.signature.removeprefix("0x"))
+    protocol.as_account(accounts[VALIDATOR]).slash(epoch, signed, signature, tree.proof(index))
+
+
+def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submission(
+    recorder, ledger, protocol, node, submit, accounts
+):
+    rows = [
+        submit(0, "accepted", 8),
+        submit(0, "accepted", 8),
+        submit(0, "accepted", 4),
+        submit(0, "rejected"),  # e.g. a stale step: in the commitment, never paid
+    ]
+    report = recorder.run_once(after(ledger, 0))
+    assert report.errors == []
+    [sent] = report.sent
+    assert (sent.epoch, sent.node, sent.units) == (0, node.address, 20)
+    assert str(sent.tx_hash).startswith("0x")
+    assert ledger.recorded(0, node.address) == sent
+
+    work = protocol.work_of(0, node.address)
+    assert (work.units, work.provider, work.slashed) == (20, accounts[PROVIDER_A].address, False)
+    assert work.commitment.hex() == sent.commitment
+    # Each submission the node signed proves into the root on chain.
+    leaves = sorted(bytes.fromhex(r.digest) for r in rows)
+    tree = eip712.MerkleTree.from_digests(leaves)
+    for i, leaf in enumerate(leaves):
+        assert eip712.verify_proof(tree.proof(i), work.commitment, eip712.leaf_hash(leaf))
+
+    sent_before = nonce(protocol, RECORDER, accounts)
+    again = recorder.run_once(after(ledger, 0, 5 * EPOCH))
+    assert (again.sent, again.found, again.empty, again.errors) == ([], [], [], [])
+    assert nonce(protocol, RECORDER, accounts) == sent_before
+
+
+def test_work_sent_before_a_crash_is_found_on_chain_and_not_sent_again(
+    recorder, ledger, protocol, node, submit, accounts
+):
+    rows = [submit(0, "accepted", 8), submit(0, "accepted", 2)]
+    # The recorder sent epoch 0 and died before writing the ledger.
+    root = commitment_tree(rows).root
+    protocol.as_account(accounts[RECORDER]).submit_work(0, node.address, 10, root)
+    sent_before = nonce(protocol, RECORDER, accounts)
+
+    report = recorder.run_once(after(ledger, 0))
+    assert report.sent == []
+    [found] = report.found
+    assert (found.epoch, found.units, found.commitment, found.tx_hash) == (0, 10, root.hex(), None)
+    assert ledger.recorded(0, node.address) == found
+    assert nonce(protocol, RECORDER, accounts) == sent_before
+    assert protocol.work_of(0, node.address).units == 10
+
+
+def test_evidence_is_slashed_once_with_the_nodes_own_signature(
+    recorder, ledger, protocol, node, submit, accounts, deployment
+):
+    provider = accounts[PROVIDER_A].address
+    submit(0, "accepted", 8)
+    bad = submit(0, "rejected", slashable=True)  # e.g. TOPLOC beyond its tolerance
+    treasury_before = protocol.token_balance(deployment.treasury)
+
+    report = recorder.run_once(after(ledger, 0))
+    assert report.errors == []
+    assert [row.units for row in report.sent] == [8]
+    [slash] = report.slashes
+    assert (slash.digest, slash.epoch, slash.node, slash.outcome) == (
+        bad.digest,
+        0,
+        node.address,
+        "sent",
+    )
+    penalty = deployment.params.slash_penalty
+    assert protocol.stake_of(provider) == STAKE - penalty
+    assert protocol.token_balance(deployment.treasury) == treasury_before + penalty
+    work = protocol.work_of(0, node.address)
+    assert (work.slashed, work.invalidated) == (True, True)
+    assert not protocol.is_joined(node.address)  # the pool ejects a slashed node
+    assert [(s.digest, s.outcome) for s in ledger.slashes()] == [(bad.digest, "sent")]
+
+    votes_before = nonce(protocol, VALIDATOR, accounts)
+    again = recorder.run_once(after(ledger, 0, 2 * EPOCH))
+    assert (again.sent, again.found, again.slashes, again.errors) == ([], [], [], [])
+    assert nonce(protocol, VALIDATOR, accounts) == votes_before
+    assert protocol.stake_of(provider) == STAKE - penalty
+
+
+def test_an_epoch_of_evidence_only_is_recorded_with_one_unit_and_slashed(
+    recorder, ledger, protocol, node, submit, accounts, deployment
+):
+    bad = submit(0, "rejected", slashable=True)
+    submit(0, "rejected")
+    report = recorder.run_once(after(ledger, 0))
+    assert [row.units for row in report.sent] == [1]
+    assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
+    assert protocol.work_of(0, node.address).invalidated  # the one unit never pays
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == (
+        STAKE - deployment.params.slash_penalty
+    )
+
+
+def test_a_slash_sent_before_a_crash_is_found_and_not_sent_again(
+    recorder, ledger, protocol, node, submit, accounts, deployment
+):
+    good = submit(0, "accepted", 3)
+    bad = submit(0, "rejected", slashable=True)
+    # The recorder sent the epoch and its slash vote, and died before writing the ledger.
+    record_and_vote_by_hand(protocol, accounts, 0, 3, [good, bad], bad)
+    votes_before = nonce(protocol, VALIDATOR, accounts)
+
+    report = recorder.run_once(after(ledger, 0))
+    assert [row.tx_hash for row in report.found] == [None]
+    assert [(s.digest, s.outcome, s.tx_hash) for s in report.slashes] == [
+        (bad.digest, "found", None)
+    ]
+    assert nonce(protocol, VALIDATOR, accounts) == votes_before
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == (
+        STAKE - deployment.params.slash_penalty
+    )
+
+
+def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, protocol, node, submit, accounts):
+    """With two validators needed, our vote slashes nothing yet: it must still be cast
+    once, also when a crash lost the ledger's record of it."""
+    admin = protocol.as_account(accounts[ADMIN])
+    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    admin.set_quorum(2)
+    submit(0, "accepted", 5)
+    bad = submit(0, "rejected", slashable=True)
+    report = recorder.run_once(after(ledger, 0))
+    assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
+    assert not protocol.work_of(0, node.address).slashed
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == STAKE
+
+    # Epoch 1 was recorded and voted on just before a crash that lost both records.
+    good = submit(1, "accepted", 2)
+    bad_again = submit(1, "rejected", slashable=True)
+    record_and_vote_by_hand(protocol, accounts, 1, 2, [good, bad_again], bad_again)
+
+    votes_before = nonce(protocol, VALIDATOR, accounts)
+    again = recorder.run_once(after(ledger, 1))
+    assert again.errors == []
+    assert [row.epoch for row in again.found] == [1]
+    assert [(s.digest, s.outcome) for s in again.slashes] == [(bad_again.digest, "found")]
+    assert nonce(protocol, VALIDATOR, accounts) == votes_before
+    assert protocol.stake_of(accounts[PROVIDER_A].address) == STAKE
+
+
+def test_an_epoch_of_rejections_without_evidence_sends_nothing(
+    recorder, ledger, protocol, node, submit, accounts
+):
+    submit(0, "rejected")
+    submit(0, "rejected")
+    sent_before = nonce(protocol, RECORDER, accounts)
+    report = recorder.run_once(after(ledger, 0))
+    assert report.sent == []
+    [empty] = report.empty
+    assert (empty.epoch, empty.units, empty.tx_hash) == (0, 0, None)
+    assert protocol.work_of(0, node.address).units == 0
+    assert nonce(protocol, RECORDER, accounts) == sent_before
+    # Marked, so it is not looked at again.
+    assert recorder.run_once(after(ledger, 0, 10 * EPOCH)).empty == []
+    assert ledger.unrecorded_epochs(100) == []
+
+
+def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
+    recorder, ledger, protocol, node, submit
+):
+    submit(0, "accepted", 6)
+    waiting = submit(0, "received")  # the validator has not got to it yet
+    submit(1, "accepted", 4)
+
+    # Epoch 1 is still open; epoch 0 has ended but is still being validated.
+    for now in (after(ledger, 0, -EPOCH / 2), after(ledger, 0), after(ledger, 0, GRACE - 1)):
+        report = recorder.run_once(now)
+        assert (report.sent, report.empty, report.found) == ([], [], [])
+    assert protocol.work_of(0, node.address).units == 0
+
+    # Past the grace time it goes on chain with what was accepted by then; the
+    # unvalidated submission is still in the commitment.
+    report = recorder.run_once(after(ledger, 0, GRACE))
+    assert [(row.epoch, row.units) for row in report.sent] == [(0, 6)]
+    work = protocol.work_of(0, node.address)
+    assert work.units == 6
+    assert work.commitment == commitment_tree(ledger.submissions(epoch=0)).root
+    assert waiting.digest in {s.digest for s in ledger.submissions(epoch=0)}
+    assert protocol.work_of(1, node.address).units == 0
+
+    # Epoch 1, fully validated, goes as soon as it has ended.
+    report = recorder.run_once(after(ledger, 1))
+    assert [(row.epoch, row.units) for row in report.sent] == [(1, 4)]
+
+
+def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
+    ledger, protocol, node, submit, accounts, deployment
+):
+    submit(0, "accepted", 2)
+    dead = Protocol(
+        connect("http://127.0.0.1:9"),
+        deployment,
+        accounts[RECORDER],
+        TxSettings(rpc_retries=0),
+    )
+    failing = Recorder(
+        ledger,
+        dead,
+        dead.as_account(accounts[VALIDATOR]),
+        epoch_seconds=EPOCH,
+        validation_grace=GRACE,
+    )
+    report = failing.run_once(after(ledger, 0))
+    assert report.errors == [
+        f"recording epoch 0 of node {node.address}: the RPC endpoint did not answer "
+        "eth_call after 1 attempts (connection refused or reset)"
+    ]
+    assert ledger.recorded(0, node.address) is None
+
+    working = Recorder(
+        ledger,
+        protocol.as_account(accounts[RECORDER]),
+        protocol.as_account(accounts[VALIDATOR]),
+        epoch_seconds=EPOCH,
+        validation_grace=GRACE,
+    )
+    assert [row.units for row in working.run_once(after(ledger, 0)).sent] == [2]
+
+
+def test_the_recorder_process_records_and_stops_on_its_event(
+    tmp_path, protocol, node, accounts, deployment
+):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        Submit(protocol, ledger, node)(0, "accepted", 3)
+    context = multiprocessing.get_context("spawn")  # its arguments must pickle
+    stop = context.Event()
+    process = context.Process(
+        target=run_recorder,
+        args=(Path(path), deployment, accounts[RECORDER].key, accounts[VALIDATOR].key, stop),
+        kwargs={"epoch_seconds": 1.0, "validation_grace": 0.0, "poll_seconds": 0.2},
+    )
+    process.start()
+    try:
+        with Ledger(path) as ledger:
+            give_up = time.monotonic() + 120  # a hang guard, not a measurement
+            while ledger.recorded(0, node.address) is None and time.monotonic() < give_up:
+                assert process.is_alive()
+                time.sleep(0.2)
+            assert ledger.recorded(0, node.address) is not None
+    finally:
+        stop.set()
+        process.join(timeout=60)
+    assert process.exitcode == 0
+    assert protocol.work_of(0, node.address).units == 3

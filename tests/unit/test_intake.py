@@ -1,0 +1,701 @@
+"""The orchestrator's intake with a real ledger, real keys and a real node Session:
+who may join, what work a node gets, and which submissions are acknowledged,
+rejected or taken as slashing evidence, before a byte of model time is spent."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from client.node.session import Identity, Session
+from orchestrator.service.intake import RATE_BURST, Intake, RateLimiter, RunContext
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.scheduler import draw_order
+from orchestrator.service.settings import OrchestratorSettings
+from swarmrl.chain.anvil import dev_accounts
+from swarmrl.chain.eip712 import Submission, pool_domain
+from swarmrl.p2p import wire
+from swarmrl.p2p.records import swarm_domain
+from swarmrl.rollouts.records import Rollout, write_rollouts
+from swarmrl.tasks import Task
+from swarmrl.work import assign, heartbeat, join, submit
+from swarmrl.work.assign import WorkOrder
+from swarmrl.work.join import JoinClaim, NodeReport
+from swarmrl.work.submit import Receipt, SubmitHeader
+
+ACCOUNTS = dev_accounts(8)
+# The recorder key: it signs work orders and receipts.
+ORCHESTRATOR = ACCOUNTS[1]
+PROVIDER, NODE, OTHER, STRANGER = ACCOUNTS[4], ACCOUNTS[5], ACCOUNTS[6], ACCOUNTS[7]
+PEERS = {
+    NODE.address: "12D3KooWNodeFivePeerAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    OTHER.address: "12D3KooWNodeSixPeerBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB",
+}
+CHAIN_ID = 31337
+POOL = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"
+RUN = "0x" + "5a" * 32
+SWARM, POOL_DOMAIN = swarm_domain(CHAIN_ID, POOL), pool_domain(CHAIN_ID, POOL)
+REPORT = NodeReport(backend="torch", device="cpu", cpu_cores=4, version="swarmrl test")
+TASKS = {
+    t.problem_id: t
+    for t in (
+        Task(
+            problem_id=f"arith-{i}",
+            task_type="math",
+            prompt=f"What is {i} + {i}?",
+            verification_info={"ground_truth": str(2 * i)},
+        )
+        for i in range(8)
+    )
+}
+PUBLISHED = 3
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    """No SWARMRL_* of the machine running the tests reaches the settings."""
+    for name in list(os.environ):
+        if name.upper().startswith("SWARMRL_"):
+            monkeypatch.delenv(name)
+
+
+class FixedChain:
+    """The chain's word on every joining node, fixed. `standing` is the one question
+    intake asks the chain (the daemon answers it from the deployed contracts through
+    ProtocolChainView); everything else in these tests is the real thing."""
+
+    def __init__(self, refusal: str | None = None) -> None:
+        self.refusal = refusal
+        self.asked: list[tuple[str, str]] = []
+
+    def standing(self, node: str, provider: str) -> str | None:
+        self.asked.append((node, provider))
+        return self.refusal
+
+
+class DirectHost:
+    """A node's host, with intake on the other end of the stream: the libp2p part
+    (framing, Noise, streaming; tested in test_p2p_*) is left out, the rest is as the
+    host does it: the sender is the peer id Noise authenticated, sizes are checked
+    against the protocols' limits, an upload is checked from its header before its
+    body is spooled into a new file that intake then owns."""
+
+    def __init__(self, intake: Intake, peer_id: str, spool: Path) -> None:
+        self.intake, self.peer_id, self.spool = intake, peer_id, spool
+        self.handlers = {
+            join.PROTOCOL: (intake.join, join.REQUEST_LIMIT),
+            heartbeat.PROTOCOL: (intake.heartbeat, heartbeat.REQUEST_LIMIT),
+            assign.PROTOCOL: (intake.work, assign.REQUEST_LIMIT),
+        }
+        self.uploads = itertools.count()
+
+    def request(self, peer_id, protocol, body, *, response_limit, timeout):
+        handler, request_limit = self.handlers[protocol]
+        assert len(body) <= request_limit
+        frames = handler(self.peer_id, body)
+        assert all(len(f) <= response_limit for f in frames)
+        return frames
+
+    def upload(self, peer_id, protocol, header, path, *, response_limit, timeout):
+        assert protocol == submit.PROTOCOL
+        assert len(header) <= submit.HEADER_LIMIT
+        uploads = self.intake.uploads()
+        uploads.check(self.peer_id, header)
+        spooled = self.spool / f"{self.peer_id}-{next(self.uploads)}.upload"
+        shutil.copyfile(path, spooled)
+        try:
+            frames = uploads.receive(self.peer_id, header, spooled)
+        finally:
+            spooled.unlink(missing_ok=True)  # what the handler did not move away
+        assert all(len(f) <= response_limit for f in frames)
+        return frames
+
+
+class Orchestrator:
+    """Intake over a fresh ledger, with the daemon's other inputs as plain values."""
+
+    def __init__(self, root: Path, **settings) -> None:
+        self.root = root
+        self.settings = OrchestratorSettings(
+            data_dir=root / "data",
+            model=root / "model",
+            tasks=root / "tasks.jsonl",
+            deployment=root / "deployment.json",
+            keystore_dir=root / "keys",
+            steps=10,
+            group_size=2,
+            prompts_per_assignment=3,
+            async_level=1,
+            max_tokens=128,
+            target_len=16,
+            temperature=0.7,
+            top_p=0.95,
+            max_backlog=4,
+            **settings,
+        )
+        self.ledger = Ledger(root / "data" / "ledger.sqlite3")
+        self.chain = FixedChain()
+        self.published: int | None = PUBLISHED
+        self.backlog = 0
+        context = RunContext(
+            run=RUN, swarm_domain=SWARM, pool_domain=POOL_DOMAIN, signer=ORCHESTRATOR
+        )
+        self.intake = Intake(
+            self.settings,
+            context,
+            self.ledger,
+            TASKS,
+            self.chain,
+            published_step=lambda: self.published,
+            backlog=lambda: self.backlog,
+            weights_addrs=lambda: ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"],
+        )
+        self.spool = root / "spool"
+        self.spool.mkdir()
+
+    def session(self, account=NODE, peer: str | None = None) -> Session:
+        identity = Identity(
+            account=account,
+            provider=PROVIDER.address,
+            run=RUN,
+            swarm_domain=SWARM,
+            pool_domain=POOL_DOMAIN,
+            trusted=frozenset({ORCHESTRATOR.address}),
+        )
+        host = DirectHost(self.intake, peer or PEERS[account.address], self.spool)
+        return Session(host, "12D3KooWOrigin", identity)
+
+    def active(self, account=NODE) -> Session:
+        session = self.session(account)
+        session.join(REPORT)
+        session.heartbeat(None, None)
+        return session
+
+
+@pytest.fixture
+def orchestrator(tmp_path) -> Orchestrator:
+    o = Orchestrator(tmp_path)
+    yield o
+    o.ledger.close()
+
+
+def claim_body(account=NODE, *, peer=None, issued_at=None, signer=None) -> bytes:
+    claim = JoinClaim(
+        node=account.address,
+        provider=PROVIDER.address,
+        peer_id=peer or PEERS[account.address],
+        report=REPORT,
+        issued_at=int(time.time()) if issued_at is None else issued_at,
+    )
+    return wire.dump(claim.signed_by(signer or account, SWARM))
+
+
+# ---- join ---------------------------------------------------------------------------
+
+
+def test_join_then_heartbeat_makes_the_node_active(orchestrator):
+    session = orchestrator.session()
+    joined = session.join(REPORT)
+    assert (joined.run, joined.state, joined.policy_step) == (RUN, "joined", PUBLISHED)
+    assert joined.heartbeat_seconds == orchestrator.settings.heartbeat_seconds
+    assert joined.weights == ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"]
+    assert orchestrator.chain.asked == [(NODE.address, PROVIDER.address)]
+    row = orchestrator.ledger.node(NODE.address)
+    assert (row.state, row.provider, row.peer_id) == (
+        "joined",
+        PROVIDER.address,
+        PEERS[NODE.address],
+    )
+    assert row.hardware == REPORT.model_dump()
+
+    beat = session.heartbeat(2, 120.0)
+    assert (beat.state, beat.policy_step, beat.outcomes) == ("active", PUBLISHED, [])
+    row = orchestrator.ledger.node(NODE.address)
+    assert (row.state, row.speed) == ("active", 120.0)
+    moves = [(t.from_state, t.to_state) for t in orchestrator.ledger.transitions(NODE.address)]
+    assert moves == [(None, "joined"), ("joined", "active")]
+
+
+def test_a_claim_from_another_peer_than_it_names_is_refused(orchestrator):
+    body = claim_body(peer=PEERS[NODE.address])
+    with pytest.raises(wire.WireError, match=r"names peer .* not the sender"):
+        orchestrator.intake.join(PEERS[OTHER.address], body)
+    assert orchestrator.ledger.nodes() == []
+
+
+def test_a_claim_signed_by_another_key_is_refused(orchestrator):
+    with pytest.raises(wire.WireError, match=f"not signed by {NODE.address}"):
+        orchestrator.intake.join(PEERS[NODE.address], claim_body(signer=STRANGER))
+    assert orchestrator.ledger.nodes() == []
+    assert orchestrator.chain.asked == []  # refused before asking the chain
+
+
+@pytest.mark.parametrize("minutes", [-11, 11])
+def test_a_claim_issued_more_than_10_minutes_off_is_refused(orchestrator, minutes):
+    body = claim_body(issued_at=int(time.time()) - minutes * 60)
+    with pytest.raises(wire.WireError, match="more than 10 minutes off"):
+        orchestrator.intake.join(PEERS[NODE.address], body)
+    assert orchestrator.ledger.nodes() == []
+
+
+def test_a_claim_issued_9_minutes_ago_is_accepted(orchestrator):
+    orchestrator.intake.join(PEERS[NODE.address], claim_body(issued_at=int(time.time()) - 540))
+    assert orchestrator.ledger.node(NODE.address).state == "joined"
+
+
+def test_a_refusal_by_the_chain_is_passed_on_with_its_sentence(orchestrator):
+    why = f"provider {PROVIDER.address} has staked less than the pool's minimum for 1 node(s)"
+    orchestrator.chain.refusal = why
+    with pytest.raises(wire.Refusal) as refused:
+        orchestrator.session().join(REPORT)
+    assert str(refused.value) == why
+    assert orchestrator.ledger.nodes() == []
+
+
+def test_a_banned_node_cannot_rejoin(orchestrator):
+    orchestrator.active()
+    orchestrator.ledger.set_state(NODE.address, "banned", "evidence", time.time())
+    for peer in (PEERS[NODE.address], "12D3KooWFreshPeerAfterTheBan"):
+        with pytest.raises(wire.Refusal, match="is banned"):
+            orchestrator.session(peer=peer).join(REPORT)
+    row = orchestrator.ledger.node(NODE.address)
+    assert (row.state, row.peer_id) == ("banned", PEERS[NODE.address])
+
+
+def test_a_gone_node_rejoins(orchestrator):
+    orchestrator.active()
+    orchestrator.ledger.set_state(NODE.address, "gone", "silent for 300 s", time.time())
+    assert orchestrator.session().join(REPORT).state == "joined"
+
+
+def test_a_heartbeat_answers_the_state_the_ledger_holds(orchestrator):
+    session = orchestrator.active()
+    orchestrator.ledger.set_state(NODE.address, "gone", "silent for 300 s", time.time())
+    answer = session.heartbeat(None, None)
+    assert answer.state == orchestrator.ledger.node(NODE.address).state
+
+
+def test_heartbeat_and_work_before_join_are_refused(orchestrator):
+    session = orchestrator.session()
+    with pytest.raises(wire.Refusal, match="has not joined"):
+        session.heartbeat(None, None)
+    with pytest.raises(wire.Refusal, match="has not joined"):
+        session.work()
+
+
+# ---- work ---------------------------------------------------------------------------
+
+
+def test_no_published_step_means_no_order_yet(orchestrator):
+    session = orchestrator.active()
+    orchestrator.published = None
+    answer = session.work()
+    assert answer.order is None
+    assert answer.retry_after > 0
+    assert "no policy" in answer.reason
+    assert orchestrator.ledger.open_assignment(NODE.address) is None
+
+
+def test_a_full_backlog_means_no_order(orchestrator):
+    session = orchestrator.active()
+    orchestrator.backlog = orchestrator.settings.max_backlog
+    answer = session.work()
+    assert answer.order is None
+    assert answer.retry_after > 0
+    assert orchestrator.ledger.open_assignment(NODE.address) is None
+    orchestrator.backlog -= 1
+    assert session.work().order is not None
+
+
+@pytest.mark.parametrize("published", [10, 11])
+def test_a_finished_run_gives_no_order(orchestrator, published):
+    session = orchestrator.active()
+    orchestrator.published = published
+    answer = session.work()
+    assert answer.order is None
+    assert "10 steps" in answer.reason
+
+
+def test_an_order_is_drawn_signed_and_recorded(orchestrator):
+    session = orchestrator.active()
+    order = session.work().order  # the session has checked the run, node and signer
+    s = orchestrator.settings
+    assert order.signer(SWARM) == ORCHESTRATOR.address
+    assert (order.run, order.node, order.counter) == (RUN, NODE.address, 0)
+    assert order.min_step == PUBLISHED - s.async_level
+    assert (order.group_size, order.max_tokens) == (s.group_size, s.max_tokens)
+    assert (order.temperature, order.top_p) == (s.temperature, s.top_p)
+    assert 0 < order.deadline - time.time() <= s.assignment_seconds
+    # Drawn, not chosen: anyone with the task set redraws the same tasks and seed,
+    # each with the base budget (the node's speed is not known yet).
+    drawn = draw_order(
+        sorted(TASKS.values(), key=lambda t: t.problem_id),
+        run=RUN,
+        node=NODE.address,
+        step=PUBLISHED,
+        counter=0,
+        prompts=s.prompts_per_assignment,
+        budget=s.target_len,
+    )
+    assert (order.tasks, order.seed) == (drawn.tasks, drawn.seed)
+    row = orchestrator.ledger.assignment(order.digest(SWARM).hex())
+    assert (row.state, row.node, row.signature) == ("open", NODE.address, order.signature)
+
+
+def test_asking_again_before_the_deadline_gets_the_same_order(orchestrator):
+    session = orchestrator.active()
+    first = session.work().order
+    orchestrator.published += 1
+    again = session.work().order
+    assert again == first
+    assert orchestrator.ledger.next_counter(NODE.address) == 1  # no second order was drawn
+
+
+def test_an_open_order_is_sent_again_while_the_backlog_is_full(orchestrator):
+    session = orchestrator.active()
+    first = session.work().order
+    orchestrator.backlog = orchestrator.settings.max_backlog
+    assert session.work().order == first
+
+
+def test_a_fast_node_gets_longer_budgets(orchestrator):
+    session = orchestrator.session()
+    session.join(REPORT)
+    session.heartbeat(None, 1e6)
+    order = session.work().order
+    assert {slot.budget for slot in order.tasks} == {orchestrator.settings.max_tokens}
+
+
+def test_nodes_get_their_own_orders(orchestrator):
+    mine, theirs = orchestrator.active(NODE).work().order, orchestrator.active(OTHER).work().order
+    assert (mine.node, theirs.node) == (NODE.address, OTHER.address)
+    assert mine.seed != theirs.seed
+
+
+# ---- submit -------------------------------------------------------------------------
+
+
+def rollouts(order: WorkOrder, step: int) -> list[Rollout]:
+    """Honest records answering `order`, generated at policy step `step`."""
+    return [
+        Rollout(
+            run=order.run,
+            policy_step=step,
+            node=order.node,
+            problem_id=slot.problem_id,
+            task_type="math",
+            prompt=TASKS[slot.problem_id].prompt,
+            verification_info=TASKS[slot.problem_id].row()["verification_info"],
+            seed=order.seed,
+            sample=sample,
+            temperature=order.temperature,
+            top_p=order.top_p,
+            max_tokens=order.max_tokens,
+            target_len=slot.budget,
+            prompt_ids=[1, 2, 3],
+            output_ids=[4, 5, sample + 6],
+            logprobs=[-0.5, -0.25, -1.0],
+            finish_reason="eos",
+            task_reward=1.0,
+            length_penalty=0.0,
+            reward=1.0,
+            proofs=[b"\x01" * 258],
+        ).sealed()
+        for slot in order.tasks
+        for sample in range(order.group_size)
+    ]
+
+
+def written(records: list[Rollout], path: Path) -> Path:
+    write_rollouts(records, path)
+    return path
+
+
+@pytest.fixture
+def ordered(orchestrator, tmp_path):
+    """An active node with an open order and an honest answer to it, not yet sent."""
+    session = orchestrator.active()
+    order = session.work().order
+    path = written(rollouts(order, PUBLISHED), tmp_path / "answer.parquet")
+    return session, order, path
+
+
+def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, ordered):
+    session, order, path = ordered
+    header = session.sign(order, PUBLISHED, path)
+    receipt = session.submit(header, path)  # checks the run, digest and signer
+    records = orchestrator.settings.prompts_per_assignment * orchestrator.settings.group_size
+    assert receipt.signer(SWARM) == ORCHESTRATOR.address
+    assert (receipt.node, receipt.units, receipt.reason) == (NODE.address, records, "")
+    assert receipt.epoch == orchestrator.ledger.epoch_of(
+        time.time(), orchestrator.settings.epoch_seconds
+    )
+
+    # One digest, whoever computes it: the node, intake, and the contract's Submission.
+    contract = Submission(bytes.fromhex(RUN[2:]), NODE.address, PUBLISHED, header.rollout_digest())
+    assert receipt.submission == session.digest(header)
+    assert receipt.submission == orchestrator.intake._digest(header).hex()
+    assert receipt.submission == contract.digest(POOL_DOMAIN).hex()
+
+    row = orchestrator.ledger.submission(receipt.submission)
+    assert (row.node, row.order_id, row.step, row.status) == (
+        NODE.address,
+        header.order_id,
+        PUBLISHED,
+        "received",  # the validator's to judge; units are counted once it accepts
+    )
+    assert (row.signature, row.slashable) == (header.signature, False)
+    assert submit.file_sha256(Path(row.file)) == header.file_sha256
+    assert Receipt.model_validate_json(row.receipt) == receipt
+    assert orchestrator.ledger.assignment(header.order_id).state == "answered"
+    assert orchestrator.ledger.node(NODE.address).state == "active"
+
+
+def test_a_resend_gets_the_identical_receipt_and_counts_once(orchestrator, ordered):
+    session, order, path = ordered
+    header = session.sign(order, PUBLISHED, path)
+    first = session.submit(header, path)
+    orchestrator.published += 1  # a resend is recognised whatever happened since
+    again = session.submit(header, path)
+    assert again == first
+    assert [s.digest for s in orchestrator.ledger.submissions()] == [first.submission]
+    assert len(list((orchestrator.settings.data_dir / "submissions").iterdir())) == 1
+
+
+def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
+    orchestrator, ordered, tmp_path
+):
+    session, order, path = ordered
+    header = session.sign(order, PUBLISHED, path)
+    other = rollouts(order, PUBLISHED)[::-1]
+    with pytest.raises(wire.WireError, match="sha256"):
+        session.submit(header, written(other, tmp_path / "other.parquet"))
+    assert orchestrator.ledger.submissions() == []
+    assert orchestrator.ledger.assignment(header.order_id).state == "open"
+    assert list((orchestrator.settings.data_dir / "submissions").iterdir()) == []
+
+
+def refused_header(orchestrator, header: SubmitHeader, match: str, peer=PEERS[NODE.address]):
+    with pytest.raises(wire.WireError, match=match):
+        orchestrator.intake.check_submission(peer, wire.dump(header))
+    assert orchestrator.ledger.submissions() == []
+
+
+def test_a_header_for_another_nodes_order_is_refused(orchestrator, ordered):
+    session, _, path = ordered
+    their_order = orchestrator.active(OTHER).work().order
+    header = session.sign(their_order, PUBLISHED, path)
+    refused_header(orchestrator, header, "answers no work order of this node")
+
+
+def test_a_header_for_an_unknown_order_is_refused(orchestrator, ordered):
+    session, order, path = ordered
+    header = session.sign(order.model_copy(update={"counter": 7}), PUBLISHED, path)
+    refused_header(orchestrator, header, "answers no work order of this node")
+
+
+def test_a_header_naming_another_node_than_the_sender_is_refused(orchestrator, ordered):
+    _, order, path = ordered
+    orchestrator.active(OTHER)
+    # The other node signs a header for this node's order and sends it as itself,
+    # or this node's peer sends a header the other node signed.
+    header = orchestrator.session(OTHER).sign(order, PUBLISHED, path)
+    refused_header(orchestrator, header, "answers no work order", peer=PEERS[OTHER.address])
+    refused_header(orchestrator, header, "names node .* not the sender")
+
+
+def test_a_header_for_an_unpublished_step_is_refused(orchestrator, ordered):
+    session, order, path = ordered
+    header = session.sign(order, PUBLISHED + 1, path)
+    refused_header(orchestrator, header, f"policy step {PUBLISHED + 1} was never published")
+
+
+def other_v(header: SubmitHeader) -> str:
+    """The recovery byte the signature does not have (27 and 28 are 1b and 1c)."""
+    return "1b" if header.signature.endswith("1c") else "1c"
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda h: h.model_copy(update={"signature": "ab" * 65}),
+        lambda h: h.model_copy(update={"signature": h.signature[:-2] + other_v(h)}),
+        lambda h: h.model_copy(update={"file_sha256": "ee" * 32}),
+        lambda h: h.model_copy(update={"step": h.step - 1}),
+    ],
+    ids=["garbage", "other v", "other file", "other step"],
+)
+def test_a_header_with_a_bad_signature_is_refused(orchestrator, ordered, forge):
+    session, order, path = ordered
+    header = forge(session.sign(order, PUBLISHED, path))
+    refused_header(orchestrator, header, "not signed by its node")
+
+
+@pytest.mark.parametrize(
+    "domain",
+    [pool_domain(1, POOL), pool_domain(CHAIN_ID, "0x" + "77" * 20), SWARM],
+    ids=["other chain", "other pool", "swarm domain"],
+)
+def test_a_submission_signed_for_another_deployment_is_refused(orchestrator, ordered, domain):
+    session, order, path = ordered
+    elsewhere = Session(
+        session.host, session.peer, Identity(**{**session.me.__dict__, "pool_domain": domain})
+    )
+    refused_header(orchestrator, elsewhere.sign(order, PUBLISHED, path), "not signed by its node")
+
+
+def test_a_stale_step_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path):
+    session, order, _ = ordered
+    step = order.min_step  # within the order, but the trainer moves on before it arrives
+    path = written(rollouts(order, step), tmp_path / "stale.parquet")
+    orchestrator.published = step + orchestrator.settings.async_level + 1
+    receipt = session.submit(session.sign(order, step, path), path)
+    assert receipt.units == 0
+    assert "stale" in receipt.reason
+    assert receipt.signer(SWARM) == ORCHESTRATOR.address
+    row = orchestrator.ledger.submission(receipt.submission)
+    assert (row.status, row.slashable) == ("rejected", False)
+    assert orchestrator.ledger.node(NODE.address).state == "active"
+
+
+def test_a_step_before_the_orders_minimum_is_rejected_but_not_slashable(
+    orchestrator, ordered, tmp_path
+):
+    session, order, _ = ordered
+    step = order.min_step - 1
+    path = written(rollouts(order, step), tmp_path / "old.parquet")
+    receipt = session.submit(session.sign(order, step, path), path)
+    assert (receipt.units, orchestrator.ledger.submission(receipt.submission).slashable) == (
+        0,
+        False,
+    )
+
+
+def test_an_unreadable_file_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path):
+    session, order, _ = ordered
+    path = tmp_path / "garbage.parquet"
+    path.write_bytes(b"PAR1 not really PAR1")
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path)
+    assert receipt.units == 0
+    assert "not a readable rollout file" in receipt.reason
+    assert not orchestrator.ledger.submission(receipt.submission).slashable
+
+
+def unasked_task(records, order):
+    asked = {slot.problem_id for slot in order.tasks}
+    spare = next(p for p in TASKS if p not in asked)
+    first = records[0].problem_id
+    return [
+        r.model_copy(update={"problem_id": spare}).sealed() if r.problem_id == first else r
+        for r in records
+    ]
+
+
+def changed(index: int, **fields):
+    return lambda records, order: [
+        r.model_copy(update=fields).sealed() if i == index else r for i, r in enumerate(records)
+    ]
+
+
+LIES = {
+    "a task not in the order": (unasked_task, "does not answer its order"),
+    "a missing sample": (lambda records, order: records[:-1], "1 samples missing"),
+    "an extra sample": (
+        lambda records, order: [*records, records[-1].model_copy(update={"sample": 9}).sealed()],
+        "1 not asked for",
+    ),
+    "a sample twice": (lambda records, order: [*records, records[0]], "one sample twice"),
+    "a wrong seed": (changed(1, seed=12345), "seed is 12345"),
+    "a wrong budget": (changed(2, target_len=99), "budget is 99"),
+    "a wrong temperature": (changed(0, temperature=1.0), "temperature is 1.0"),
+    "a wrong max_tokens": (changed(3, max_tokens=64), "max_tokens is 64"),
+    "another node's records": (
+        changed(0, node=OTHER.address),
+        f"node is {OTHER.address.lower()}",
+    ),
+    "another run": (changed(0, run="0x" + "5b" * 32), "run is 0x5b"),
+    "a step other than signed": (changed(4, policy_step=PUBLISHED - 1), "policy step is 2"),
+}
+
+
+@pytest.mark.parametrize("lie", LIES)
+def test_records_that_do_not_answer_the_order_are_evidence(orchestrator, ordered, tmp_path, lie):
+    session, order, _ = ordered
+    forge, reason = LIES[lie]
+    path = written(forge(rollouts(order, PUBLISHED), order), tmp_path / "lie.parquet")
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path)
+    assert receipt.units == 0
+    assert reason in receipt.reason
+    row = orchestrator.ledger.submission(receipt.submission)
+    assert (row.status, row.slashable, row.reason) == ("rejected", True, receipt.reason)
+    # The node's own signature over the Submission is kept: the evidence for the chain.
+    assert row.signature == session.sign(order, PUBLISHED, path).signature
+    assert orchestrator.ledger.node(NODE.address).state == "banned"
+    with pytest.raises(wire.Refusal, match="banned"):
+        session.work()
+
+
+def test_an_answered_order_cannot_be_answered_again(orchestrator, ordered, tmp_path):
+    session, order, path = ordered
+    assert session.submit(session.sign(order, PUBLISHED, path), path).units > 0
+    orchestrator.published += 1
+    again = session.sign(order, PUBLISHED + 1, path)  # the same records, signed as newer
+    with pytest.raises(wire.WireError):
+        orchestrator.intake.check_submission(PEERS[NODE.address], wire.dump(again))
+    assert len(orchestrator.ledger.submissions()) == 1
+
+
+def test_outcomes_reach_the_node_with_its_heartbeat(orchestrator, ordered):
+    session, order, path = ordered
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path)
+    orchestrator.ledger.set_outcome(
+        receipt.submission, "accepted", receipt.units, "", False, True, time.time()
+    )
+    (outcome,) = session.heartbeat(PUBLISHED, None).outcomes
+    assert (outcome.digest, outcome.status, outcome.units) == (
+        receipt.submission,
+        "accepted",
+        receipt.units,
+    )
+
+
+# ---- rate limits --------------------------------------------------------------------
+
+
+def test_a_burst_past_the_limit_is_refused_per_peer():
+    limiter = RateLimiter(rate=1e-6, burst=RATE_BURST)  # no refill within the test
+    assert all(limiter.allow("flood") for _ in range(int(RATE_BURST)))
+    assert not limiter.allow("flood")
+    assert not limiter.allow("flood")
+    assert limiter.allow("calm")
+
+
+def test_tokens_refill_with_time():
+    rate = 50.0
+    limiter = RateLimiter(rate=rate, burst=1)
+    assert limiter.allow("peer")
+    # Refused as soon as two calls come within 1/rate of each other.
+    assert any(not limiter.allow("peer") for _ in range(10_000))
+    time.sleep(2 / rate)
+    assert limiter.allow("peer")
+
+
+def test_intake_refuses_a_flood_from_one_peer_before_reading_it(orchestrator):
+    orchestrator.intake.limiter = RateLimiter(rate=1e-6, burst=3)
+    peer = PEERS[NODE.address]
+    for _ in range(3):
+        with pytest.raises(wire.WireError):
+            orchestrator.intake.heartbeat(peer, b"not json")
+    for handler in (orchestrator.intake.join, orchestrator.intake.work):
+        with pytest.raises(wire.Refusal, match="too many requests"):
+            handler(peer, claim_body())
+    with pytest.raises(wire.Refusal, match="too many requests"):
+        orchestrator.intake.check_submission(peer, b"{}")
+    # Another peer is not held back by this one.
+    orchestrator.intake.join(PEERS[OTHER.address], claim_body(OTHER))
+    assert [n.address for n in orchestrator.ledger.nodes()] == [OTHER.address]

@@ -1,0 +1,395 @@
+"""The orchestrator's ledger on real SQLite files: round trips, idempotent intake,
+persisted transitions, expiry, epochs, several processes, and SIGKILL mid-write."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from eth_utils import to_checksum_address
+
+from orchestrator.service.ledger import AssignmentRow, Ledger, SubmissionRow
+
+NODE = "0x" + "ab" * 20
+OTHER = "0x" + "cd" * 20
+NODE_CHECKSUM, OTHER_CHECKSUM = to_checksum_address(NODE), to_checksum_address(OTHER)
+PROVIDER = "0x" + "12" * 20
+REPO = Path(__file__).resolve().parents[2]
+
+
+def submission(n: int, *, node: str = NODE, epoch: int = 0, received_at: float = 100.0):
+    return SubmissionRow(
+        digest=f"{n:064x}",
+        node=node,
+        order_id=f"{n + 1000:064x}",
+        epoch=epoch,
+        step=n,
+        file=f"/data/submissions/{n}.parquet",
+        file_sha256=f"{n + 2000:064x}",
+        rollout_digest=f"{n + 3000:064x}",
+        signature="0x" + "11" * 65,
+        received_at=received_at + n,
+        receipt=f'{{"n": {n}}}',
+    )
+
+
+def assignment(order: int, *, node: str = NODE, deadline: float = 500.0, counter: int = 0):
+    return AssignmentRow(
+        order_id=f"{order:064x}",
+        node=node,
+        counter=counter,
+        min_step=3,
+        seed=2**64 - 1,  # a full uint64 seed survives SQLite's signed integers
+        group_size=8,
+        max_tokens=128,
+        temperature=1.0,
+        top_p=0.95,
+        tasks=[("gsm8k/17", 256), ("mbpp/3", 0)],
+        deadline=deadline,
+        issued_at=200.0,
+        signature="0x" + "22" * 65,
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    with Ledger(tmp_path / "data" / "ledger.sqlite3") as opened:
+        yield opened
+
+
+def test_everything_written_reads_back_after_a_reopen(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        genesis = ledger.genesis()
+        ledger.upsert_node(NODE, PROVIDER, "12D3peer", "torch", {"device": "cpu", "gib": 8}, 10.0)
+        ledger.touch(NODE, 20.0, 123.5)
+        ledger.add_assignment(assignment(1))
+        ledger.record_submission(submission(1))
+        ledger.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 30.0)
+        ledger.record_epoch(0, NODE, 8, "ff" * 32, "0x" + "aa" * 32, now=40.0)
+        ledger.record_slash(f"{1:064x}", 0, NODE, None, 50.0, outcome="found")
+
+    with Ledger(path) as ledger:
+        assert ledger.genesis() == genesis
+        node = ledger.node(NODE)
+        assert node is not None
+        assert node.address == NODE_CHECKSUM
+        assert node.hardware == {"device": "cpu", "gib": 8}
+        assert (node.peer_id, node.backend, node.state) == ("12D3peer", "torch", "joined")
+        assert (node.joined_at, node.last_seen, node.speed) == (10.0, 20.0, 123.5)
+        assert ledger.node_by_peer("12D3peer") == node
+        assert ledger.nodes() == [node]
+        assert ledger.assignment(f"{1:064x}") == assignment(1, node=NODE_CHECKSUM)
+        assert ledger.open_assignment(NODE) == assignment(1, node=NODE_CHECKSUM)
+        stored = ledger.submission(f"{1:064x}")
+        assert stored is not None
+        assert (stored.status, stored.units, stored.prefilled) == ("accepted", 8, True)
+        assert stored.validated_at == 30.0
+        assert stored.node == NODE_CHECKSUM
+        assert stored.receipt == '{"n": 1}'
+        epoch = ledger.recorded(0, NODE)
+        assert epoch is not None
+        assert (epoch.units, epoch.commitment, epoch.tx_hash) == (8, "ff" * 32, "0x" + "aa" * 32)
+        assert ledger.recorded_epochs() == [epoch]
+        [slash] = ledger.slashes()
+        assert (slash.digest, slash.epoch, slash.tx_hash) == (f"{1:064x}", 0, None)
+        assert slash.outcome == "found"
+        assert ledger.node("0x" + "99" * 20) is None
+        assert ledger.submission("00" * 32) is None
+
+
+def test_a_resent_submission_is_recognised_and_counted_once(ledger):
+    first, created = ledger.record_submission(submission(7))
+    assert created
+    # A resend after a lost reply carries the same digest, maybe a later arrival time
+    # and another file: the first row (and the receipt the node got) stands.
+    resend = submission(7, received_at=900.0)
+    again, created_again = ledger.record_submission(resend)
+    assert not created_again
+    assert again == first
+    assert again.received_at == 107.0
+    assert [s.digest for s in ledger.submissions()] == [first.digest]
+    ledger.set_outcome(first.digest, "accepted", 4, "", False, False, 10.0)
+    # Even after validation, a resend neither resets nor duplicates it.
+    after, created_after = ledger.record_submission(resend)
+    assert (created_after, after.status, after.units) == (False, "accepted", 4)
+    assert len(ledger.submissions(node=NODE)) == 1
+
+
+def test_submissions_filter_by_node_epoch_and_status(ledger):
+    ledger.record_submission(submission(1, epoch=0))
+    ledger.record_submission(submission(2, epoch=1))
+    ledger.record_submission(submission(3, epoch=1, node=OTHER))
+    ledger.set_outcome(f"{2:064x}", "rejected", 0, "stale step", False, False, 5.0)
+    assert [s.step for s in ledger.submissions(epoch=1)] == [2, 3]
+    assert [s.step for s in ledger.submissions(node=NODE)] == [1, 2]
+    assert [s.step for s in ledger.submissions(status="received")] == [1, 3]
+    assert [s.step for s in ledger.submissions(node=NODE, epoch=1, status="rejected")] == [2]
+    assert [s.step for s in ledger.pending_validation(1)] == [1]
+    assert [s.step for s in ledger.pending_validation(10)] == [1, 3]
+    with pytest.raises(ValueError, match="submission status must be one of"):
+        ledger.submissions(status="maybe")
+
+
+def test_the_latest_submissions_of_a_node(ledger):
+    for n in range(6):
+        ledger.record_submission(submission(n, node=NODE if n % 3 else OTHER))
+    assert [s.step for s in ledger.latest_submissions(NODE, 3)] == [2, 4, 5]
+    assert [s.step for s in ledger.latest_submissions(OTHER, 10)] == [0, 3]
+
+
+def test_the_tally_counts_what_the_rows_hold(ledger):
+    for n in range(5):
+        ledger.record_submission(submission(n, node=NODE if n < 3 else OTHER))
+    ledger.set_outcome(f"{0:064x}", "accepted", 16, "", False, True, 5.0)
+    ledger.set_outcome(f"{1:064x}", "accepted", 12, "1 of 16 rejected: x", False, False, 5.0)
+    ledger.set_outcome(f"{3:064x}", "rejected", 0, "stale step", False, False, 5.0)
+    ledger.set_outcome(f"{4:064x}", "rejected", 0, "stale step", False, False, 5.0)
+    tally = ledger.tally()
+    assert tally.by_status == {"accepted": (2, 28), "received": (1, 0), "rejected": (2, 0)}
+    assert tally.per_node[(NODE_CHECKSUM, "accepted")] == (2, 28)
+    assert tally.per_node[(OTHER_CHECKSUM, "rejected")] == (2, 0)
+    assert tally.reasons == {"stale step": 2}
+    assert (tally.count("received"), tally.count("banned"), tally.units()) == (1, 0, 28)
+
+
+def test_threads_share_one_ledger(ledger):
+    counters: list[int] = []
+
+    def work(first: int) -> None:
+        for n in range(first, first + 40):
+            ledger.record_submission(submission(n))
+            counters.append(ledger.next_counter(NODE))
+
+    threads = [threading.Thread(target=work, args=(first,)) for first in (0, 40, 80, 120)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(counters) == list(range(160))
+    assert sorted(s.step for s in ledger.submissions()) == list(range(160))
+
+
+def test_state_transitions_are_persisted_in_order(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+        ledger.set_state(NODE, "active", "first heartbeat", 2.0)
+        ledger.set_state(NODE, "active", "another heartbeat", 3.0)  # no transition
+        ledger.set_state(NODE, "silent", "missed 3 heartbeats", 4.0)
+        ledger.set_state(NODE, "banned", "slashed", 5.0)
+        # A banned node that joins again keeps its state.
+        ledger.upsert_node(NODE, PROVIDER, "peer2", "vllm", {}, 6.0)
+        with pytest.raises(ValueError, match="node state must be one of"):
+            ledger.set_state(NODE, "asleep", "", 7.0)
+        with pytest.raises(ValueError, match="no node"):
+            ledger.set_state(OTHER, "active", "", 7.0)
+    with Ledger(path) as ledger:
+        moves = [(t.from_state, t.to_state, t.reason, t.at) for t in ledger.transitions(NODE)]
+        assert moves == [
+            (None, "joined", "joined the swarm", 1.0),
+            ("joined", "active", "first heartbeat", 2.0),
+            ("active", "silent", "missed 3 heartbeats", 4.0),
+            ("silent", "banned", "slashed", 5.0),
+        ]
+        node = ledger.node(NODE)
+        assert node is not None
+        assert (node.state, node.peer_id, node.backend) == ("banned", "peer2", "vllm")
+        assert node.joined_at == 1.0
+
+
+def test_expired_assignments_cost_their_node_standing(ledger):
+    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.upsert_node(OTHER, PROVIDER, "peer-b", "torch", {}, 1.0)
+    ledger.add_assignment(assignment(1, deadline=100.0))
+    ledger.add_assignment(assignment(2, node=OTHER, deadline=300.0))
+    ledger.add_assignment(assignment(3, deadline=50.0, counter=1))
+    ledger.add_assignment(assignment(4, node=OTHER, deadline=90.0, counter=1))
+    ledger.set_assignment_state(f"{4:064x}", "answered")
+
+    expired = ledger.expire_assignments(200.0)
+    assert [(a.order_id, a.state) for a in expired] == [
+        (f"{3:064x}", "expired"),
+        (f"{1:064x}", "expired"),
+    ]
+    assert ledger.node(NODE).abandoned == 2
+    assert ledger.node(OTHER).abandoned == 0  # its one late order was answered
+    assert ledger.open_assignment(NODE) is None
+    assert ledger.open_assignment(OTHER).order_id == f"{2:064x}"
+    assert ledger.expire_assignments(200.0) == []  # expiring twice costs nothing more
+    assert ledger.node(NODE).abandoned == 2
+    with pytest.raises(ValueError, match="no assignment"):
+        ledger.set_assignment_state("00" * 32, "answered")
+
+
+def test_counters_are_per_node_and_survive_a_restart(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        assert [ledger.next_counter(NODE) for _ in range(3)] == [0, 1, 2]
+        assert ledger.next_counter(OTHER) == 0
+    with Ledger(path) as ledger:
+        assert ledger.next_counter(NODE_CHECKSUM) == 3
+
+
+def test_trust_and_outcomes(ledger):
+    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.add_trust(NODE)
+    ledger.add_trust(NODE.upper().replace("0X", "0x"))
+    assert ledger.node(NODE).trusted == 2
+    with pytest.raises(ValueError, match="no submission"):
+        ledger.set_outcome("00" * 32, "accepted", 1, "", False, False, 1.0)
+
+
+def test_epochs_count_from_genesis_and_unrecorded_ones_are_listed(ledger):
+    genesis = ledger.genesis()
+    assert ledger.epoch_of(genesis, 60) == 0
+    assert ledger.epoch_of(genesis + 59.9, 60) == 0
+    assert ledger.epoch_of(genesis + 60, 60) == 1
+    assert ledger.epoch_of(genesis + 3 * 3600 + 1, 3600) == 3
+    assert ledger.epoch_of(genesis - 5, 60) == 0  # a clock a little behind
+    with pytest.raises(ValueError, match="epoch_seconds must be positive"):
+        ledger.epoch_of(genesis, 0)
+
+    ledger.record_submission(submission(1, epoch=0))
+    ledger.record_submission(submission(2, epoch=0))
+    ledger.record_submission(submission(3, epoch=0, node=OTHER))
+    ledger.record_submission(submission(4, epoch=2))
+    assert ledger.unrecorded_epochs(2) == [(0, NODE_CHECKSUM), (0, OTHER_CHECKSUM)]
+    assert ledger.unrecorded_epochs(3) == [
+        (0, NODE_CHECKSUM),
+        (0, OTHER_CHECKSUM),
+        (2, NODE_CHECKSUM),
+    ]
+    ledger.record_epoch(0, NODE, 0, "00" * 32, None)
+    ledger.record_epoch(0, NODE, 5, "11" * 32, "0x12")  # the first record stands
+    assert ledger.unrecorded_epochs(3) == [(0, OTHER_CHECKSUM), (2, NODE_CHECKSUM)]
+    assert ledger.recorded(0, NODE).units == 0
+
+
+def test_slash_candidates_are_evidence_in_epochs_on_chain(ledger):
+    for n, epoch in ((1, 0), (2, 0), (3, 1), (4, 2)):
+        ledger.record_submission(submission(n, epoch=epoch))
+    for n in (1, 2, 3, 4):
+        ledger.set_outcome(f"{n:064x}", "rejected", 0, "toploc", True, True, 10.0)
+    ledger.record_epoch(0, NODE, 1, "aa" * 32, "0x01")
+    ledger.record_epoch(1, NODE, 0, "bb" * 32, None)  # nothing on chain: no evidence
+    assert [s.step for s in ledger.slash_candidates()] == [1, 2]
+    ledger.record_slash(f"{1:064x}", 0, NODE, "0x02", 20.0)
+    # The pool slashes an epoch once: one slash settles the epoch's other evidence.
+    assert ledger.slash_candidates() == []
+    with pytest.raises(ValueError, match="slash outcome must be one of"):
+        ledger.record_slash(f"{2:064x}", 0, NODE, None, 20.0, outcome="maybe")
+
+
+def test_the_file_is_wal_with_full_sync_and_a_schema_version(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    Ledger(path).close()
+    Ledger(path).close()  # opening again creates nothing twice
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    db.close()
+
+
+def test_a_file_that_is_not_a_ledger_is_one_sentence(tmp_path):
+    junk = tmp_path / "ledger.sqlite3"
+    junk.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(ValueError, match="is not a swarmrl ledger") as caught:
+        Ledger(junk)
+    assert str(caught.value) == (
+        f"{junk} is not a swarmrl ledger: it is not a readable SQLite database"
+    )
+    newer = tmp_path / "newer.sqlite3"
+    db = sqlite3.connect(newer)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(ValueError, match="newer swarmrl") as caught:
+        Ledger(newer)
+    assert str(caught.value) == (
+        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 1); "
+        "upgrade swarmrl"
+    )
+
+
+def test_out_of_range_numbers_are_refused_before_writing(ledger):
+    bogus = submission(1)
+    bogus = SubmissionRow(**{**bogus.__dict__, "step": 2**64 - 1})
+    with pytest.raises(ValueError, match="submission step 18446744073709551615 is out of range"):
+        ledger.record_submission(bogus)
+    assert ledger.submissions() == []
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from orchestrator.service.ledger import Ledger, SubmissionRow
+
+    ledger = Ledger(sys.argv[1])
+    first, count = int(sys.argv[2]), int(sys.argv[3])
+    for n in range(first, first + count):
+        row = SubmissionRow(
+            digest=f"{n:064x}", node="0x" + "ab" * 20, order_id="00" * 32, epoch=0, step=n,
+            file="f", file_sha256="00" * 32, rollout_digest="00" * 32, signature="0x",
+            received_at=float(n),
+        )
+        ledger.record_submission(row)
+        print(row.digest, flush=True)  # only after the commit returned
+    """
+)
+
+
+def test_a_writer_killed_mid_stream_loses_nothing_it_committed(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    Ledger(path).close()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), "0", "1000000"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    committed = []
+    assert child.stdout is not None
+    while len(committed) < 200:
+        line = child.stdout.readline()
+        assert line, "the writer stopped before committing 200 submissions"
+        committed.append(line.strip())
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    child.stdout.close()
+
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    check.close()
+    with Ledger(path) as ledger:
+        stored = [s.digest for s in ledger.submissions()]
+    assert len(stored) == len(set(stored))
+    assert set(committed) <= set(stored)
+    # The child may have committed a few more before the kill; nothing beyond a
+    # contiguous run from the start, and nothing half written.
+    assert stored == [f"{n:064x}" for n in range(len(stored))]
+
+
+def test_several_processes_share_one_ledger(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Both start on a missing file: creating the schema must happen once.
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(first), "150"],
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
+        for first in (0, 150)
+    ]
+    for writer in writers:
+        assert writer.wait(timeout=120) == 0
+    with Ledger(path) as ledger:
+        assert sorted(s.step for s in ledger.submissions()) == list(range(300))

@@ -1,0 +1,247 @@
+"""The daemons' settings: TOML file and SWARMRL_* environment over defaults, every bad
+value one sentence naming the key and where it came from, and templates that load back
+to the defaults."""
+
+import dataclasses
+import os
+import re
+import tomllib
+
+import pytest
+
+from client.node.settings import NodeSettings
+from orchestrator.service.settings import OrchestratorSettings
+from orchestrator.trainer.loop import TrainerSettings
+from swarmrl.settings_toml import load_settings, reference_markdown, template
+
+PEER = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    """No SWARMRL_* of the machine running the tests, and data under a fresh home."""
+    for name in list(os.environ):
+        if name.upper().startswith("SWARMRL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def write(tmp_path, text, name="orchestrator.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def refusal(model_cls, path):
+    with pytest.raises(ValueError, match=r".") as caught:
+        load_settings(model_cls, path)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults_load_without_a_file(tmp_path):
+    settings = load_settings(OrchestratorSettings, None)
+    share = tmp_path / "home" / ".local" / "share" / "swarmrl"
+    assert settings.data_dir == share / "orchestrator"
+    assert settings.model == share / "models" / "default"
+    assert settings.keystore_dir == share / "keystore"
+    assert settings.deployment == share / "chain" / "deployment.json"
+    assert settings.group_size == 8
+    assert settings.listen == "/ip4/127.0.0.1/tcp/4001"
+    assert settings.origin_key == settings.recorder_key == "recorder"
+
+    node = load_settings(NodeSettings, None)
+    assert node.data_dir == share / "node"
+    assert node.orchestrator is None
+    assert node.bootstrap == []
+    assert node.metrics_port == 9465
+
+
+def test_the_file_overrides_defaults(tmp_path, monkeypatch):
+    path = write(
+        tmp_path,
+        'group_size = 4\nrecorder_key = "coordinator"\ndata_dir = "state"\n'
+        'model = "~/models/mine"\nvalidation_rate = 1\n',
+    )
+    monkeypatch.chdir(tmp_path / "..")  # relative paths are the file's, not the cwd's
+    settings = load_settings(OrchestratorSettings, path)
+    assert settings.group_size == 4
+    assert settings.validation_rate == 1.0
+    assert settings.origin_key == "coordinator"  # follows the recorder key when unset
+    assert settings.data_dir == tmp_path / "state"
+    assert settings.model == tmp_path / "home" / "models" / "mine"
+    assert settings.prompts_per_step == 16  # untouched keys keep their defaults
+
+
+def test_the_environment_overrides_the_file(tmp_path, monkeypatch):
+    path = write(tmp_path, "group_size = 4\nsteps = 7\n")
+    monkeypatch.setenv("swarmrl_group_size", "6")  # any case
+    monkeypatch.setenv("SWARMRL_ORIGIN_KEY", "origin")
+    settings = load_settings(OrchestratorSettings, path)
+    assert (settings.group_size, settings.steps, settings.origin_key) == (6, 7, "origin")
+
+    monkeypatch.setenv("SWARMRL_BOOTSTRAP", f"{PEER}, {PEER.replace('4001', '4002')}")
+    node = load_settings(NodeSettings, write(tmp_path, 'bootstrap = ["/dns4/x/tcp/1"]\n'))
+    assert node.bootstrap == [PEER, PEER.replace("4001", "4002")]
+
+
+def test_an_unknown_key_is_named(tmp_path):
+    path = write(tmp_path, "gruop_size = 3\n")
+    assert refusal(OrchestratorSettings, path) == (
+        f"{path}: unknown key 'gruop_size' (did you mean group_size?)"
+    )
+    path = write(tmp_path, "[trainer]\nlr = 0.1\n")
+    assert refusal(OrchestratorSettings, path) == f"{path}: unknown key 'trainer'"
+    path = write(tmp_path, "model = 'x'\n", name="node.toml")
+    assert refusal(NodeSettings, path) == f"{path}: unknown key 'model'"
+
+
+@pytest.mark.parametrize(
+    ("text", "sentence"),
+    [
+        ('group_size = "eight"', 'group_size must be a whole number, got "eight"'),
+        ("group_size = 2.5", "group_size must be a whole number, got 2.5"),
+        ("group_size = true", "group_size must be a number, got true"),
+        ("group_size = [8]", "group_size must be a whole number, got [8]"),
+        ("lr = {a = 1}", "lr must be a finite number, got a table"),
+        ("model = 3", "model must be a path, got 3"),
+        ('model = ""', 'model must not be empty, got ""'),
+        ('advantage_scale = "z"', 'advantage_scale must be one of none or std, got "z"'),
+        ('listen = "localhost:4001"', "listen must be a multiaddr like /ip4/127.0.0.1/tcp/4001"),
+    ],
+)
+def test_a_wrong_type_is_one_sentence_naming_the_key(tmp_path, text, sentence):
+    path = write(tmp_path, text + "\n")
+    assert refusal(OrchestratorSettings, path).startswith(f"{path}: {sentence}")
+
+
+@pytest.mark.parametrize(
+    ("text", "sentence"),
+    [
+        ("group_size = 1", "group_size must be at least 2, got 1"),
+        ("validation_rate = 1.5", "validation_rate must be at most 1, got 1.5"),
+        ("code_check_rate = -0.1", "code_check_rate must be at least 0, got -0.1"),
+        ("metrics_port = 70000", "metrics_port must be at most 65535, got 70000"),
+        ("heartbeat_seconds = 0", "heartbeat_seconds must be more than 0, got 0"),
+        ("temperature = inf", "temperature must be a finite number, got inf"),
+        ("seed = 4294967296", "seed must be at most 4294967295, got 4294967296"),
+        ("eps_high = 4", "delta must be at least 1 + eps_high = 5, got 4"),
+        (
+            "gone_after = 30",
+            "gone_after must be more than silent_after x heartbeat_seconds = 30 seconds, got 30",
+        ),
+    ],
+)
+def test_an_out_of_range_value_is_one_sentence_naming_the_key(tmp_path, text, sentence):
+    path = write(tmp_path, text + "\n")
+    assert refusal(OrchestratorSettings, path) == f"{path}: {sentence}"
+
+
+def test_a_bad_value_from_the_environment_names_the_variable(tmp_path, monkeypatch):
+    path = write(tmp_path, "group_size = 4\n")
+    monkeypatch.setenv("SWARMRL_GROUP_SIZE", "1")
+    assert refusal(OrchestratorSettings, path) == (
+        "SWARMRL_GROUP_SIZE: group_size must be at least 2, got 1"
+    )
+    monkeypatch.setenv("SWARMRL_GROUP_SIZE", "")
+    assert refusal(OrchestratorSettings, None) == (
+        "SWARMRL_GROUP_SIZE: group_size must be a whole number, got an empty value"
+    )
+    monkeypatch.delenv("SWARMRL_GROUP_SIZE")
+    # A rule between keys names the one the user set.
+    monkeypatch.setenv("SWARMRL_HEARTBEAT_SECONDS", "100")
+    assert refusal(OrchestratorSettings, path).startswith(
+        "SWARMRL_HEARTBEAT_SECONDS: gone_after must be more than"
+    )
+
+
+def test_node_addresses_are_checked(tmp_path, monkeypatch):
+    path = write(tmp_path, 'orchestrator = "/ip4/127.0.0.1/tcp/4001"\n', name="node.toml")
+    assert refusal(NodeSettings, path) == (
+        f"{path}: orchestrator must be a multiaddr that ends in /p2p/<peer id>, "
+        'got "/ip4/127.0.0.1/tcp/4001"'
+    )
+    monkeypatch.setenv("SWARMRL_BOOTSTRAP", f"{PEER},/ip4/127.0.0.1/tcp/9")
+    assert refusal(NodeSettings, None) == (
+        "SWARMRL_BOOTSTRAP: bootstrap '/ip4/127.0.0.1/tcp/9' must be a multiaddr "
+        "that ends in /p2p/<peer id>"
+    )
+    monkeypatch.delenv("SWARMRL_BOOTSTRAP")
+    path = write(tmp_path, f'orchestrator = "{PEER}"\nlisten = "none"\n', name="node.toml")
+    node = load_settings(NodeSettings, path)
+    assert (node.orchestrator, node.listen) == (PEER, "none")
+    path = write(tmp_path, 'device = "gpu"\n', name="node.toml")
+    assert refusal(NodeSettings, path) == (
+        f'{path}: device must be auto, cpu, mps, cuda or cuda:N, got "gpu"'
+    )
+
+
+def test_a_toml_syntax_error_names_the_file_and_line(tmp_path):
+    path = write(tmp_path, "group_size = 8\nsteps = = 3\n")
+    assert refusal(OrchestratorSettings, path).startswith(f"{path}, line 2: ")
+    path = write(tmp_path, "steps = 3\nsteps = 4")
+    assert refusal(OrchestratorSettings, path).startswith(f"{path}, line 2: ")
+
+
+def test_a_missing_or_unreadable_file_says_so(tmp_path):
+    assert refusal(OrchestratorSettings, tmp_path / "nope.toml") == (
+        f"{tmp_path / 'nope.toml'} does not exist"
+    )
+    assert refusal(OrchestratorSettings, tmp_path) == f"{tmp_path} is a directory; give a file"
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert refusal(OrchestratorSettings, binary) == f"{binary} is not UTF-8 text"
+
+
+@pytest.mark.parametrize("model_cls", [OrchestratorSettings, NodeSettings])
+def test_the_template_loads_back_to_the_defaults(tmp_path, model_cls):
+    text = template(model_cls)
+    assert 'data_dir = "~/.local/share/swarmrl/' in text  # portable, and the user's home
+    path = write(tmp_path, text, name="settings.toml")
+    assert load_settings(model_cls, path) == load_settings(model_cls, None)
+    # Every key is in it, with its help; unset keys commented out.
+    active = tomllib.loads(text)
+    commented = set(re.findall(r"^# (\w+) = ", text, re.MULTILINE))
+    assert set(model_cls.model_fields) <= set(active) | commented
+    for key, field in model_cls.model_fields.items():
+        assert field.description, key
+        assert field.description.split()[0] in text
+
+
+def test_a_template_with_an_unusual_home_loads_back(tmp_path, monkeypatch):
+    home = tmp_path / 'we"ird \\ home\t'
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data\x7f"))  # outside home: absolute
+    text = template(OrchestratorSettings)
+    path = write(tmp_path, text)
+    assert load_settings(OrchestratorSettings, path) == load_settings(OrchestratorSettings, None)
+
+
+def test_the_reference_has_a_row_per_key():
+    table = reference_markdown(NodeSettings).splitlines()
+    assert table[0] == "| key | default | description |"
+    assert len(table) == 2 + len(NodeSettings.model_fields)
+    assert any(row.startswith('| `listen` | `"/ip4/127.0.0.1/tcp/0"` |') for row in table)
+    assert any(row.startswith("| `orchestrator` | unset |") for row in table)
+
+
+def test_trainer_settings_are_the_trainer_s_knobs(tmp_path):
+    # Every knob of the trainer is a key, with the trainer's own default.
+    defaults = OrchestratorSettings.model_fields
+    for field in dataclasses.fields(TrainerSettings):
+        if field.name != "run":
+            assert defaults[field.name].default == field.default, field.name
+
+    path = write(tmp_path, "lr = 0.0003\ngroup_size = 4\nkl_coef = 0.01\nsteps = 9\n")
+    trainer = load_settings(OrchestratorSettings, path).trainer_settings("run-a")
+    assert isinstance(trainer, TrainerSettings)
+    assert (trainer.run, trainer.lr, trainer.group_size, trainer.kl_coef, trainer.steps) == (
+        "run-a",
+        0.0003,
+        4,
+        0.01,
+        9,
+    )
+    assert trainer.loss_config().normalizer == 16 * 4 * 128
