@@ -23,3 +23,40 @@ def default_model(tmp_path_factory):
     from orchestrator.pretrain import build_default_model
 
     return build_default_model(tmp_path_factory.mktemp("models") / "default")
+
+
+def held_out_reward(model, tasks) -> float:
+    """The held-out evaluation every learning claim uses: `swarmrl eval`, 8 samples of
+    each task at temperature 1, fixed seed."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    swarmrl = Path(sys.executable).with_name("swarmrl")
+    args = ["eval", "--model", model, "--tasks", tasks, "--n", 8, "--max-tokens", 128, "--json"]
+    out = subprocess.run(
+        [str(swarmrl), *map(str, args)], capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["mean_reward"]
+
+
+@pytest.fixture(scope="session")
+def held_out(tmp_path_factory):
+    """96 demo tasks from a seed no training set uses."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("held-out") / "held-out.jsonl"
+    swarmrl = Path(sys.executable).with_name("swarmrl")
+    args = ["tasks", "generate", "--n", "96", "--seed", "12345", "--out", str(out)]
+    subprocess.run([str(swarmrl), *args], check=True, capture_output=True, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="session")
+def default_model_held_out(default_model, held_out):
+    """The default model's held-out reward, measured once for every learning test."""
+    return held_out_reward(default_model, held_out)

@@ -300,6 +300,11 @@ class Node:
         path, cost = self._generate(order, order_id)
         header = self.session.sign(order, self.backend_step or 0, path)
         digest = self.session.digest(header)
+        if self.journal.receipt(digest) is not None:
+            # The same order, redrawn and regenerated bit for bit, was acknowledged before:
+            # nothing new to hand in.
+            path.unlink(missing_ok=True)
+            return
         entry = self.journal.add(order_id, digest, header.model_dump(), path)
         path.unlink(missing_ok=True)  # the journal holds its own copy
         sent = time.perf_counter()

@@ -392,7 +392,6 @@ class Intake:
                 validated_at=None if units else now,
             )
         )
-        self.ledger.set_assignment_state(header.order_id, "answered")
         if slashable:
             self.ledger.set_state(node.address, "banned", f"evidence: {reason}", now)
         return row

@@ -433,8 +433,10 @@ class Ledger:
     # Submissions.
 
     def record_submission(self, s: SubmissionRow) -> tuple[SubmissionRow, bool]:
-        """Stores `s` unless its digest is known; returns the stored row and whether it
-        is new. A resend changes nothing and returns the first row (and its receipt)."""
+        """Stores `s` unless its digest is known, and marks its order answered in the same
+        transaction (a crash between the two would hand the order out again); returns
+        the stored row and whether it is new. A resend changes nothing and returns the
+        first row (and its receipt)."""
         _require(s.status, SUBMISSION_STATUSES, "submission status")
         for name, value in (("epoch", s.epoch), ("step", s.step), ("units", s.units)):
             if not 0 <= value <= MAX_SQLITE_INT:
@@ -464,6 +466,9 @@ class Ledger:
                     s.receipt,
                     s.validated_at,
                 ),
+            )
+            db.execute(
+                "UPDATE assignments SET state = 'answered' WHERE order_id = ?", (s.order_id,)
             )
             stored = db.execute(
                 "SELECT * FROM submissions WHERE digest = ?", (s.digest,)

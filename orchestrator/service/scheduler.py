@@ -3,9 +3,10 @@
 An order's tasks, seed and budgets are a pure function of (run, node, policy
 step, counter): a node cannot steer what it is given, and anyone holding the
 task set can redraw an order and see that it was fair. Budgets follow the
-node's measured speed, as INTELLECT-2's do: a node that reports it decodes
-fast gets longer thinking budgets, one that is slow (or lies low) short ones,
-so every order fits its deadline.
+node's measured speed, as INTELLECT-2's do: the run's budget for a node fast
+enough to meet the deadline with it, shorter ones for a slow node (or one that
+lies low), so every order fits its deadline while the task distribution stays
+the run's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from eth_utils import keccak
 from swarmrl.tasks import Task
 from swarmrl.work.assign import Slot
 
-# The thinking budgets an order may state, shortest first.
+# The shorter thinking budgets a slow node's order may state, shortest first.
 BUDGETS = (64, 128, 256, 512)
 # An order should take at most this share of its deadline at the node's speed.
 DEADLINE_SHARE = 0.5
@@ -52,11 +53,13 @@ def draw_order(
 def budget_for(
     speed: float | None, *, base: int, max_tokens: int, sequences: int, seconds: float
 ) -> int:
-    """The longest budget whose sequences the node decodes within its share of the
-    deadline at ``speed`` tokens/s; ``base`` while its speed is unknown."""
+    """The thinking budget of a node's next order: ``base`` (the run's), or the longest
+    shorter one of ``BUDGETS`` whose sequences the node decodes within its share of the
+    deadline at ``speed`` tokens/s. A budget states a length in the prompt; decoding
+    stops at ``max_tokens`` whatever it says, so that bounds the cost of any budget."""
     if speed is None or speed <= 0:
-        return min(base, max_tokens)
-    fitting = [
-        b for b in BUDGETS if b <= max_tokens and b * sequences <= speed * seconds * DEADLINE_SHARE
-    ]
-    return fitting[-1] if fitting else min(BUDGETS[0], max_tokens)
+        return base
+    choices = sorted({b for b in BUDGETS if b < base} | {base})
+    affordable = speed * seconds * DEADLINE_SHARE
+    fitting = [b for b in choices if min(b, max_tokens) * sequences <= affordable]
+    return fitting[-1] if fitting else choices[0]

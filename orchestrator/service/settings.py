@@ -79,19 +79,13 @@ class OrchestratorSettings(SwarmrlSettings):
         "recorder",
         min_length=1,
         description="Keystore name of the key with the recorder role: it sends each epoch's "
-        "work to the chain.",
+        "work to the chain, and signs checkpoints, work orders and receipts (nodes trust "
+        "the deployment's recorders).",
     )
     validator_key: str = Field(
         "validator",
         min_length=1,
         description="Keystore name of the key with the validator role: it slashes on evidence.",
-    )
-    origin_key: str | None = Field(
-        None,
-        min_length=1,
-        description="Keystore name of the key that signs checkpoints, work orders and "
-        "receipts; unset: the recorder key.",
-        json_schema_extra={"example": "recorder"},
     )
     password_file: Path | None = Field(
         None,
@@ -283,8 +277,6 @@ class OrchestratorSettings(SwarmrlSettings):
                 f"gone_after must be more than silent_after x heartbeat_seconds = {silent:g} "
                 f"seconds, got {self.gone_after:g}",
             )
-        if self.origin_key is None:
-            self.origin_key = self.recorder_key
         return self
 
     def trainer_settings(self, run: str) -> TrainerSettings:

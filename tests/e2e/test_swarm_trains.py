@@ -28,6 +28,7 @@ from swarmrl.local_swarm import (
     wait_for,
     write_toml,
 )
+from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
 from tests.model_fixtures import random_tiny_model
 
@@ -54,27 +55,22 @@ def _receipts(node_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_swarm_trains_verifies_and_slashes(default_model, tmp_path):
+def test_the_swarm_trains_verifies_and_slashes(
+    default_model, default_model_held_out, held_out, tmp_path
+):
     swarm = make_swarm(tmp_path)
     try:
         _run(swarm, default_model, tmp_path)
     finally:
         swarm.stop_all()
+    newest = ckpt.step_dir(tmp_path / "orchestrator" / "run", STEPS)
+    after = held_out_reward(newest, held_out)
+    assert after >= default_model_held_out + LEARNING_RISE, (default_model_held_out, after)
 
 
 def _run(swarm, default_model, tmp_path):
     tasks = tmp_path / "train.jsonl"
     swarmrl("tasks", "generate", "--n", 400, "--seed", 1, "--out", tasks)
-    held_out = tmp_path / "held-out.jsonl"
-    swarmrl("tasks", "generate", "--n", 96, "--seed", 12345, "--out", held_out)
-
-    def held_out_reward(model) -> float:
-        out = swarmrl("eval", "--model", model, "--tasks", held_out, "--n", 8,
-                      "--max-tokens", 128, "--json")  # fmt: skip
-        return json.loads(out.stdout)["mean_reward"]
-
-    before = held_out_reward(default_model)
-
     for key, provider in [*HONEST.items(), CHEATER]:
         stake_and_init_node(swarm, provider, key)
 
@@ -93,7 +89,10 @@ def _run(swarm, default_model, tmp_path):
             "metrics_port": free_port(),
             "steps": STEPS,
             "group_size": 8,
-            "prompts_per_step": 2,
+            # A step takes two nodes' orders: with three nodes working at once, a group
+            # is then about one step old when trained on (train local's test has one
+            # worker; at two steps old this small model learns a third as fast).
+            "prompts_per_step": 4,
             "prompts_per_assignment": 2,
             "max_tokens": 64,
             "target_len": 128,
@@ -221,6 +220,3 @@ def _run(swarm, default_model, tmp_path):
         assert chain.work_of(record["epoch"], record["node"]).units == units
 
     swarm.kill("orchestrator", 15)
-    newest = ckpt.step_dir(data / "run", _trainer_step(data))
-    after = held_out_reward(newest)
-    assert after >= before + LEARNING_RISE, (before, after)

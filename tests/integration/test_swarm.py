@@ -24,6 +24,7 @@ from swarmrl.p2p.messages import (
     HAVE_PROTOCOL,
     MANIFEST_PROTOCOL,
     MAX_ADVERT_BYTES,
+    MAX_REQUEST_BYTES,
     checkpoints_topic,
     peers_topic,
 )
@@ -55,7 +56,7 @@ def swarm(tmp_path, origin_key):
     """Makes nodes (origins when given a key) and closes them all after the test."""
     made = []
 
-    def make(name, *, account=None, trusted=None, bootstrap=(), keep=3, on_event=None):
+    def make(name, *, account=None, trusted=None, bootstrap=(), keep=3, on_event=None, **kwargs):
         node = SwarmNode(
             store=WeightStore(tmp_path / name, keep=keep),
             domain=DOMAIN,
@@ -65,6 +66,7 @@ def swarm(tmp_path, origin_key):
             account=account,
             bootstrap=bootstrap,
             on_event=on_event,
+            **kwargs,
         )
         made.append(node)
         return node
@@ -91,6 +93,23 @@ def test_nodes_fetch_a_verified_copy_and_serve_it_on(swarm, origin_key, checkpoi
     version = late.wait_for(1, timeout=WAIT)
     assert version.path.read_bytes() == checkpoint.read_bytes()
     assert first.server.bytes_served == checkpoint.stat().st_size
+
+
+def test_a_node_that_listens_nowhere_still_fetches_and_offers_nothing(
+    swarm, origin_key, checkpoint
+):
+    """Behind NAT: it dials out, gets every byte over its own connections, and its advert
+    offers no address and no data path, so no peer tries to fetch from it."""
+    origin = swarm("origin", account=origin_key)
+    hidden = swarm("hidden", listen=None, bootstrap=origin.addrs)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    assert hidden.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    advert = hidden.advert()
+    assert (advert.addrs, advert.data, hidden.server) == ([], None, None)
+    assert advert.holdings  # it still says what it holds
+    seen = origin.book.get(hidden.peer_id)
+    assert seen is not None
+    assert seen.endpoint is None
 
 
 def test_many_nodes_share_the_load(swarm, origin_key, checkpoint):
@@ -288,8 +307,10 @@ def test_garbage_on_every_protocol_is_refused_and_the_host_keeps_serving(
                 prober.host.request(
                     peer, protocol, garbage, response_limit=MAX_ADVERT_BYTES, timeout=10
                 )
-        with pytest.raises(RemoteError, match="over the 1024-byte limit"):
-            prober.host.request(peer, protocol, b"x" * 5000, response_limit=MAX_ADVERT_BYTES)
+        # A have request carries the asker's advert, so its limit is an advert's.
+        limit = MAX_ADVERT_BYTES if protocol == HAVE_PROTOCOL else MAX_REQUEST_BYTES
+        with pytest.raises(RemoteError, match=f"over the {limit}-byte limit"):
+            prober.host.request(peer, protocol, b"x" * (limit + 1), response_limit=MAX_ADVERT_BYTES)
     with pytest.raises(RemoteError, match="no such checkpoint"):
         prober.host.request(
             peer, MANIFEST_PROTOCOL, b'{"manifest_hash":"' + b"0" * 64 + b'"}', response_limit=999

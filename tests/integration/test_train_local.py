@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.trainer import checkpoint as ckpt
+from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
 from tests.model_fixtures import random_tiny_model
 
@@ -139,19 +140,13 @@ def test_ctrl_c_stops_the_trainer_and_every_worker(default_model, train_tasks, t
 
 
 @pytest.mark.slow
-def test_the_default_model_learns(default_model, train_tasks, tmp_path):
+def test_the_default_model_learns(
+    default_model, default_model_held_out, held_out, train_tasks, tmp_path
+):
     """A short run of the README's: held-out reward measured with `swarmrl eval` (fixed
     seed, T=1) before and after must rise; the full 10-minute figure is in the README."""
-    held_out = tmp_path / "held-out.jsonl"
-    swarmrl("tasks", "generate", "--n", 96, "--seed", 12345, "--out", held_out)
-
-    def held_out_reward(model) -> float:
-        out = swarmrl("eval", "--model", model, "--tasks", held_out, "--n", 8,
-                      "--max-tokens", 128, "--json")  # fmt: skip
-        return json.loads(out.stdout)["mean_reward"]
-
-    before = held_out_reward(default_model)
+    before = default_model_held_out
     run = swarmrl("train", "local", "--model", default_model, "--tasks", train_tasks,
                   "--out", tmp_path / "run", "--steps", LEARNING_STEPS, "--lr", 3e-4)  # fmt: skip
-    after = held_out_reward(run.stdout.strip())
+    after = held_out_reward(run.stdout.strip(), held_out)
     assert after >= before + LEARNING_RISE, (before, after)

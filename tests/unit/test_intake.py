@@ -15,7 +15,7 @@ import pytest
 from client.node.session import Identity, Session
 from orchestrator.service.intake import RATE_BURST, Intake, RateLimiter, RunContext
 from orchestrator.service.ledger import Ledger
-from orchestrator.service.scheduler import draw_order
+from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import Submission, pool_domain
@@ -363,12 +363,18 @@ def test_an_open_order_is_sent_again_while_the_backlog_is_full(orchestrator):
     assert session.work().order == first
 
 
-def test_a_fast_node_gets_longer_budgets(orchestrator):
+def test_a_slow_node_gets_shorter_budgets_and_a_fast_one_the_runs(orchestrator):
     session = orchestrator.session()
     session.join(REPORT)
-    session.heartbeat(None, 1e6)
+    session.heartbeat(None, 1e-3)
     order = session.work().order
-    assert {slot.budget for slot in order.tasks} == {orchestrator.settings.max_tokens}
+    assert {slot.budget for slot in order.tasks} == {
+        min(BUDGETS[0], orchestrator.settings.target_len)
+    }
+    fast = orchestrator.active(OTHER)
+    fast.heartbeat(None, 1e6)
+    order = fast.work().order
+    assert {slot.budget for slot in order.tasks} == {orchestrator.settings.target_len}
 
 
 def test_nodes_get_their_own_orders(orchestrator):

@@ -105,6 +105,14 @@ def test_everything_written_reads_back_after_a_reopen(tmp_path):
         assert ledger.submission("00" * 32) is None
 
 
+def test_recording_a_submission_answers_its_order_in_the_same_write(ledger):
+    ledger.add_assignment(assignment(1007))  # submission(7) answers order 1007
+    assert ledger.open_assignment(NODE).order_id == f"{1007:064x}"
+    ledger.record_submission(submission(7))
+    assert ledger.assignment(f"{1007:064x}").state == "answered"
+    assert ledger.open_assignment(NODE) is None
+
+
 def test_a_resent_submission_is_recognised_and_counted_once(ledger):
     first, created = ledger.record_submission(submission(7))
     assert created

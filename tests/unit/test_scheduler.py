@@ -72,14 +72,14 @@ def test_more_prompts_than_tasks_gives_every_task_once():
 
 
 # budget_for: 8 sequences with a 300 s deadline leave 150 s of decoding (the share).
-FIT = {"base": 100, "max_tokens": 1024, "sequences": 8, "seconds": 300.0}
+FIT = {"base": 512, "max_tokens": 1024, "sequences": 8, "seconds": 300.0}
 SECONDS_OF_DECODING = FIT["seconds"] * DEADLINE_SHARE
 
 
 @pytest.mark.parametrize("speed", [None, 0.0, -5.0])
-def test_an_unknown_speed_gets_the_base_budget(speed):
-    assert budget_for(speed, **FIT) == 100
-    assert budget_for(speed, **{**FIT, "max_tokens": 40}) == 40  # never past max_tokens
+def test_an_unknown_speed_gets_the_runs_budget(speed):
+    assert budget_for(speed, **FIT) == 512
+    assert budget_for(speed, **{**FIT, "base": 100}) == 100
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
@@ -92,11 +92,13 @@ def test_the_longest_budget_that_fits_is_chosen(budget):
     assert budget_for(slower, **FIT) == (shorter[-1] if shorter else BUDGETS[0])
 
 
-def test_a_fast_node_gets_the_longest_budget_within_max_tokens():
-    assert budget_for(1e9, **FIT) == BUDGETS[-1]
-    assert budget_for(1e9, **{**FIT, "max_tokens": 300}) == 256
-    assert budget_for(1e9, **{**FIT, "max_tokens": 20}) == 20
+def test_a_fast_node_gets_the_runs_budget_and_never_more():
+    assert budget_for(1e9, **FIT) == 512
+    assert budget_for(1e9, **{**FIT, "base": 100}) == 100
+    # Decoding stops at max_tokens, so any budget costs at most that much.
+    assert budget_for(64 * 8 / SECONDS_OF_DECODING, **{**FIT, "max_tokens": 64}) == 512
 
 
 def test_a_node_too_slow_for_any_budget_gets_the_shortest():
     assert budget_for(0.001, **FIT) == BUDGETS[0]
+    assert budget_for(0.001, **{**FIT, "base": 10}) == 10

@@ -50,7 +50,7 @@ def test_defaults_load_without_a_file(tmp_path):
     assert settings.deployment == share / "chain" / "deployment.json"
     assert settings.group_size == 8
     assert settings.listen == "/ip4/127.0.0.1/tcp/4001"
-    assert settings.origin_key == settings.recorder_key == "recorder"
+    assert settings.recorder_key == "recorder"
 
     node = load_settings(NodeSettings, None)
     assert node.data_dir == share / "node"
@@ -69,7 +69,7 @@ def test_the_file_overrides_defaults(tmp_path, monkeypatch):
     settings = load_settings(OrchestratorSettings, path)
     assert settings.group_size == 4
     assert settings.validation_rate == 1.0
-    assert settings.origin_key == "coordinator"  # follows the recorder key when unset
+    assert settings.recorder_key == "coordinator"
     assert settings.data_dir == tmp_path / "state"
     assert settings.model == tmp_path / "home" / "models" / "mine"
     assert settings.prompts_per_step == 16  # untouched keys keep their defaults
@@ -78,9 +78,9 @@ def test_the_file_overrides_defaults(tmp_path, monkeypatch):
 def test_the_environment_overrides_the_file(tmp_path, monkeypatch):
     path = write(tmp_path, "group_size = 4\nsteps = 7\n")
     monkeypatch.setenv("swarmrl_group_size", "6")  # any case
-    monkeypatch.setenv("SWARMRL_ORIGIN_KEY", "origin")
+    monkeypatch.setenv("SWARMRL_RECORDER_KEY", "origin")
     settings = load_settings(OrchestratorSettings, path)
-    assert (settings.group_size, settings.steps, settings.origin_key) == (6, 7, "origin")
+    assert (settings.group_size, settings.steps, settings.recorder_key) == (6, 7, "origin")
 
     monkeypatch.setenv("SWARMRL_BOOTSTRAP", f"{PEER}, {PEER.replace('4001', '4002')}")
     node = load_settings(NodeSettings, write(tmp_path, 'bootstrap = ["/dns4/x/tcp/1"]\n'))
