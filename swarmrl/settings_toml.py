@@ -89,6 +89,23 @@ def check_peer(address: str) -> str:
     return address
 
 
+def split_commas(value: object) -> object:
+    """A list setting given as "a,b" (from the environment): multiaddrs hold no commas."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def check_peers(key: str, addresses: list[str]) -> list[str]:
+    """Every entry of the list setting `key` a peer's multiaddr (see check_peer)."""
+    for address in addresses:
+        try:
+            check_peer(address)
+        except ValueError as e:
+            raise SettingError((key,), f"{key} {address[:100]!r} {e}") from None
+    return addresses
+
+
 def _protocols(address: str) -> list[str]:
     import multiaddr
 

@@ -14,7 +14,14 @@ from pydantic_settings import NoDecode
 
 from swarmrl.chain.paths import deployment_path
 from swarmrl.files import data_dir
-from swarmrl.settings_toml import SettingError, SwarmrlSettings, check_listen, check_peer, heading
+from swarmrl.settings_toml import (
+    SwarmrlSettings,
+    check_listen,
+    check_peer,
+    check_peers,
+    heading,
+    split_commas,
+)
 
 # "none": the node dials out only (behind NAT) and serves no shards.
 OUTBOUND_ONLY = "none"
@@ -121,20 +128,12 @@ class NodeSettings(SwarmrlSettings):
     @field_validator("bootstrap", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
-        # From the environment a list is "a,b": multiaddrs hold no commas.
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return split_commas(value)
 
     @field_validator("bootstrap")
     @classmethod
     def _bootstrap(cls, value: list[str]) -> list[str]:
-        for address in value:
-            try:
-                check_peer(address)
-            except ValueError as e:
-                raise SettingError(("bootstrap",), f"bootstrap {address[:100]!r} {e}") from None
-        return value
+        return check_peers("bootstrap", value)
 
     @field_validator("listen")
     @classmethod

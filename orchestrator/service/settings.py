@@ -22,8 +22,9 @@ from swarmrl.settings_toml import (
     SettingError,
     SwarmrlSettings,
     check_listen,
-    check_peer,
+    check_peers,
     heading,
+    split_commas,
 )
 
 if TYPE_CHECKING:
@@ -252,16 +253,12 @@ class OrchestratorSettings(SwarmrlSettings):
     @field_validator("bootstrap", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return split_commas(value)
 
     @field_validator("bootstrap")
     @classmethod
     def _bootstrap(cls, value: list[str]) -> list[str]:
-        for address in value:
-            check_peer(address)
-        return value
+        return check_peers("bootstrap", value)
 
     @model_validator(mode="after")
     def _consistent(self) -> OrchestratorSettings:
