@@ -78,6 +78,7 @@ def _peer_main(args: argparse.Namespace) -> None:
         trusted=[args.trusted],
         peer_key=create_new_key_pair(),
         account=account,
+        reachable=account is not None,  # the origin
         bootstrap=[args.bootstrap] if args.bootstrap else [],
     )
     _say(addr=node.addrs[0])

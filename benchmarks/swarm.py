@@ -11,9 +11,15 @@ trusted) before its trainer sees them. Reported:
 - rollouts per second that reach the trainer: accepted by validation (swarm) or
   written by a worker (local), over the same window, and their ratio (goal >= 0.9);
 - intake latency p50/p99: a node's submit call, upload to signed receipt;
-- validation CPU per rollout against generation CPU per rollout (goal: >= 10x cheaper);
+- validation CPU per rollout (weight loads included) against generation CPU per
+  rollout (goal: >= 10x cheaper), over every submission and over those of nodes
+  that have earned trust (the steady state: new nodes are prefilled every time);
 - the orchestrator's and a node's resident memory at the start and the end of the
-  window (flat under a steady stream of submissions).
+  window (flat under a steady stream of submissions);
+- where the swarm's CPU went in the window: each program with its child processes
+  (the orchestrator's trainer, validator and recorder; everyone's math-verify
+  worker), and within the nodes and the validator what generation and validation
+  themselves took.
 
     python -m benchmarks.swarm [--minutes 4]
     or   swarmrl bench swarm
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -33,12 +40,12 @@ from orchestrator.tasks.generators import demo_tasks
 from orchestrator.train_local.metrics import read_metrics
 from swarmrl.local_swarm import (
     SWARMRL,
-    free_port,
     make_swarm,
+    node_toml,
     orchestrator_addr,
+    orchestrator_toml,
     stake_and_init_node,
     wait_for,
-    write_toml,
 )
 from swarmrl.models.files import default_models_dir
 from swarmrl.tasks import write_tasks
@@ -51,7 +58,8 @@ RECIPE = {
     "lr": 3e-4,
     "steps": 100_000,
 }
-PROMPTS_PER_ORDER = 2
+# The orchestrator's default, and one order per step as one batch per step in local.
+PROMPTS_PER_ORDER = 4
 TARGET_LEN = 128
 
 
@@ -66,6 +74,33 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _process_tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) used so far by `root` and its live descendants."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # After the parenthesised name: state, ppid, ... utime (12th), stime (13th).
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        used[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0.0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def _cpu_by_program(swarm: Any) -> dict[str, float]:
+    programs = {name: p.pid for name, p in swarm.processes.items()}
+    programs["anvil"] = swarm.anvil.pid
+    return {name: _process_tree_cpu(pid) for name, pid in programs.items()}
 
 
 def run_local(model: Path, tasks: Path, out: Path, seconds: float) -> float:
@@ -95,21 +130,15 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
         for i, key in enumerate(keys):
             stake_and_init_node(swarm, 4 + i, key)
         data = root / "orchestrator"
-        config = write_toml(
+        config = orchestrator_toml(
+            swarm,
             root / "orch.toml",
-            {
-                "model": model,
-                "tasks": tasks,
-                "data_dir": data,
-                "deployment": swarm.deployment_file,
-                "keystore_dir": swarm.keystore_dir,
-                "password_file": swarm.password_file,
-                "listen": f"/ip4/127.0.0.1/tcp/{free_port()}",
-                "metrics_port": free_port(),
-                "prompts_per_assignment": PROMPTS_PER_ORDER,
-                "target_len": TARGET_LEN,
-                **RECIPE,
-            },
+            model=model,
+            tasks=tasks,
+            data_dir=data,
+            prompts_per_assignment=PROMPTS_PER_ORDER,
+            target_len=TARGET_LEN,
+            **RECIPE,
         )
         log = root / "orchestrator.log"
         orchestrator = swarm.start(
@@ -117,30 +146,19 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
         )
         addr = wait_for(lambda: orchestrator_addr(log), "the orchestrator", 180, swarm)
         for key in keys:
-            node = write_toml(
-                root / f"{key}.toml",
-                {
-                    "data_dir": root / key,
-                    "deployment": swarm.deployment_file,
-                    "keystore_dir": swarm.keystore_dir,
-                    "key": key,
-                    "password_file": swarm.password_file,
-                    "tasks": tasks,
-                    "orchestrator": addr,
-                    "threads": 1,
-                    "backend": "torch",
-                    "device": "cpu",
-                    "metrics_port": free_port(),
-                },
-            )
+            node = node_toml(swarm, root / f"{key}.toml", key=key, tasks=tasks, orchestrator=addr)
             swarm.start(key, [SWARMRL, "node", "run", "--config", node], root / f"{key}.log")
         # The window opens with the first step trained, as local's does.
         wait_for(lambda: read_metrics(data / "run" / "metrics.jsonl"), "step 1", 600, swarm)
         began = time.monotonic()
+        cpu_at_start = _cpu_by_program(swarm)
+        costs_at_start = {key: len(_lines(root / key / "costs.jsonl")) for key in keys}
+        checks_at_start = len(_lines(data / "validation.jsonl"))
         units_at_start = _units(data)
         rss_start = (_rss_mib(orchestrator.pid), _rss_mib(swarm.processes[keys[0]].pid))
         time.sleep(seconds)
         elapsed = time.monotonic() - began
+        cpu = {k: v - cpu_at_start.get(k, 0.0) for k, v in _cpu_by_program(swarm).items()}
         units = _units(data) - units_at_start
         rss_end = (_rss_mib(orchestrator.pid), _rss_mib(swarm.processes[keys[0]].pid))
         costs = [c for key in keys for c in _lines(root / key / "costs.jsonl")]
@@ -150,15 +168,29 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
             "submit_seconds": sorted(c["submit_seconds"] for c in costs),
             "generate_cpu_per_rollout": sum(c["generate_cpu_seconds"] for c in costs)
             / max(1, sum(c["rollouts"] for c in costs)),
-            "validate_cpu_per_rollout": sum(c["cpu_seconds"] for c in checks)
-            / max(1, sum(c["rollouts"] for c in checks)),
+            "validate_cpu_per_rollout": _cpu_per_rollout(checks),
             "prefilled": sum(c["prefill"] for c in checks) / max(1, len(checks)),
+            "validate_cpu_per_rollout_trusted": _cpu_per_rollout(
+                [c for c in checks if c["trusted"]]
+            ),
             "rss_start": rss_start,
             "rss_end": rss_end,
             "submissions": len(costs),
+            "window": elapsed,
+            "cpu": cpu,
+            "generation_cpu": sum(
+                c["generate_cpu_seconds"]
+                for key in keys
+                for c in _lines(root / key / "costs.jsonl")[costs_at_start[key] :]
+            ),
+            "validation_cpu": sum(c["cpu_seconds"] for c in checks[checks_at_start:]),
         }
     finally:
         swarm.stop_all()
+
+
+def _cpu_per_rollout(checks: list[dict[str, Any]]) -> float:
+    return sum(c["cpu_seconds"] for c in checks) / max(1, sum(c["rollouts"] for c in checks))
 
 
 def _units(data: Path) -> int:
@@ -183,7 +215,9 @@ def main(minutes: float = 4.0) -> None:
         swarm = run_swarm(model, tasks, root / "swarm", minutes * 60)
     submit = swarm["submit_seconds"]
     ratio = swarm["rollouts_per_second"] / local
-    cheaper = swarm["generate_cpu_per_rollout"] / max(swarm["validate_cpu_per_rollout"], 1e-12)
+    generate = swarm["generate_cpu_per_rollout"]
+    cheaper = generate / max(swarm["validate_cpu_per_rollout"], 1e-12)
+    trusted = swarm["validate_cpu_per_rollout_trusted"]
     print(f"\n| | train local | swarm ({NODES} nodes) |\n| --- | --- | --- |")
     print(f"| rollouts/s reaching the trainer | {local:.2f} | {swarm['rollouts_per_second']:.2f} "
           f"({ratio:.2f}x) |")  # fmt: skip
@@ -192,10 +226,19 @@ def main(minutes: float = 4.0) -> None:
     print(
         f"CPU per rollout: generation {swarm['generate_cpu_per_rollout'] * 1000:.1f} ms, "
         f"validation {swarm['validate_cpu_per_rollout'] * 1000:.2f} ms "
-        f"({cheaper:.0f}x cheaper; {swarm['prefilled']:.0%} of submissions prefilled)"
+        f"({cheaper:.1f}x cheaper; {swarm['prefilled']:.0%} of submissions prefilled); "
+        f"once nodes are trusted {trusted * 1000:.2f} ms "
+        f"({generate / max(trusted, 1e-12):.1f}x cheaper)"
     )
     (o0, n0), (o1, n1) = swarm["rss_start"], swarm["rss_end"]
     print(f"resident memory: orchestrator {o0:.0f} -> {o1:.0f} MiB, node {n0:.0f} -> {n1:.0f} MiB")
+    cpu, window = swarm["cpu"], swarm["window"]
+    nodes = sum(v for k, v in cpu.items() if k.startswith("node"))
+    print(
+        f"CPU in the {window:.0f} s window (cores busy): nodes {nodes / window:.2f} (generating "
+        f"{swarm['generation_cpu'] / window:.2f}), orchestrator {cpu['orchestrator'] / window:.2f} "
+        f"(validating {swarm['validation_cpu'] / window:.2f}), anvil {cpu['anvil'] / window:.2f}"
+    )
 
 
 if __name__ == "__main__":

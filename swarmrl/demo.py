@@ -122,6 +122,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
             trusted=[origin_key.address],
             peer_key=create_new_key_pair(),
             account=account,
+            reachable=account is not None,  # an origin: the address the others dial
             bootstrap=bootstrap,
             on_event=lambda e: events.append(f"{name}: {e.kind} {e.detail}"),
         )
@@ -176,6 +177,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
             trusted=[impostor.address],
             peer_key=create_new_key_pair(),
             account=impostor,
+            reachable=True,
         )
         nodes.append(fake)
         fake.publish(checkpoint, model="demo", step=2, shard_size=shard_size)

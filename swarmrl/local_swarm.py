@@ -163,6 +163,45 @@ def write_toml(path: Path, values: dict[str, object]) -> Path:
     return path
 
 
+def orchestrator_toml(
+    swarm: Swarm, path: Path, *, model: Path, tasks: Path, data_dir: Path, **settings: object
+) -> Path:
+    """An orchestrator config on this swarm's chain and keys: a fixed loopback port (a
+    restarted orchestrator is found again, as in production), then `settings`."""
+    values: dict[str, object] = {
+        "model": model,
+        "tasks": tasks,
+        "data_dir": data_dir,
+        "deployment": swarm.deployment_file,
+        "keystore_dir": swarm.keystore_dir,
+        "password_file": swarm.password_file,
+        "listen": f"/ip4/127.0.0.1/tcp/{free_port()}",
+        "metrics_port": free_port(),
+    }
+    return write_toml(path, {**values, **settings})
+
+
+def node_toml(
+    swarm: Swarm, path: Path, *, key: str, tasks: Path, orchestrator: str, **settings: object
+) -> Path:
+    """A node config for `key` on this swarm: torch on the CPU with one thread (several
+    nodes share the machine), its data dir beside `path`, then `settings`."""
+    values: dict[str, object] = {
+        "data_dir": path.parent / key,
+        "deployment": swarm.deployment_file,
+        "keystore_dir": swarm.keystore_dir,
+        "key": key,
+        "password_file": swarm.password_file,
+        "tasks": tasks,
+        "orchestrator": orchestrator,
+        "threads": 1,
+        "backend": "torch",
+        "device": "cpu",
+        "metrics_port": free_port(),
+    }
+    return write_toml(path, {**values, **settings})
+
+
 def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Swarm) -> object:
     deadline = time.monotonic() + limit
     while True:

@@ -75,7 +75,7 @@ def run_checks(settings: NodeSettings, password: str | None) -> list[Check]:
         ("joined", lambda: _joined(found)),
         ("orchestrator", lambda: _orchestrator(settings, found)),
         ("tasks", lambda: _tasks(Path(settings.tasks))),
-        ("inbound", lambda: _inbound(settings.listen)),
+        ("inbound", lambda: _inbound(settings, found)),
     ]
     return [_run(name, check) for name, check in checks]
 
@@ -355,7 +355,8 @@ def _tasks(path: Path) -> str:
     return f"ok: {len(tasks)} tasks in {path}"
 
 
-def _inbound(listen: str) -> str:
+def _inbound(settings: NodeSettings, found: _Found) -> str:
+    listen = settings.listen
     if listen == OUTBOUND_ONLY:
         return (
             "ok: outbound only (listen = none): the node pulls weights, gets work and submits, "
@@ -378,16 +379,36 @@ def _inbound(listen: str) -> str:
             'listen = "none" to work outbound only'
         ) from None
     where = "a free port" if port == 0 else f"port {port}"
-    if ip in ("127.0.0.1", "::1"):
+    if settings.orchestrator is None or found.peer_key is None:
+        return f"ok: the node can listen on {ip}, {where} (no dial-back tried: needs orchestrator)"
+    reached = _dial_back(ip, settings.orchestrator, found.peer_key)
+    if reached is None:
         return (
-            f"ok: the node will listen on {ip}, {where}: only this machine can dial it back, "
-            "so it serves shards to local peers only"
+            f"ok: the node can listen on {ip}, {where}, but the orchestrator could not dial "
+            "its data port back (NAT or a firewall): it pulls, works and submits, and serves "
+            "no shards"
         )
-    # Reachability from outside needs a peer to dial back, which `node run` waits for.
-    return (
-        f"ok: the node can listen on {ip}, {where}; peers elsewhere reach it only if no NAT "
-        "or firewall is in the way"
-    )
+    return f"ok: the orchestrator dialled the data port back at {reached}: the node serves shards"
+
+
+def _dial_back(ip: str, orchestrator: str, peer_key: Any) -> str | None:
+    """Asks the orchestrator to dial a data server on `ip` back, as `node run` does
+    before it offers shards: the endpoint reached, or None."""
+    from swarmrl.p2p import dialback
+    from swarmrl.p2p.datapath import ShardServer
+    from swarmrl.p2p.host import Host
+
+    server = ShardServer(lambda manifest_hash: None, host=ip)
+    try:
+        with Host(peer_key, listen=None) as host:
+            try:
+                peer = host.connect(orchestrator, timeout=CONNECT_TIMEOUT)
+            except (ConnectionError, TimeoutError):
+                return None
+            reached = dialback.ask(host, server, peer)
+    finally:
+        server.close()
+    return None if reached is None else str(reached)
 
 
 # ---- helpers ------------------------------------------------------------------------

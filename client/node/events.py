@@ -18,6 +18,7 @@ class EventKind(enum.Enum):
     JOINED = "joined"
     WEIGHTS_PROGRESS = "weights_progress"
     WEIGHTS_READY = "weights_ready"
+    SERVING = "serving"  # a peer dialled the data endpoint back: shards are offered
     ORDER = "order"
     GENERATED = "generated"
     SUBMITTED = "submitted"

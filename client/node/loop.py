@@ -142,6 +142,8 @@ class Node:
             )
         elif event.kind == "ready":
             self.on_event(Event(EventKind.WEIGHTS_READY, step=event.step))
+        elif event.kind == "reachable":
+            self.on_event(Event(EventKind.SERVING, extra={"data": event.detail}))
 
     def _connect_and_join(self) -> None:
         assert self.session is not None
@@ -330,7 +332,9 @@ class Node:
 
         tasks = [self.tasks[slot.problem_id] for slot in order.tasks]
         budgets = iter(slot.budget for slot in order.tasks)
-        began, cpu = time.perf_counter(), time.process_time()
+        from swarmrl.tasks.math import checker_cpu_seconds
+
+        began, cpu = time.perf_counter(), time.process_time() + checker_cpu_seconds()
         records = generate_rollouts(
             self.backend,
             tasks,
@@ -350,7 +354,8 @@ class Node:
         seconds = time.perf_counter() - began
         cost = {
             "rollouts": len(records),
-            "generate_cpu_seconds": time.process_time() - cpu,
+            # math-verify's worker scores the rewards: its CPU is generation's too.
+            "generate_cpu_seconds": time.process_time() + checker_cpu_seconds() - cpu,
             "generate_seconds": seconds,
         }
         tokens = sum(len(r.output_ids) for r in records)

@@ -248,6 +248,7 @@ class Orchestrator:
             peer_key=load_or_create_peer_key(self.data_dir / "peer.key"),
             account=self.keys.recorder,
             listen=s.listen,
+            reachable=True,  # the address nodes bootstrap from
             bootstrap=s.bootstrap,
         )
         latest = store.latest()
@@ -297,7 +298,7 @@ class Orchestrator:
         """Submissions not yet validated plus rollout files the trainer has not read."""
         spool = self.run_dir / "rollouts"
         unread = sum(1 for p in spool.glob("*.parquet")) if spool.is_dir() else 0
-        return self.ledger.tally().count("received") + unread
+        return self.ledger.count_with("received") + unread
 
     def _publish_new(self) -> None:
         step = ckpt.latest_step(self.run_dir)

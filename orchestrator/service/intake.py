@@ -238,6 +238,13 @@ class Intake:
             sequences=sequences,
             seconds=s.assignment_seconds,
         )
+        # Tasks a node left unanswered go to another node first.
+        orphan = self.ledger.orphaned(excluding=node.address)
+        if orphan is not None and any(p not in self.tasks for p, _ in orphan.tasks):
+            log.info("expired order %s names tasks no longer in the task set; dropped",
+                     orphan.order_id[:12])  # fmt: skip
+            self.ledger.set_assignment_state(orphan.order_id, "dropped")
+            orphan = None
         drawn = draw_order(
             self.task_list,
             run=self.context.run,
@@ -246,6 +253,7 @@ class Intake:
             counter=counter,
             prompts=s.prompts_per_assignment,
             budget=budget,
+            taken_over=None if orphan is None else [p for p, _ in orphan.tasks],
         )
         now = time.time()
         order = WorkOrder(
@@ -277,8 +285,12 @@ class Intake:
                 issued_at=now,
                 signature=order.signature,
                 state="open",
-            )
+            ),
+            takes_over=None if orphan is None else orphan.order_id,
         )
+        if orphan is not None:
+            log.info("%s takes over the tasks of %s's expired order %s", node.address,
+                     orphan.node, orphan.order_id[:12])  # fmt: skip
         return order
 
     # ---- submit ------------------------------------------------------------------------

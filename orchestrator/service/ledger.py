@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000  # other processes' transactions are short; wait rather than fail
 NODE_STATES = ("joined", "active", "silent", "gone", "banned")
-ASSIGNMENT_STATES = ("open", "answered", "expired")
+# expired -> reassigned: another node's order took its tasks over; expired -> dropped:
+# its tasks left the task set (a restart with another file), so no one can take them.
+ASSIGNMENT_STATES = ("open", "answered", "expired", "reassigned", "dropped")
 SUBMISSION_STATUSES = ("received", "accepted", "rejected")
 SLASH_OUTCOMES = ("sent", "found", "missed")
 MAX_SQLITE_INT = 2**63 - 1
@@ -358,9 +360,19 @@ class Ledger:
 
     # Assignments.
 
-    def add_assignment(self, a: AssignmentRow) -> None:
+    def add_assignment(self, a: AssignmentRow, *, takes_over: str | None = None) -> None:
+        """Stores a new assignment; with `takes_over`, that expired assignment's tasks
+        are now this one's, and it becomes 'reassigned' in the same transaction."""
         _require(a.state, ASSIGNMENT_STATES, "assignment state")
         with self._write() as db:
+            if takes_over is not None:
+                moved = db.execute(
+                    "UPDATE assignments SET state = 'reassigned' "
+                    "WHERE order_id = ? AND state = 'expired'",
+                    (takes_over,),
+                ).rowcount
+                if moved != 1:
+                    raise ValueError(f"assignment {takes_over[:12]} is not expired")
             db.execute(
                 f"INSERT INTO assignments VALUES ({', '.join('?' * 14)})",
                 (
@@ -391,6 +403,16 @@ class Ledger:
             "SELECT * FROM assignments WHERE node = ? AND state = 'open' "
             "ORDER BY counter DESC LIMIT 1",
             (to_checksum_address(node),),
+        )
+        return None if row is None else _assignment(row)
+
+    def orphaned(self, *, excluding: str) -> AssignmentRow | None:
+        """The oldest expired assignment of a node other than `excluding` whose tasks
+        no one has taken over yet."""
+        row = self._row(
+            "SELECT * FROM assignments WHERE state = 'expired' AND node != ? "
+            "ORDER BY deadline, order_id LIMIT 1",
+            (to_checksum_address(excluding),),
         )
         return None if row is None else _assignment(row)
 
@@ -624,6 +646,13 @@ class Ledger:
             SlashRow(r["digest"], r["epoch"], r["node"], r["tx_hash"], r["outcome"], r["at"])
             for r in rows
         ]
+
+    def count_with(self, status: str) -> int:
+        """Submissions with `status`: an index range, cheap enough for every work request
+        (`tally` scans the whole table)."""
+        _require(status, SUBMISSION_STATUSES, "submission status")
+        (row,) = self._rows("SELECT COUNT(*) AS n FROM submissions WHERE status = ?", (status,))
+        return row["n"]
 
     def tally(self) -> Tally:
         """Submissions and units by status, per node, and rejections by reason: what the

@@ -2,7 +2,10 @@
 
 An order's tasks, seed and budgets are a pure function of (run, node, policy
 step, counter): a node cannot steer what it is given, and anyone holding the
-task set can redraw an order and see that it was fair. Budgets follow the
+task set can redraw an order and see that it was fair. The one exception is
+an order that expired unanswered: its tasks go to the next order of another
+node (seed and budgets still that order's own), so a node that drops work
+cannot make the run skip its tasks. Budgets follow the
 node's measured speed, as INTELLECT-2's do: the run's budget for a node fast
 enough to meet the deadline with it, shorter ones for a slow node (or one that
 lies low), so every order fits its deadline while the task distribution stays
@@ -41,12 +44,16 @@ def draw_order(
     counter: int,
     prompts: int,
     budget: int,
+    taken_over: Sequence[str] | None = None,
 ) -> Draw:
-    """The tasks (each with ``budget``) and sampling seed of one order."""
+    """The tasks (each with ``budget``) and sampling seed of one order; the tasks are
+    ``taken_over`` (an expired order's problem ids) when given."""
     key = keccak(f"{run}/{node.lower()}/{step}/{counter}".encode())
+    seed = int.from_bytes(keccak(key + b"/seed")[:8], "big")
+    if taken_over is not None:
+        return Draw([Slot(problem_id=p, budget=budget) for p in taken_over], seed)
     rng = random.Random(key)
     chosen = rng.sample(list(tasks), prompts) if prompts <= len(tasks) else tasks
-    seed = int.from_bytes(keccak(key + b"/seed")[:8], "big")
     return Draw([Slot(problem_id=t.problem_id, budget=budget) for t in chosen], seed)
 
 

@@ -52,6 +52,13 @@ class ValidatorConfig:
     device: str | None
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU time and math-verify's worker's, which checks its rewards."""
+    from swarmrl.tasks.math import checker_cpu_seconds
+
+    return time.process_time() + checker_cpu_seconds()
+
+
 def chosen(digest: str, rate: float, salt: str) -> bool:
     """A fair coin of probability ``rate`` that is a function of the digest."""
     return random.Random(f"{salt}/{digest}").random() < rate
@@ -88,7 +95,8 @@ class Validator:
     def run_once(self) -> int:
         """Validate what is waiting; returns how many submissions were judged."""
         pending = self.ledger.pending_validation(16)
-        for row in pending:
+        # By step: each step's weights are loaded once for the prefills among them.
+        for row in sorted(pending, key=lambda r: r.step):
             self.judge(row)
         return len(pending)
 
@@ -110,9 +118,8 @@ class Validator:
             self._finish(row, [], f"the policy of step {row.step} is not on disk", False, False)
             return
         # Trust is earned by passing full checks and spent by abandoning orders.
-        prefill = node.trusted - node.abandoned < self.config.trust_after or chosen(
-            row.digest, self.config.validation_rate, "prefill"
-        )
+        trusted = node.trusted - node.abandoned >= self.config.trust_after
+        prefill = not trusted or chosen(row.digest, self.config.validation_rate, "prefill")
         check_code = chosen(row.digest, self.config.code_check_rate, "code")
         asked = Assignment(
             run=self.config.run,
@@ -123,8 +130,10 @@ class Validator:
             temperature=order.temperature,
             top_p=order.top_p,
         )
-        backend = self.backend_at(row.step)
-        began = time.process_time()
+        began = _cpu_seconds()
+        # Without a prefill only the tokenizer is needed, the same at every step: the
+        # weights of row.step are loaded only to prefill with them.
+        backend = self.backend_at(row.step) if prefill or self._backend is None else self._backend
         verdicts = verify_rollouts(
             backend,
             records,
@@ -133,8 +142,8 @@ class Validator:
             _scorer(records, backend.tokenizer, check_code),
             prefill=prefill,
         )
-        seconds = time.process_time() - began
-        self._note_cost(row, len(records), seconds, prefill)
+        seconds = _cpu_seconds() - began
+        self._note_cost(row, len(records), seconds, prefill, trusted)
         evidence = [v for v in verdicts if v.slashable]
         if evidence:
             self._finish(row, [], evidence[0].reason, True, prefill, seconds)
@@ -148,9 +157,18 @@ class Validator:
             self._spool(row, order, accepted)
         self._finish(row, accepted, reason, False, prefill, seconds)
 
-    def _note_cost(self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool) -> None:
-        """One line per judged submission in ``validation.jsonl``: what checking cost."""
-        line = {"digest": row.digest, "rollouts": rollouts, "cpu_seconds": cpu, "prefill": prefill}
+    def _note_cost(
+        self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool, trusted: bool
+    ) -> None:
+        """One line per judged submission in ``validation.jsonl``: what checking cost
+        (loading the step's weights included), and whether the node was trusted yet."""
+        line = {
+            "digest": row.digest,
+            "rollouts": rollouts,
+            "cpu_seconds": cpu,
+            "prefill": prefill,
+            "trusted": trusted,
+        }
         with (self.config.data_dir / "validation.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 

@@ -173,6 +173,18 @@ class Backend(Protocol):
         forward pass."""
         ...
 
+    def prefill_group(
+        self,
+        prompt_ids: list[int],
+        outputs: list[list[int]],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> list[Prefill]:
+        """``prefill`` of each of ``outputs`` after the one prompt a group shares: what a
+        validator runs per group, so a backend may compute the prompt once."""
+        ...
+
     def load_weights(self, model_dir: Path) -> None:
         """Replace the weights in place with those of ``model_dir`` (same architecture)."""
         ...

@@ -201,6 +201,20 @@ class VLLMBackend:
         )[0]
         return Prefill(hidden=hidden, scores=scores)
 
+    def prefill_group(
+        self,
+        prompt_ids: list[int],
+        outputs: list[list[int]],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> list[Prefill]:
+        """``prefill`` of each output in turn: a capture reads one request's states."""
+        return [
+            self.prefill(prompt_ids, output, temperature=temperature, top_p=top_p)
+            for output in outputs
+        ]
+
     def load_weights(self, model_dir: Path) -> None:
         """Stream ``model_dir``'s safetensors into the running model, then drop stale caches."""
         model_dir = Path(model_dir)

@@ -231,6 +231,7 @@ def serve(
             peer_key=peer_key,
             account=account,
             listen=listen,
+            reachable=True,  # the address pullers bootstrap from
             bootstrap=bootstrap,
         )
         with node:

@@ -12,8 +12,10 @@ One request, one answer, many per connection:
     request  = b"SRL1" || manifest hash (32 bytes) || shard index (u32, big endian)
     response = status (u8) || length (u64, big endian) || length bytes
 
-Status 0 carries the shard; the others carry no bytes and say why not. The
-server sends with ``os.sendfile`` from the checkpoint file (no copy through
+Status 0 carries the shard; the others carry no bytes and say why not. A
+probe (``b"SRLP"`` || 32-byte nonce || 0) is how a peer dials this endpoint back
+(:mod:`swarmrl.p2p.dialback`): status 0 and no bytes if the server expected that
+nonce. The server sends with ``os.sendfile`` from the checkpoint file (no copy through
 Python), one thread per connection, each with idle and send deadlines, and a
 cap on connections: an idle or slow client holds only its own thread, never
 another transfer. The client reads straight into a reusable buffer.
@@ -36,6 +38,8 @@ from swarmrl.p2p.store import Version
 log = logging.getLogger("swarmrl.p2p")
 
 MAGIC = b"SRL1"
+PROBE_MAGIC = b"SRLP"
+NONCE_BYTES = 32
 _REQUEST = struct.Struct("!4s32sI")
 _RESPONSE = struct.Struct("!BQ")
 OK, UNKNOWN_VERSION, NOT_HELD, BAD_REQUEST, BUSY = range(5)
@@ -105,6 +109,7 @@ class ShardServer:
         self.shards_served = 0
         self._closed = False
         self._conns: set[socket.socket] = set()
+        self._probes: dict[bytes, threading.Event] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept_loop, name="swarmrl-data", daemon=True)
         self._thread.start()
@@ -133,6 +138,9 @@ class ShardServer:
                     return
                 conn.settimeout(self._io_timeout)
                 magic, mhash, index = _REQUEST.unpack(request)
+                if magic == PROBE_MAGIC:
+                    self._answer_probe(conn, mhash)
+                    return
                 if magic != MAGIC:
                     conn.sendall(_RESPONSE.pack(BAD_REQUEST, 0))
                     return
@@ -150,6 +158,30 @@ class ShardServer:
                 self._conns.discard(conn)
             conn.close()
             self._slots.release()
+
+    def expect_probe(self, nonce: bytes) -> threading.Event:
+        """Arms this server for one probe carrying `nonce`; the event is set when it
+        arrives. Only the probes armed here are answered, so a dial-back proves
+        that this very server was reached."""
+        if len(nonce) != NONCE_BYTES:
+            raise ValueError(f"a probe nonce is {NONCE_BYTES} bytes, not {len(nonce)}")
+        arrived = threading.Event()
+        with self._lock:
+            self._probes[nonce] = arrived
+        return arrived
+
+    def forget_probe(self, nonce: bytes) -> None:
+        with self._lock:
+            self._probes.pop(nonce, None)
+
+    def _answer_probe(self, conn: socket.socket, nonce: bytes) -> None:
+        with self._lock:
+            arrived = self._probes.pop(nonce, None)
+        if arrived is None:
+            conn.sendall(_RESPONSE.pack(UNKNOWN_VERSION, 0))
+            return
+        arrived.set()
+        conn.sendall(_RESPONSE.pack(OK, 0))
 
     def _send_shard(self, conn: socket.socket, version: Version, index: int) -> None:
         offset, length = version.shard_range(index)
@@ -242,6 +274,19 @@ class ShardClient:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def probe(endpoint: Endpoint, nonce: bytes, *, timeout: float) -> bool:
+    """Dials `endpoint` and sends a probe with `nonce`: True if a data server there
+    answered that it expected it."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(_REQUEST.pack(PROBE_MAGIC, nonce, 0))
+            status, size = _RESPONSE.unpack(_recv_exactly(sock, _RESPONSE.size))
+    except (OSError, DataPathError):
+        return False
+    return status == OK and size == 0
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:

@@ -386,6 +386,19 @@ class Host:
         """Peers with an open connection now."""
         return [p.to_base58() for p in self._host.get_connected_peers()]
 
+    def remote_hosts(self, peer_id: str) -> set[str]:
+        """The IP addresses `peer_id`'s open connections come from (empty when none)."""
+
+        def hosts() -> set[str]:
+            found = set()
+            for conn in self._host.get_network().get_connections(ID.from_base58(peer_id)):
+                remote = conn.muxed_conn.get_remote_address()
+                if remote is not None:
+                    found.add(remote[0])
+            return found
+
+        return self._call(_sync_async, hosts)
+
     def handle(
         self, protocol: str, handler: Handler, *, request_limit: int, timeout: float = 10.0
     ) -> None:

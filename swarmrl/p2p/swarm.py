@@ -18,8 +18,11 @@ for control (who is who, what is new, who holds what), a
   learns, shard by shard, that other nodes can serve it.
 - ``/swarmrl/manifest/1.0.0``: a manifest with its announcement, by hash or the
   newest, which is also how a node that joins late learns what to fetch.
+- ``/swarmrl/dialback/1.0.0`` (:mod:`swarmrl.p2p.dialback`): a peer that is not
+  known to be reachable advertises its data endpoint only after another peer
+  dialled it back, so a node behind NAT never sends downloaders into timeouts.
 
-Events (announced, progress, banned, ready, rejected) go to one callback, for
+Events (announced, progress, banned, ready, rejected, reachable) go to one callback, for
 progress bars and the TUI.
 """
 
@@ -42,7 +45,7 @@ from libp2p.crypto.keys import KeyPair
 
 from swarmrl import shards
 from swarmrl.chain.eip712 import Domain
-from swarmrl.p2p import wire
+from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.datapath import IO_TIMEOUT, Endpoint, ShardServer
 from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook, Progress
 from swarmrl.p2p.host import DEFAULT_LISTEN, Host, RemoteError
@@ -73,6 +76,8 @@ POLL_INTERVAL = 0.5
 # so one slow peer cannot hold up learning from the others.
 POLL_TIMEOUT = 3.0
 ADVERT_INTERVAL = 30.0
+# How often a peer that no one has dialled back yet asks again.
+DIALBACK_RETRY = 60.0
 MIN_ADVERT_GAP = 2.0
 # Announcements already refused, remembered so that gossip repeats cost no signature
 # check and no log line.
@@ -84,7 +89,8 @@ MAX_PEERS = 32
 class Event:
     """Something a person watching the node wants to see.
 
-    kind is one of: ``announced``, ``progress``, ``ready``, ``banned``, ``rejected``.
+    kind is one of: ``announced``, ``progress``, ``ready``, ``banned``, ``rejected``,
+    ``reachable`` (a peer dialled this one back; detail: the data endpoint).
     """
 
     kind: str
@@ -107,6 +113,7 @@ class SwarmNode:
         peer_key: KeyPair,
         account: LocalAccount | None = None,
         listen: str | None = DEFAULT_LISTEN,
+        reachable: bool = False,
         bootstrap: Iterable[str] = (),
         workers: int = DEFAULT_WORKERS,
         on_event: Callable[[Event], None] | None = None,
@@ -128,6 +135,8 @@ class SwarmNode:
         self._advert_due = False
         self._rejected: dict[str, None] = {}  # manifest hashes, oldest first
         self._lock = threading.RLock()  # _consider holds it around _still_wanted
+        self._data: Endpoint | None = None  # the data endpoint advertised, once reachable
+        self._last_dialback = -DIALBACK_RETRY
 
         self.host = Host(
             peer_key, listen=listen, topics=[self._topic_checkpoints, self._topic_peers]
@@ -138,6 +147,12 @@ class SwarmNode:
             self.server = (
                 None if listen is None else ShardServer(self.store.get, host=_listen_host(listen))
             )
+            # `reachable`: the listen address is known to be reachable (an origin
+            # others bootstrap from); anyone else waits for a dial-back.
+            # A server on every interface cannot name its own address: it learns it
+            # from a dial-back too.
+            if reachable and self.server is not None and not _unspecified(self.server.endpoint):
+                self._data = self.server.endpoint
             self.record = (
                 PeerRecord.sign(account, self.host.peer_id, domain) if account is not None else None
             )
@@ -146,6 +161,12 @@ class SwarmNode:
             )
             # A have request carries the asker's advert, signed record included.
             self.host.handle(HAVE_PROTOCOL, self._serve_have, request_limit=MAX_ADVERT_BYTES)
+            self.host.handle(
+                dialback.DIALBACK_PROTOCOL,
+                dialback.DialbackService(self.host),
+                request_limit=dialback.MAX_REQUEST_BYTES,
+                timeout=dialback.PROBE_TIMEOUT * 2,
+            )
             self.host.subscribe(self._topic_checkpoints, self._on_announcement)
             self.host.subscribe(self._topic_peers, self._on_advert)
             for version in self.store.load():
@@ -178,7 +199,7 @@ class SwarmNode:
         return Advert(
             record=self.record,
             addrs=self.addrs,
-            data=None if self.server is None else str(self.server.endpoint),
+            data=None if self._data is None else str(self._data),
             holdings=holdings,
             peers=known[-MAX_EXCHANGED_PEERS:],
         )
@@ -189,6 +210,7 @@ class SwarmNode:
         """Connects to a bootstrap peer, learns its advert and its newest checkpoint."""
         peer = self.host.connect(addr)
         self._poll_peer(peer)
+        self._dial_back(peer)
         try:
             announcement, manifest = self._request_manifest(peer, None)
         except (RemoteError, wire.WireError, ConnectionError, TimeoutError) as e:
@@ -229,6 +251,40 @@ class SwarmNode:
                 connected.add(self.host.connect(addr, timeout=5))
                 self._poll_peer(peer)
 
+    @property
+    def serving(self) -> bool:
+        """Whether this peer offers its shards: it is reachable, or was dialled back."""
+        return self._data is not None
+
+    def _dial_back(self, peer: str) -> None:
+        """Asks `peer` to dial this peer's data endpoint; on success, offers shards."""
+        if self.server is None or self._data is not None:
+            return
+        self._last_dialback = time.monotonic()
+        reached = dialback.ask(self.host, self.server, peer)
+        if reached is None:
+            log.info("peer %s could not dial back %s; not serving shards yet", peer,
+                     self.server.endpoint)  # fmt: skip
+            return
+        # A server on every interface advertises the address the peer reached.
+        own = self.server.endpoint
+        self._data = reached if _unspecified(own) else own
+        log.info("peer %s dialled back %s: serving shards", peer, self._data)
+        self._on_event(Event("reachable", detail=str(self._data)))
+        self._send_advert(force=True)
+
+    def _retry_dial_back(self) -> None:
+        """Asks one connected peer (a different one each time) in a thread of its own:
+        a probe that times out behind NAT must not stall the polling of downloads."""
+        peers = self.host.peers() if self.server is not None else []
+        if not peers:
+            return
+        self._last_dialback = time.monotonic()
+        peer = peers[int(self._last_dialback / DIALBACK_RETRY) % len(peers)]
+        threading.Thread(
+            target=self._dial_back, args=(peer,), name="swarmrl-dialback", daemon=True
+        ).start()
+
     def _learn(self, peer: str, advert: Advert) -> None:
         account = advert.record.verify(self.domain, peer) if advert.record else None
         endpoint = None if advert.data is None else Endpoint.parse(advert.data)
@@ -247,6 +303,8 @@ class SwarmNode:
                 for peer in self.host.peers():
                     if not self.book.is_banned(peer):
                         self._poll_peer(peer)
+            if self._data is None and time.monotonic() - self._last_dialback >= DIALBACK_RETRY:
+                self._retry_dial_back()
             self._send_advert()
 
     def _send_advert(self, *, force: bool = False) -> None:
@@ -502,6 +560,10 @@ class SwarmNode:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unspecified(endpoint: Endpoint) -> bool:
+    return endpoint.host in ("0.0.0.0", "::")
 
 
 def _listen_host(listen: str) -> str:

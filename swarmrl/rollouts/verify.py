@@ -10,10 +10,11 @@ was assigned; by hand, what the node signed). Per record:
   prompt with the budget it states;
 - its output fits the sampling limits and its finish reason agrees with its
   tokens (end-of-sequence last, or max_tokens reached);
-- one prefill pass recomputes the hidden states, and every TOPLOC chunk must be
-  accepted; the claimed log-probabilities must be the model's under the claimed
-  temperature, and every token one that the claimed sampling could draw (the
-  argmax at temperature 0, inside the nucleus under top-p);
+- one prefill pass recomputes the hidden states (per group: the shared prompt
+  once, the outputs together), and every TOPLOC chunk must be accepted; the
+  claimed log-probabilities must be the model's under the claimed temperature,
+  and every token one that the claimed sampling could draw (the argmax at
+  temperature 0, inside the nucleus under top-p);
 - the rewards are recomputed with the validator's verifiers and its task.
 
 Per group (the records of one task): exactly the samples asked for, one prompt,
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from swarmrl import toploc
-from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend
+from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend, Prefill
 from swarmrl.rollouts.generate import prompt_ids
 from swarmrl.rollouts.records import Rollout
 from swarmrl.tasks import Task, length_penalty
@@ -143,10 +144,23 @@ def verify_rollout(
     raises for a bad record, only rejects it. Without ``prefill`` the model is not run:
     TOPLOC, log-probabilities and sampleability go unchecked (the swarm prefills a
     sample of submissions); everything else, rewards included, is still checked."""
+    expected = prompt_ids(backend.tokenizer, task.prompt, rollout.target_len)
+    if early := _unprefilled_verdict(backend, rollout, task, asked, expected):
+        return early
+    if not prefill:
+        return _rewards_verdict(backend, rollout, task, score, chunks=0, passed=0, logprob=None)
+    return _prefilled_verdict(backend, rollout, task, score, _prefill_one(backend, rollout))
+
+
+def _unprefilled_verdict(
+    backend: Backend, rollout: Rollout, task: Task, asked: Assignment, expected: list[int]
+) -> Verdict | None:
+    """The checks that need no model run (`expected`: the task's prompt ids with the
+    record's budget): a rejection, or None when all pass."""
     for error in (_provenance_error(rollout, asked), _task_error(rollout, task)):
         if error:
             return _evidence(error)
-    if rollout.prompt_ids != prompt_ids(backend.tokenizer, task.prompt, rollout.target_len):
+    if rollout.prompt_ids != expected:
         return _evidence("its prompt ids are not the task's prompt with its budget")
     n = len(rollout.output_ids)
     if n > rollout.max_tokens:
@@ -158,17 +172,51 @@ def verify_rollout(
         return _evidence(f"{len(rollout.proofs)} proofs for {chunks} chunks of output")
     if error := _finish_error(rollout, backend.eos_ids):
         return _evidence(error)
-    if not prefill:
-        return _rewards_verdict(backend, rollout, task, score, chunks=0, passed=0, logprob=None)
+    return None
+
+
+def _prefill_one(backend: Backend, rollout: Rollout) -> Prefill | ValueError:
     try:
-        prefill = backend.prefill(
+        return backend.prefill(
             rollout.prompt_ids,
             rollout.output_ids,
             temperature=rollout.temperature,
             top_p=rollout.top_p,
         )
     except ValueError as e:
-        return Verdict(False, f"its tokens cannot be replayed ({e})")
+        return e
+
+
+def _prefill_group(backend: Backend, members: Sequence[Rollout]) -> list[Prefill | ValueError]:
+    """Prefills of records that share a prompt and sampling settings, computed together;
+    should one record's tokens be unreplayable, each is prefilled alone, so only that
+    one fails."""
+    first = members[0]
+    try:
+        return list(
+            backend.prefill_group(
+                first.prompt_ids,
+                [r.output_ids for r in members],
+                temperature=first.temperature,
+                top_p=first.top_p,
+            )
+        )
+    except ValueError:
+        return [_prefill_one(backend, r) for r in members]
+
+
+def _prefilled_verdict(
+    backend: Backend,
+    rollout: Rollout,
+    task: Task,
+    score: Callable[[Task, str], float],
+    prefill: Prefill | ValueError,
+) -> Verdict:
+    """The verdict on a record that passed the unprefilled checks, given its prefill."""
+    if isinstance(prefill, ValueError):
+        return Verdict(False, f"its tokens cannot be replayed ({prefill})")
+    n = len(rollout.output_ids)
+    chunks = math.ceil(n / PROOF_CHUNK)
     results = toploc.verify_proofs(prefill.hidden, rollout.proofs, PROOF_CHUNK, PROOF_TOPK)
     passed = sum(r.accepted for r in results)
     if passed < chunks:
@@ -281,13 +329,38 @@ def verify_rollouts(
     A group that fails its checks has every record rejected with the group's reason
     (a record already rejected keeps its own).
     """
-    verdicts = []
-    for rollout in rollouts:
+    verdicts: list[Verdict | None] = [None] * len(rollouts)
+    to_prefill: dict[tuple[tuple[int, ...], float, float], list[int]] = {}
+    # A group shares its prompt: tokenised once, not once per sample.
+    expected: dict[tuple[str, int], list[int]] = {}
+    for i, rollout in enumerate(rollouts):
         task = tasks.get(rollout.problem_id)
         if task is None:
-            verdicts.append(_evidence("its problem_id is not in the validator's task set"))
+            verdicts[i] = _evidence("its problem_id is not in the validator's task set")
+            continue
+        key = (rollout.problem_id, rollout.target_len)
+        if key not in expected:
+            expected[key] = prompt_ids(backend.tokenizer, task.prompt, rollout.target_len)
+        if early := _unprefilled_verdict(backend, rollout, task, asked, expected[key]):
+            verdicts[i] = early
+        elif not prefill:
+            verdicts[i] = _rewards_verdict(backend, rollout, task, score, 0, 0, None)
         else:
-            verdicts.append(verify_rollout(backend, rollout, task, asked, score, prefill=prefill))
+            key = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
+            to_prefill.setdefault(key, []).append(i)
+    for members in to_prefill.values():
+        prefills = _prefill_group(backend, [rollouts[i] for i in members])
+        for i, result in zip(members, prefills, strict=True):
+            task = tasks[rollouts[i].problem_id]
+            verdicts[i] = _prefilled_verdict(backend, rollouts[i], task, score, result)
+    judged = [v for v in verdicts if v is not None]
+    assert len(judged) == len(rollouts)  # every branch above gives a verdict
+    return _group_verdicts(rollouts, judged, asked)
+
+
+def _group_verdicts(
+    rollouts: Sequence[Rollout], verdicts: list[Verdict], asked: Assignment
+) -> list[Verdict]:
     groups: dict[str, list[int]] = {}
     for i, rollout in enumerate(rollouts):
         groups.setdefault(rollout.problem_id, []).append(i)

@@ -19,7 +19,7 @@ from client.node.settings import NodeSettings
 from client.node.setup import init_node
 from swarmrl import keystore
 from swarmrl.chain.deploy import TOKEN, write_deployment
-from swarmrl.p2p import wire
+from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
 from swarmrl.p2p.records import swarm_domain
@@ -221,3 +221,33 @@ def test_a_listen_port_in_use_fails_inbound_and_outbound_only_passes(tmp_path):
     found = by_name(run_checks(settings_for(tmp_path, listen="none"), PASSWORD))
     assert found["inbound"].ok
     assert found["inbound"].detail.startswith("ok: outbound only (listen = none)")
+
+
+def test_inbound_asks_the_orchestrator_to_dial_the_data_port_back(tmp_path, volunteer, w3):
+    with Host(create_new_key_pair()) as orchestrator:
+        orchestrator.handle(
+            dialback.DIALBACK_PROTOCOL,
+            dialback.DialbackService(orchestrator),
+            request_limit=dialback.MAX_REQUEST_BYTES,
+        )
+        settings = settings_for(tmp_path, orchestrator=orchestrator.addrs[0])
+        inbound = by_name(run_checks(settings, PASSWORD))["inbound"]
+    assert inbound.ok
+    assert re.fullmatch(
+        r"ok: the orchestrator dialled the data port back at 127\.0\.0\.1:\d+: the node "
+        r"serves shards",
+        inbound.detail,
+    ), inbound.detail
+
+
+def test_inbound_without_a_dial_back_still_passes_and_says_no_shards(tmp_path, volunteer, w3):
+    with Host(create_new_key_pair()) as orchestrator:  # it cannot dial back
+        settings = settings_for(tmp_path, orchestrator=orchestrator.addrs[0])
+        inbound = by_name(run_checks(settings, PASSWORD))["inbound"]
+    assert inbound == Check(
+        "inbound",
+        True,
+        "ok: the node can listen on 127.0.0.1, a free port, but the orchestrator could not "
+        "dial its data port back (NAT or a firewall): it pulls, works and submits, and "
+        "serves no shards",
+    )

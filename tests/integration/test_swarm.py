@@ -17,7 +17,7 @@ import pytest
 from eth_account import Account
 from libp2p.crypto.ed25519 import create_new_key_pair
 
-from swarmrl.p2p import wire
+from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
 from swarmrl.p2p.host import RemoteError
 from swarmrl.p2p.messages import (
@@ -57,6 +57,8 @@ def swarm(tmp_path, origin_key):
     made = []
 
     def make(name, *, account=None, trusted=None, bootstrap=(), keep=3, on_event=None, **kwargs):
+        # A peer with no bootstrap is the one the others dial: known reachable.
+        kwargs.setdefault("reachable", not bootstrap)
         node = SwarmNode(
             store=WeightStore(tmp_path / name, keep=keep),
             domain=DOMAIN,
@@ -362,3 +364,46 @@ def test_a_newer_step_supersedes_a_download_in_progress(swarm, origin_key, tmp_p
         time.sleep(0.1)
     assert not list((tmp_path / "node").rglob("*.partial"))
     assert all(version.complete for version in node.store.versions())
+
+
+def test_a_node_serves_shards_only_after_a_peer_dialled_it_back(swarm, origin_key, checkpoint):
+    events = []
+    origin = swarm("origin", account=origin_key)
+    node = swarm("node", bootstrap=origin.addrs, on_event=events.append)
+    assert node.serving  # join asked the origin, which reached the data endpoint
+    assert node.advert().data == str(node.server.endpoint)
+    assert [e.detail for e in events if e.kind == "reachable"] == [str(node.server.endpoint)]
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    node.wait_for(1, timeout=WAIT)
+    origin.close()  # the dialled-back node is the only source left
+    late = swarm("late", bootstrap=node.addrs)
+    assert late.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    assert node.server.bytes_served > 0
+
+
+def test_a_node_no_one_can_dial_back_offers_no_data_path(swarm, origin_key, checkpoint):
+    """As behind NAT: its data server listens on 127.0.0.2 while its connections come
+    from 127.0.0.1, so the origin's probe (to the address it sees) finds nothing."""
+    origin = swarm("origin", account=origin_key)
+    natted = swarm("natted", listen="/ip4/127.0.0.2/tcp/0", bootstrap=origin.addrs)
+    assert not natted.serving
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    assert natted.wait_for(1, timeout=WAIT).path.read_bytes() == checkpoint.read_bytes()
+    assert natted.advert().data is None
+    seen = origin.book.get(natted.peer_id)
+    assert seen is not None
+    assert seen.endpoint is None
+    assert natted.server.bytes_served == 0
+
+
+def test_a_peer_dials_an_asker_back_at_most_once_per_gap(swarm):
+    first = swarm("first")
+    asker = swarm("asker", bootstrap=first.addrs)
+    assert asker.serving
+    # The asker names only a port: the probe goes to the address its connection
+    # comes from; a second request inside the gap is refused.
+    body = wire.dump(dialback.DialbackRequest(port=asker.server.endpoint.port, nonce="ab" * 32))
+    with pytest.raises(RemoteError, match="one dial-back per"):
+        asker.host.request(
+            first.peer_id, dialback.DIALBACK_PROTOCOL, body, response_limit=512, timeout=10
+        )

@@ -705,3 +705,51 @@ def test_intake_refuses_a_flood_from_one_peer_before_reading_it(orchestrator):
     # Another peer is not held back by this one.
     orchestrator.intake.join(PEERS[OTHER.address], claim_body(OTHER))
     assert [n.address for n in orchestrator.ledger.nodes()] == [OTHER.address]
+
+
+# ---- expiry -------------------------------------------------------------------------
+
+
+def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
+    orchestrator, ordered, tmp_path
+):
+    session, order, path = ordered
+    order_id = order.digest(SWARM).hex()
+    orchestrator.ledger.expire_assignments(order.deadline + 1)
+    assert orchestrator.ledger.node(NODE.address).abandoned == 1
+    # Not to the node that dropped it: its next order is a fresh draw.
+    own = session.work().order
+    assert own.counter == 1
+    assert orchestrator.ledger.assignment(order_id).state == "expired"
+
+    theirs = orchestrator.active(OTHER).work().order
+    assert [s.problem_id for s in theirs.tasks] == [s.problem_id for s in order.tasks]
+    assert theirs.seed != order.seed  # the new order's own seed, drawn as always
+    assert orchestrator.ledger.assignment(order_id).state == "reassigned"
+    with pytest.raises(wire.WireError, match="already reassigned"):
+        orchestrator.intake.check_submission(
+            PEERS[NODE.address], wire.dump(session.sign(order, PUBLISHED, path))
+        )
+    # Taken over once: left now are the two later orders, each for the other node.
+    orchestrator.ledger.expire_assignments(theirs.deadline + 1)
+    assert orchestrator.ledger.orphaned(excluding=NODE.address).node == OTHER.address
+    left = orchestrator.ledger.orphaned(excluding=OTHER.address)
+    assert left.order_id == own.digest(SWARM).hex()
+
+
+def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator):
+    order = orchestrator.active(NODE).work().order
+    orchestrator.ledger.expire_assignments(order.deadline + 1)
+    orchestrator.intake.tasks.pop(order.tasks[0].problem_id)  # a restart with another file
+    theirs = orchestrator.active(OTHER).work().order
+    drawn = draw_order(
+        orchestrator.intake.task_list,
+        run=RUN,
+        node=OTHER.address,
+        step=PUBLISHED,
+        counter=0,
+        prompts=orchestrator.settings.prompts_per_assignment,
+        budget=orchestrator.settings.target_len,
+    )
+    assert theirs.tasks == drawn.tasks
+    assert orchestrator.ledger.assignment(order.digest(SWARM).hex()).state == "dropped"

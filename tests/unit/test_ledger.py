@@ -166,6 +166,10 @@ def test_the_tally_counts_what_the_rows_hold(ledger):
     assert tally.per_node[(OTHER_CHECKSUM, "rejected")] == (2, 0)
     assert tally.reasons == {"stale step": 2}
     assert (tally.count("received"), tally.count("banned"), tally.units()) == (1, 0, 28)
+    counts = [ledger.count_with(status) for status in ("received", "accepted", "rejected")]
+    assert counts == [1, 2, 2]
+    with pytest.raises(ValueError, match="submission status must be one of"):
+        ledger.count_with("banned")
 
 
 def test_threads_share_one_ledger(ledger):

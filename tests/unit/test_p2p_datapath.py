@@ -346,3 +346,36 @@ def test_endpoint_parse_errors(text):
     with pytest.raises(ValueError, match="is not a host:port data endpoint") as e:
         Endpoint.parse(text)
     assert str(e.value) == f"{text!r} is not a host:port data endpoint"
+
+
+def test_a_probe_is_answered_only_for_an_armed_nonce_and_only_once(serving):
+    server, _, _ = serving
+    nonce = bytes(range(32))
+    assert not datapath.probe(server.endpoint, nonce, timeout=5)  # not armed: refused
+    arrived = server.expect_probe(nonce)
+    assert not arrived.is_set()
+    assert datapath.probe(server.endpoint, nonce, timeout=5)
+    assert arrived.is_set()
+    assert not datapath.probe(server.endpoint, nonce, timeout=5)  # used up
+
+
+def test_a_forgotten_probe_is_refused(serving):
+    server, _, _ = serving
+    nonce = b"\x07" * 32
+    arrived = server.expect_probe(nonce)
+    server.forget_probe(nonce)
+    assert not datapath.probe(server.endpoint, nonce, timeout=5)
+    assert not arrived.is_set()
+
+
+def test_probing_a_closed_port_is_false_not_an_error(serving):
+    server, _, _ = serving
+    endpoint = server.endpoint
+    server.close()
+    assert not datapath.probe(endpoint, b"\x01" * 32, timeout=2)
+
+
+def test_a_probe_nonce_has_one_length(serving):
+    server, _, _ = serving
+    with pytest.raises(ValueError, match="32 bytes"):
+        server.expect_probe(b"short")

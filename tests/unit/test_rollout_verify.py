@@ -123,6 +123,17 @@ def test_each_kind_of_lie_is_rejected(backend, records, change, reason):
     assert reason in rejected_with(backend, records, 0, lie(records[0], **change(records[0])))
 
 
+def test_one_unreplayable_record_costs_only_itself_in_a_group_prefill(backend, records):
+    """A group is prefilled together; a record whose tokens the model cannot take makes
+    the validator prefill the group one by one, so its neighbours are still judged."""
+    r = records[0]
+    forged = lie(r, output_ids=[10_000, *r.output_ids[1:]])
+    judged = verdicts(backend, [forged, *records[1:]])
+    assert "cannot be replayed" in judged[0].reason
+    assert all(v.accepted for v in judged[1:]), [v.reason for v in judged[1:]]
+    assert all(v.chunks_accepted == v.chunks > 0 for v in judged[1:])
+
+
 # -- the task comes from the validator's task set -----------------------------------
 
 

@@ -268,3 +268,32 @@ def test_the_sympy_worker_dies_with_its_parent(tmp_path):
         time.sleep(0.05)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError("the worker outlived its parent")
+
+
+def test_the_checker_cpu_time_grows_with_checks_and_survives_a_new_worker():
+    from swarmrl.tasks import math as m
+
+    m.answers_match("1", "1")  # a worker is running
+    before = m.checker_cpu_seconds()
+    for i in range(300):
+        m.answers_match(f"\\frac{{{i}}}{{7}}", f"{i}/7 + 0")
+    grown = m.checker_cpu_seconds()
+    assert grown > before
+    m._WORKER._discard()  # as after an overrun: the next check starts a new worker
+    assert m.checker_cpu_seconds() >= grown
+    m.answers_match("2", "2")
+    assert m.checker_cpu_seconds() >= grown
+
+
+@pytest.mark.parametrize(
+    ("candidate", "truth", "same"),
+    [("12", "12", True), ("012", "12", True), ("+7", "7", True), ("-3", "3", False),
+     ("12", "13", False), ("1000000000000000000001", "1000000000000000000001", True)],
+)  # fmt: skip
+def test_integers_are_compared_without_the_checker_process(candidate, truth, same):
+    from swarmrl.tasks import math as m
+
+    m._WORKER._discard()
+    assert answers_match(candidate, truth) is same
+    assert m._WORKER.pid is None  # sympy was never asked
+    assert answers_match(candidate + ".0", truth) is same  # math-verify agrees

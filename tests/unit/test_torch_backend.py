@@ -169,3 +169,31 @@ def test_rows_that_finish_leave_the_batch_without_disturbing_the_rest(backend):
             max(abs(a - b) for a, b in zip(prefill.logprobs, completion.logprobs, strict=True))
             < 1e-3
         )
+
+
+def test_a_group_prefill_equals_prefilling_each_output_alone(backend, monkeypatch):
+    prompt = prompts(backend, "One prompt, a group of samples")[0]
+    params = SamplingParams(max_tokens=40, temperature=0.8, seed=3)
+    outputs = [c.output_ids for c in backend.generate([prompt] * 5, params)]
+    assert len({len(o) for o in outputs}) > 1  # right padding is exercised
+    # A budget of two rows per pass: the prompt is recomputed for each pass.
+    monkeypatch.setattr("swarmrl.models.torch_backend.PREFILL_BATCH_TOKENS", 2 * 40)
+    together = backend.prefill_group(prompt, outputs, temperature=0.8, top_p=0.9)
+    assert len(together) == len(outputs)
+    for output, group in zip(outputs, together, strict=True):
+        alone = backend.prefill(prompt, output, temperature=0.8, top_p=0.9)
+        assert group.hidden.shape == alone.hidden.shape
+        assert torch.allclose(group.hidden, alone.hidden, atol=1e-4)
+        assert max(abs(a - b) for a, b in zip(group.logprobs, alone.logprobs, strict=True)) < 1e-4
+        assert group.scores.unsampleable == alone.scores.unsampleable
+
+
+def test_a_group_prefill_refuses_what_a_prefill_refuses(backend):
+    with pytest.raises(ValueError, match="token ids"):
+        backend.prefill_group([1, 2], [[3], [10_000]])
+    with pytest.raises(ValueError, match="non-empty"):
+        backend.prefill_group([1, 2], [[3], []])
+    with pytest.raises(ValueError, match="non-empty"):
+        backend.prefill_group([], [[3]])
+    with pytest.raises(ValueError, match="positions"):
+        backend.prefill_group([1] * 500, [[3] * 100])

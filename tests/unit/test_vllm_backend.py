@@ -291,6 +291,15 @@ def test_prefill_recomputes_states_and_tempered_logprobs(backend, model_dir):
     assert greedy.logprobs == pytest.approx(reference_logprobs(model_dir, PROMPT, output, 1.0))
 
 
+def test_a_group_prefill_is_each_output_prefilled_alone(backend, model_dir):
+    outputs = [[60, 61, 62], [63, 64, 65, 66, 67]]
+    group = backend.prefill_group(PROMPT, outputs, temperature=0.7)
+    for output, prefill in zip(outputs, group, strict=True):
+        torch.testing.assert_close(prefill.hidden, reference_rows(model_dir, PROMPT, output))
+        expected = reference_logprobs(model_dir, PROMPT, output, 0.7)
+        assert prefill.logprobs == pytest.approx(expected, abs=1e-5)
+
+
 def test_top_p_logprobs_come_from_the_prefill_not_the_nucleus(backend, model_dir):
     output = [70, 71, 72]
     backend._llm.scripts = [sample(output, logprob=-0.01)]
