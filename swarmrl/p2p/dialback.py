@@ -23,35 +23,21 @@ import threading
 import time
 from collections import OrderedDict
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from swarmrl.p2p import wire
 from swarmrl.p2p.datapath import NONCE_BYTES, Endpoint, ShardServer, probe
 from swarmrl.p2p.host import Host, RemoteError
-from swarmrl.p2p.records import Hex32
+from swarmrl.p2p.messages import (
+    DIALBACK_PROTOCOL,
+    MAX_DIALBACK_REPLY_BYTES,
+    DialbackReply,
+    DialbackRequest,
+)
 
 log = logging.getLogger("swarmrl.p2p")
 
-DIALBACK_PROTOCOL = wire.protocol_id("dialback")
-MAX_REQUEST_BYTES = 256
-MAX_REPLY_BYTES = 512
 PROBE_TIMEOUT = 5.0
 MIN_GAP = 10.0
 _REMEMBERED_ASKERS = 4096
-
-
-class DialbackRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    port: int = Field(ge=1, le=65535)
-    nonce: Hex32
-
-
-class DialbackReply(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    reached: bool
-    endpoint: str | None = Field(default=None, max_length=300)
 
 
 class DialbackService:
@@ -99,7 +85,7 @@ def ask(host: Host, server: ShardServer, peer: str) -> Endpoint | None:
             peer,
             DIALBACK_PROTOCOL,
             wire.dump(request),
-            response_limit=MAX_REPLY_BYTES,
+            response_limit=MAX_DIALBACK_REPLY_BYTES,
             timeout=PROBE_TIMEOUT * 3,
         )
         reply = wire.parse(DialbackReply, body)

@@ -18,6 +18,7 @@ from swarmrl.shards import MAX_MANIFEST_BYTES
 
 MANIFEST_PROTOCOL = protocol_id("manifest")
 HAVE_PROTOCOL = protocol_id("have")
+DIALBACK_PROTOCOL = protocol_id("dialback")
 
 # One bit per shard: 60,000 shards (3.8 TiB at 64 MiB) is 15,000 hex characters.
 MAX_BITFIELD_HEX = 16_384
@@ -28,6 +29,8 @@ MAX_REQUEST_BYTES = 1024
 MAX_ANNOUNCEMENT_BYTES = 2048
 MAX_ADVERT_BYTES = 64 * 1024
 MAX_MANIFEST_REPLY_BYTES = MAX_MANIFEST_BYTES + MAX_ANNOUNCEMENT_BYTES
+MAX_DIALBACK_REQUEST_BYTES = 256
+MAX_DIALBACK_REPLY_BYTES = 512
 
 Multiaddr = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 HexBits = Annotated[
@@ -78,3 +81,16 @@ class HaveRequest(_Message):
     """Asks a peer for its advert, telling it the asker's own."""
 
     advert: Advert | None = None
+
+
+class DialbackRequest(_Message):
+    """Asks a peer to probe the asker's data port, at the address it connects from
+    (:mod:`swarmrl.p2p.dialback`)."""
+
+    port: int = Field(ge=1, le=65535)
+    nonce: Hex32
+
+
+class DialbackReply(_Message):
+    reached: bool
+    endpoint: str | None = Field(default=None, max_length=300)  # host:port dialled

@@ -50,10 +50,12 @@ from swarmrl.p2p.datapath import IO_TIMEOUT, Endpoint, ShardServer
 from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook, Progress
 from swarmrl.p2p.host import DEFAULT_LISTEN, Host, RemoteError
 from swarmrl.p2p.messages import (
+    DIALBACK_PROTOCOL,
     HAVE_PROTOCOL,
     MANIFEST_PROTOCOL,
     MAX_ADVERT_BYTES,
     MAX_ANNOUNCEMENT_BYTES,
+    MAX_DIALBACK_REQUEST_BYTES,
     MAX_EXCHANGED_PEERS,
     MAX_HOLDINGS,
     MAX_MANIFEST_REPLY_BYTES,
@@ -162,9 +164,9 @@ class SwarmNode:
             # A have request carries the asker's advert, signed record included.
             self.host.handle(HAVE_PROTOCOL, self._serve_have, request_limit=MAX_ADVERT_BYTES)
             self.host.handle(
-                dialback.DIALBACK_PROTOCOL,
+                DIALBACK_PROTOCOL,
                 dialback.DialbackService(self.host),
-                request_limit=dialback.MAX_REQUEST_BYTES,
+                request_limit=MAX_DIALBACK_REQUEST_BYTES,
                 timeout=dialback.PROBE_TIMEOUT * 2,
             )
             self.host.subscribe(self._topic_checkpoints, self._on_announcement)

@@ -22,6 +22,7 @@ from swarmrl.chain.deploy import TOKEN, write_deployment
 from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
+from swarmrl.p2p.messages import DIALBACK_PROTOCOL, MAX_DIALBACK_REQUEST_BYTES
 from swarmrl.p2p.records import swarm_domain
 from swarmrl.work import join
 from tests.integration.conftest import PROVIDER_A
@@ -226,9 +227,9 @@ def test_a_listen_port_in_use_fails_inbound_and_outbound_only_passes(tmp_path):
 def test_inbound_asks_the_orchestrator_to_dial_the_data_port_back(tmp_path, volunteer, w3):
     with Host(create_new_key_pair()) as orchestrator:
         orchestrator.handle(
-            dialback.DIALBACK_PROTOCOL,
+            DIALBACK_PROTOCOL,
             dialback.DialbackService(orchestrator),
-            request_limit=dialback.MAX_REQUEST_BYTES,
+            request_limit=MAX_DIALBACK_REQUEST_BYTES,
         )
         settings = settings_for(tmp_path, orchestrator=orchestrator.addrs[0])
         inbound = by_name(run_checks(settings, PASSWORD))["inbound"]

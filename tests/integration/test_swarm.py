@@ -17,14 +17,16 @@ import pytest
 from eth_account import Account
 from libp2p.crypto.ed25519 import create_new_key_pair
 
-from swarmrl.p2p import dialback, wire
+from swarmrl.p2p import wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
 from swarmrl.p2p.host import RemoteError
 from swarmrl.p2p.messages import (
+    DIALBACK_PROTOCOL,
     HAVE_PROTOCOL,
     MANIFEST_PROTOCOL,
     MAX_ADVERT_BYTES,
     MAX_REQUEST_BYTES,
+    DialbackRequest,
     checkpoints_topic,
     peers_topic,
 )
@@ -402,8 +404,6 @@ def test_a_peer_dials_an_asker_back_at_most_once_per_gap(swarm):
     assert asker.serving
     # The asker names only a port: the probe goes to the address its connection
     # comes from; a second request inside the gap is refused.
-    body = wire.dump(dialback.DialbackRequest(port=asker.server.endpoint.port, nonce="ab" * 32))
+    body = wire.dump(DialbackRequest(port=asker.server.endpoint.port, nonce="ab" * 32))
     with pytest.raises(RemoteError, match="one dial-back per"):
-        asker.host.request(
-            first.peer_id, dialback.DIALBACK_PROTOCOL, body, response_limit=512, timeout=10
-        )
+        asker.host.request(first.peer_id, DIALBACK_PROTOCOL, body, response_limit=512, timeout=10)

@@ -9,7 +9,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmrl.p2p import dialback, messages, wire
+from swarmrl.p2p import messages, wire
 from swarmrl.p2p.messages import Advert, Holding, ManifestRequest
 from swarmrl.p2p.records import Announcement, PeerRecord
 from swarmrl.p2p.wire import WireError
@@ -348,16 +348,16 @@ def test_parse_fuzz_raw_bytes(body):
 @settings(max_examples=300)
 @given(body=st.binary(max_size=200))
 def test_parse_dialback_fuzz_raw_bytes(body):
-    parse_or_wire_error(dialback.DialbackRequest, body)
-    parse_or_wire_error(dialback.DialbackReply, body)
+    parse_or_wire_error(messages.DialbackRequest, body)
+    parse_or_wire_error(messages.DialbackReply, body)
 
 
 @settings(max_examples=150)
 @given(value=st.dictionaries(st.sampled_from(["port", "nonce", "reached", "endpoint"]), json_values,
                              max_size=4))  # fmt: skip
 def test_parse_dialback_fuzz_structured(value):
-    parse_or_wire_error(dialback.DialbackRequest, as_json(value))
-    parse_or_wire_error(dialback.DialbackReply, as_json(value))
+    parse_or_wire_error(messages.DialbackRequest, as_json(value))
+    parse_or_wire_error(messages.DialbackReply, as_json(value))
 
 
 @settings(max_examples=150)
