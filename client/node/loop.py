@@ -332,9 +332,10 @@ class Node:
 
         tasks = [self.tasks[slot.problem_id] for slot in order.tasks]
         budgets = iter(slot.budget for slot in order.tasks)
-        from swarmrl.tasks.math import checker_cpu_seconds
+        from swarmrl.tasks.math import cpu_seconds_with_checker
 
-        began, cpu = time.perf_counter(), time.process_time() + checker_cpu_seconds()
+        # math-verify's worker scores the rewards: its CPU is generation's too.
+        began, cpu = time.perf_counter(), cpu_seconds_with_checker()
         records = generate_rollouts(
             self.backend,
             tasks,
@@ -354,8 +355,7 @@ class Node:
         seconds = time.perf_counter() - began
         cost = {
             "rollouts": len(records),
-            # math-verify's worker scores the rewards: its CPU is generation's too.
-            "generate_cpu_seconds": time.process_time() + checker_cpu_seconds() - cpu,
+            "generate_cpu_seconds": cpu_seconds_with_checker() - cpu,
             "generate_seconds": seconds,
         }
         tokens = sum(len(r.output_ids) for r in records)

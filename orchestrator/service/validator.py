@@ -52,13 +52,6 @@ class ValidatorConfig:
     device: str | None
 
 
-def _cpu_seconds() -> float:
-    """This process's CPU time and math-verify's worker's, which checks its rewards."""
-    from swarmrl.tasks.math import checker_cpu_seconds
-
-    return time.process_time() + checker_cpu_seconds()
-
-
 def chosen(digest: str, rate: float, salt: str) -> bool:
     """A fair coin of probability ``rate`` that is a function of the digest."""
     return random.Random(f"{salt}/{digest}").random() < rate
@@ -130,7 +123,9 @@ class Validator:
             temperature=order.temperature,
             top_p=order.top_p,
         )
-        began = _cpu_seconds()
+        from swarmrl.tasks.math import cpu_seconds_with_checker
+
+        began = cpu_seconds_with_checker()
         # Without a prefill only the tokenizer is needed, the same at every step: the
         # weights of row.step are loaded only to prefill with them.
         backend = self.backend_at(row.step) if prefill or self._backend is None else self._backend
@@ -142,7 +137,7 @@ class Validator:
             _scorer(records, backend.tokenizer, check_code),
             prefill=prefill,
         )
-        seconds = _cpu_seconds() - began
+        seconds = cpu_seconds_with_checker() - began
         self._note_cost(row, len(records), seconds, prefill, trusted)
         evidence = [v for v in verdicts if v.slashable]
         if evidence:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -231,9 +232,15 @@ _WORKER = _ComparingWorker()
 
 
 def checker_cpu_seconds() -> float:
-    """CPU seconds math-verify's worker process has used so far: add the difference
-    across a piece of work to that work's own process time to know what it cost."""
+    """CPU seconds math-verify's worker process has used so far."""
     return _WORKER.cpu_seconds()
+
+
+def cpu_seconds_with_checker() -> float:
+    """This process's CPU time plus math-verify's worker's: the difference across a
+    piece of work that scores rewards is what it cost (the worker's share is invisible
+    to ``time.process_time``)."""
+    return time.process_time() + checker_cpu_seconds()
 
 
 # The worker imports this very swarmrl (isolated mode ignores PYTHONPATH and the cwd).
