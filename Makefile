@@ -124,3 +124,9 @@ lock: | $(BIN)/python
 
 clean:
 	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .hypothesis contracts/node_modules contracts/build
+
+# The README's configuration reference, regenerated from the settings models
+# (tests/unit/test_readme.py fails when it is stale).
+.PHONY: readme
+readme: $(DEPS_STAMP)
+	$(BIN)/python docs/readme_reference.py

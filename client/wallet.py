@@ -327,11 +327,11 @@ def _check_withdrawable(chain: Protocol) -> None:
     raise ValueError(
         f"nothing to withdraw yet: {format_amount(due)} of your "
         f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {when} "
-        f"(in {_duration(left)}, by the chain's clock)"
+        f"(in {duration(left)}, by the chain's clock)"
     )
 
 
-def _duration(seconds: int) -> str:
+def duration(seconds: int) -> str:
     """A span of time in its two largest units, e.g. "2 d 3 h", "59 min 30 s"."""
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):

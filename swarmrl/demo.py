@@ -1,8 +1,7 @@
-"""`swarmrl demo`: the whole local swarm, as far as it is built.
+"""`swarmrl demo --scene NAME`: one part of the system at a time, each run for real on
+this machine with the embedded defaults, saying what it showed.
 
-Each stage runs for real on this machine with the embedded defaults and says
-what it showed; stages that later work will add are listed as not yet
-available rather than faked.
+The whole loop (the default of `swarmrl demo`) is orchestrator/demo_loop.py.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,8 +21,6 @@ from swarmrl import shards, toploc
 
 if TYPE_CHECKING:
     from swarmrl.chain.deploy import Deployment
-
-NOT_YET = ("orchestrator: scheduler, validator daemon, GRPO trainer",)
 
 
 def _say(text: str) -> None:
@@ -288,20 +285,44 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         chain.stop()
 
 
-def run(later_stages: Sequence[Callable[[Path], None]] = ()) -> None:
-    """Runs every stage that exists and names the ones that do not yet.
+def _deployment_only() -> tuple[Deployment, LocalAccount]:
+    """What the swarm scene needs from a chain when the chain scene did not run: the
+    deployment's addresses and the recorder's key, from a throwaway anvil."""
+    from swarmrl.chain.anvil import Anvil, dev_accounts
+    from swarmrl.chain.deploy import DEV_RECORDER, deploy_dev, run_id_from_name
 
-    ``later_stages`` are the apps' own stages (rollouts, for one), handed in by
-    the CLI because swarmrl does not import the apps.
+    chain = Anvil.start()
+    try:
+        return deploy_dev(chain, run_id=run_id_from_name("demo")), dev_accounts()[DEV_RECORDER]
+    finally:
+        chain.stop()
+
+
+SCENES = ("toploc", "chain", "shards", "swarm")
+
+
+def run_scenes(names: Sequence[str], app_scenes: Mapping[str, Callable[[Path], None]]) -> None:
+    """Runs the named scenes in the order of ``SCENES`` then ``app_scenes``.
+
+    ``app_scenes`` are the apps' own (rollouts, for one), handed in by the CLI
+    because swarmrl does not import the apps.
     """
-    _say("swarmrl demo: a local swarm on the embedded defaults\n")
-    _toploc_stage()
-    deployment, orchestrator = _chain_stage()
+    known = [*SCENES, *app_scenes]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no demo scene {unknown[0]!r}; the scenes are {', '.join(known)}")
+    wanted = [n for n in known if n in names]
+    chain: tuple[Deployment, LocalAccount] | None = None
     with tempfile.TemporaryDirectory(prefix="swarmrl-demo-") as tmp:
-        _shards_stage(Path(tmp))
-        _swarm_stage(Path(tmp), deployment, orchestrator)
-        for stage in later_stages:
-            stage(Path(tmp))
-    _say("\nnot yet available:")
-    for stage in NOT_YET:
-        _say(f"  - {stage}")
+        workdir = Path(tmp)
+        for name in wanted:
+            if name == "toploc":
+                _toploc_stage()
+            elif name == "chain":
+                chain = _chain_stage()
+            elif name == "shards":
+                _shards_stage(workdir)
+            elif name == "swarm":
+                _swarm_stage(workdir, *(chain or _deployment_only()))
+            else:
+                app_scenes[name](workdir)

@@ -25,12 +25,15 @@ class _UtcFormatter(logging.Formatter):
         return super().format(record).replace("\n", " | ")
 
 
-def setup_logging(file: Path | None = None, *, level: int = logging.INFO) -> None:
-    """Send swarmrl's log lines to stderr and, if given, appended to ``file``."""
+def setup_logging(
+    file: Path | None = None, *, level: int = logging.INFO, stderr: bool = True
+) -> None:
+    """Send swarmrl's log lines to stderr (unless a terminal app owns the screen) and, if
+    given, appended to ``file``."""
     from swarmrl.p2p.host import quiet_libp2p_logs
 
     formatter = _UtcFormatter(FORMAT)
-    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    handlers: list[logging.Handler] = [logging.StreamHandler()] if stderr else []
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(file))

@@ -64,11 +64,14 @@ def _settings(config: Path | None) -> Any:
 def run(
     config: Path | None = ConfigOption,
     headless: bool = typer.Option(
-        True, "--headless/--tui", help="Log lines (the terminal app comes next)."
+        False,
+        "--headless",
+        help="Log lines instead of the terminal app (always so when stdout is not a terminal).",
     ),
 ) -> None:
-    """Join the run and work until Ctrl-C or SIGTERM; the same command resumes it."""
+    """Join the run and work until Ctrl-C, q or SIGTERM; the same command resumes it."""
     import os
+    import sys
 
     from client.node.events import log_event
     from client.node.loop import Node, thread_count
@@ -87,20 +90,54 @@ def run(
     import torch
 
     torch.set_num_threads(threads)
-    setup_logging(Path(settings.data_dir) / "node.log")
+    terminal = not headless and sys.stdout.isatty()
+    # Log lines on stderr would tear through the app's screen: then only the file has them.
+    setup_logging(Path(settings.data_dir) / "node.log", stderr=not terminal)
     metrics = NodeMetrics(settings.metrics_port)
+    # The app listens too once it exists, and it needs the node first.
+    listeners: list[Any] = [log_event, metrics.on_event]
+    watchers: list[Any] = [metrics.update]
 
     def on_event(event: Any) -> None:
-        log_event(event)
-        metrics.on_event(event)
+        for listener in listeners:
+            listener(event)
 
-    node = Node(settings, account, on_event=on_event, on_state=metrics.update)
+    def on_state(state: Any, peers: int) -> None:
+        for watcher in watchers:
+            watcher(state, peers)
+
+    node = Node(settings, account, on_event=on_event, on_state=on_state)
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: node.stop())
     try:
-        node.run()
+        if terminal:
+            from client.node.app import run_until_stopped
+
+            app = _terminal_app(settings, node)
+            listeners.append(app.hear)
+            watchers.append(app.hear_state)
+            run_until_stopped(app)
+        else:
+            node.run()
     finally:
         metrics.close()
+
+
+def _terminal_app(settings: Any, node: Any) -> Any:
+    from client.node.app import NodeApp
+    from client.node.onchain import ChainReader, ProviderClaimer
+
+    reader = ChainReader(settings.deployment, node.address, node.journal.receipts)
+    claimer = None
+    if settings.provider_key is not None:
+        claimer = ProviderClaimer(
+            settings.deployment,
+            settings.keystore_dir,
+            settings.provider_key,
+            settings.password_file,
+            node.address,
+        )
+    return NodeApp(node, reader, claimer)
 
 
 @node_app.command("doctor")

@@ -25,6 +25,8 @@ class EventKind(enum.Enum):
     RESENT = "resent"
     OUTCOME = "outcome"
     RETRY = "retry"
+    PAUSED = "paused"  # the order in flight is handed in; no new work is taken
+    RESUMED = "resumed"
     STOPPED = "stopped"
 
 
@@ -47,8 +49,8 @@ class Event:
 Listener = Callable[[Event], None]
 
 
-def log_event(event: Event) -> None:
-    """The headless node's log line for an event: the kind, then key=value pairs."""
+def describe(event: Event) -> str:
+    """An event as people read it: the kind, then key=value pairs (the log line's text)."""
     parts = [event.kind.value]
     for name in ("step", "order", "digest", "units", "rollouts", "done", "total"):
         value = getattr(event, name)
@@ -61,5 +63,10 @@ def log_event(event: Event) -> None:
     parts.extend(f"{k}={v}" for k, v in event.extra.items())
     if event.reason:
         parts.append(f"reason={event.reason!r}")
+    return " ".join(parts)
+
+
+def log_event(event: Event) -> None:
+    """The node's log line for an event."""
     level = logging.WARNING if event.kind is EventKind.RETRY else logging.INFO
-    log.log(level, " ".join(parts))
+    log.log(level, describe(event))

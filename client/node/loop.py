@@ -87,6 +87,11 @@ class Node:
         self.heartbeat_seconds = 10.0  # until the orchestrator says otherwise
         # Outcomes already counted; heartbeats repeat the last few, so a short memory does.
         self._outcomes_seen: dict[tuple[str, str], None] = {}
+        self._idle = False  # paused, with the order that was in flight handed in
+
+    @property
+    def address(self) -> str:
+        return self.account.address
 
     # ---- setup ------------------------------------------------------------------
 
@@ -190,7 +195,7 @@ class Node:
                         if not beat.is_alive():
                             beat.start()
                     self._resend()
-                    if self.state.paused:
+                    if self._paused():
                         self.stopping.wait(1.0)
                         continue
                     self._one_order()
@@ -210,6 +215,22 @@ class Node:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def pause(self) -> None:
+        """Takes no new order; the one in flight is still generated and handed in."""
+        self.state.paused = True
+
+    def resume(self) -> None:
+        self.state.paused = False
+
+    def _paused(self) -> bool:
+        """Whether to stay idle; the loop says once when it goes idle and once when it
+        takes work again (only the loop knows when the order in flight is done)."""
+        paused = self.state.paused
+        if paused != self._idle:
+            self._idle = paused
+            self.on_event(Event(EventKind.PAUSED if paused else EventKind.RESUMED))
+        return paused
 
     def _heartbeats(self) -> None:
         while not self.stopping.wait(self.heartbeat_seconds):

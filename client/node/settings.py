@@ -69,6 +69,14 @@ class NodeSettings(SwarmrlSettings):
         description="The keystore's password, first line; unset: $SWARMRL_PASSWORD.",
         json_schema_extra={"example": "~/.config/swarmrl/password"},
     )
+    provider_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Keystore name of the provider's key, for claiming rewards from the "
+        "terminal app (key c); its password: password_file, else asked for; unset: claim "
+        "with `swarmrl wallet claim`.",
+        json_schema_extra={"example": "provider"},
+    )
 
     tasks: Path = Field(
         default_factory=lambda: default_data_dir() / "tasks.jsonl",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import signal
+import sys
 from pathlib import Path
 
 import typer
@@ -48,8 +49,17 @@ def init(
 @orchestrator_app.command("run")
 def run(
     config: Path | None = ConfigOption,
+    headless: bool = typer.Option(
+        False,
+        "--headless",
+        help="Log lines to stderr instead of the live view (the default when stdout is "
+        "not a terminal).",
+    ),
 ) -> None:
-    """Run the orchestrator until Ctrl-C or SIGTERM; the same command resumes it."""
+    """Run the orchestrator until Ctrl-C or SIGTERM; the same command resumes it.
+
+    On a terminal it shows a live view of the run; the log lines go to
+    <data_dir>/logs/ then."""
     from orchestrator.service.daemon import Keys, Orchestrator
     from swarmrl import keystore
     from swarmrl.chain.deploy import load_deployment
@@ -74,9 +84,23 @@ def run(
             f"key {settings.validator_key} ({validator.address}) is not a validator of this "
             "deployment"
         )
-    setup_logging(Path(settings.data_dir) / "logs" / "orchestrator.log")
+    live = not headless and sys.stdout.isatty()
+    setup_logging(Path(settings.data_dir) / "logs" / "orchestrator.log", stderr=not live)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack
-    Orchestrator(settings, deployment, Keys(recorder, validator)).run()
+    orchestrator = Orchestrator(
+        settings, deployment, Keys(recorder, validator), log_to_stderr=not live
+    )
+    if not live:
+        orchestrator.run()
+        return
+    from orchestrator.service.live import LiveView
+
+    view = LiveView(Path(settings.data_dir), deployment.run_id, orchestrator.stopping)
+    view.start()
+    try:
+        orchestrator.run()
+    finally:
+        view.stop()  # before any error is printed: the view owns the screen until then
 
 
 @orchestrator_app.command("status")

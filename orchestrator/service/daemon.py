@@ -60,6 +60,7 @@ class RecorderConfig:
     validator_key: bytes
     epoch_seconds: float
     validation_grace: float
+    log_to_stderr: bool  # False while the terminal shows the live view
 
 
 def _recorder_process(config: RecorderConfig, stop: Any, parent_pid: int) -> None:
@@ -67,7 +68,7 @@ def _recorder_process(config: RecorderConfig, stop: Any, parent_pid: int) -> Non
     from orchestrator.service.recorder import run_recorder
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    setup_process_logging(config.data_dir, "recorder")
+    setup_process_logging(config.data_dir, "recorder", stderr=config.log_to_stderr)
     run_recorder(
         config.data_dir / "ledger.sqlite3",
         config.deployment,
@@ -157,7 +158,16 @@ def thread_shares(cores: int) -> tuple[int, int]:
 
 
 class Orchestrator:
-    def __init__(self, settings: OrchestratorSettings, deployment: Deployment, keys: Keys) -> None:
+    def __init__(
+        self,
+        settings: OrchestratorSettings,
+        deployment: Deployment,
+        keys: Keys,
+        *,
+        log_to_stderr: bool = True,
+    ) -> None:
+        """``log_to_stderr`` False keeps the worker processes' log lines off the terminal
+        (they still go to ``<data_dir>/logs/``)."""
         from swarmrl.chain.eip712 import pool_domain
         from swarmrl.p2p.records import swarm_domain
         from swarmrl.tasks import read_tasks
@@ -165,6 +175,7 @@ class Orchestrator:
         self.settings = settings
         self.deployment = deployment
         self.keys = keys
+        self.log_to_stderr = log_to_stderr
         self.data_dir = Path(settings.data_dir)
         self.run_dir = self.data_dir / RUN_DIR
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -203,6 +214,7 @@ class Orchestrator:
             settings=s.trainer_settings(self.deployment.run_id),
             threads=trainer_threads,
             device=s.device,
+            log_to_stderr=self.log_to_stderr,
         )
         validator = ValidatorConfig(
             data_dir=self.data_dir,
@@ -214,6 +226,7 @@ class Orchestrator:
             code_check_rate=s.code_check_rate,
             threads=validator_threads,
             device=s.device,
+            log_to_stderr=self.log_to_stderr,
         )
         recorder = RecorderConfig(
             data_dir=self.data_dir,
@@ -222,6 +235,7 @@ class Orchestrator:
             validator_key=bytes(self.keys.validator.key),
             epoch_seconds=s.epoch_seconds,
             validation_grace=s.validation_grace,
+            log_to_stderr=self.log_to_stderr,
         )
         # The trainer writes step 0 before anything can be published; validator and
         # recorder only read what others wrote.
@@ -323,6 +337,10 @@ class Orchestrator:
                 self.ledger.set_state(node.address, "gone", f"silent for {quiet:.0f} s", now)
 
     # ---- the loop -------------------------------------------------------------------
+
+    def stopping(self) -> bool:
+        """Whether a signal asked the daemon to stop (it may still be closing down)."""
+        return self._stopping.is_set()
 
     def run(self) -> None:
         from orchestrator.service.metrics import OrchestratorMetrics

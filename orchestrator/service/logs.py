@@ -7,5 +7,5 @@ from pathlib import Path
 from swarmrl.logs import setup_logging
 
 
-def setup_process_logging(data_dir: Path, name: str) -> None:
-    setup_logging(Path(data_dir) / "logs" / f"{name}.log")
+def setup_process_logging(data_dir: Path, name: str, *, stderr: bool = True) -> None:
+    setup_logging(Path(data_dir) / "logs" / f"{name}.log", stderr=stderr)

@@ -2,7 +2,7 @@
 
 Both read the ledger and the trainer's metrics file without taking part in the
 run: they work while the daemon runs (SQLite's WAL lets readers in) and after
-it stopped.
+it stopped. The live view of `orchestrator run` shows the same summary.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.service.ledger import Ledger
-from orchestrator.train_local.metrics import read_metrics
+from orchestrator.train_local.metrics import read_metrics, recent_samples_per_second
 
 RUN_DIR = "run"
+RECENT_STEPS = 60  # the curves' length: about what a terminal line holds
+RATE_STEPS = 5  # samples per second are over this many steps: steady, yet current
 
 
 def _ledger(data_dir: Path) -> Ledger:
@@ -48,36 +50,49 @@ def ledger_rows(data_dir: Path) -> list[dict[str, Any]]:
 def read_status(data_dir: Path) -> dict[str, Any]:
     ledger = _ledger(data_dir)
     try:
-        tally = ledger.tally()
-        nodes = []
-        for n in ledger.nodes():
-            accepted = tally.per_node.get((n.address, "accepted"), (0, 0))
-            rejected = tally.per_node.get((n.address, "rejected"), (0, 0))
-            nodes.append(
-                {
-                    "address": n.address,
-                    "state": n.state,
-                    "backend": n.backend,
-                    "tokens_per_second": n.speed,
-                    "accepted": accepted[0],
-                    "rejected": rejected[0],
-                    "units": accepted[1],
-                }
-            )
-        epochs = [
-            {"epoch": e.epoch, "node": e.node, "units": e.units, "tx": e.tx_hash}
-            for e in ledger.recorded_epochs()
-        ]
-        slashes = [{"node": s.node, "epoch": s.epoch, "tx": s.tx_hash} for s in ledger.slashes()]
+        return summarize(ledger, data_dir / RUN_DIR)
     finally:
         ledger.close()
-    rows = read_metrics(data_dir / RUN_DIR / "metrics.jsonl")
+
+
+def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
+    """The run as `orchestrator status --json` shows it, from an open ledger (the live view
+    keeps one open rather than open the file every second)."""
+    tally = ledger.tally()
+    nodes = []
+    for n in ledger.nodes():
+        accepted = tally.per_node.get((n.address, "accepted"), (0, 0))
+        rejected = tally.per_node.get((n.address, "rejected"), (0, 0))
+        nodes.append(
+            {
+                "address": n.address,
+                "state": n.state,
+                "backend": n.backend,
+                "tokens_per_second": n.speed,
+                "accepted": accepted[0],
+                "rejected": rejected[0],
+                "units": accepted[1],
+            }
+        )
+    epochs = [
+        {"epoch": e.epoch, "node": e.node, "units": e.units, "tx": e.tx_hash, "at": e.recorded_at}
+        for e in ledger.recorded_epochs()
+    ]
+    slashes = [
+        {"node": s.node, "epoch": s.epoch, "tx": s.tx_hash, "outcome": s.outcome, "at": s.at}
+        for s in ledger.slashes()
+    ]
+    rows = read_metrics(run_dir / "metrics.jsonl")
     last = rows[-1] if rows else {}
+    recent = rows[-RECENT_STEPS:]
     return {
         "policy_step": last.get("step", 0),
         "task_reward": last.get("task_reward"),
         "length": last.get("length"),
         "staleness": last.get("staleness_mean"),
+        "samples_per_second": recent_samples_per_second(rows, RATE_STEPS),
+        "last_step_at": last.get("time"),
+        "recent": {key: [row.get(key) for row in recent] for key in ("task_reward", "length")},
         "submissions": {status: n for status, (n, _) in tally.by_status.items()},
         "rollouts_accepted": tally.units(),
         "nodes": nodes,

@@ -2,7 +2,8 @@
 
 It is the learner of ``train local`` unchanged: it reads the validator's spool,
 trains, and writes ``checkpoints/step_<n>/``, which the daemon publishes to the
-swarm. Restarted, it continues from its newest checkpoint.
+swarm. Restarted, it continues from its newest checkpoint. After every step it
+appends the step's line to ``metrics.jsonl`` and redraws ``metrics.png``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
-from orchestrator.trainer.loop import TrainerSettings
+from orchestrator.train_local.metrics import MetricsLog, plot_metrics, read_metrics
+from orchestrator.trainer.loop import StepReport, TrainerSettings
 
 log = logging.getLogger("swarmrl.trainer")
 
@@ -27,6 +30,7 @@ class TrainerProcessConfig:
     settings: TrainerSettings
     threads: int
     device: str | None
+    log_to_stderr: bool  # False while the terminal shows the live view
 
 
 def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> None:
@@ -39,12 +43,11 @@ def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> Non
 
     torch.set_num_threads(config.threads)
     from orchestrator.service.logs import setup_process_logging
-    from orchestrator.train_local.metrics import MetricsLog
-    from orchestrator.trainer.loop import StepReport, Trainer
+    from orchestrator.trainer.loop import Trainer
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.tasks import read_tasks
 
-    setup_process_logging(config.data_dir, "trainer")
+    setup_process_logging(config.data_dir, "trainer", stderr=config.log_to_stderr)
     quiet_transformers()
     trainer = Trainer(
         config.run_dir,
@@ -53,13 +56,45 @@ def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> Non
         config.settings,
         device=config.device or "cpu",
     )
-    metrics = MetricsLog(config.run_dir / "metrics.jsonl", resume_step=trainer.step)
+    on_step = StepWriter(
+        config.run_dir, trainer.step, f"swarmrl orchestrator: run {config.settings.run[:10]}"
+    )
     log.info("trainer at step %d of %d", trainer.step, config.settings.steps)
+    try:
+        trainer.train(
+            should_stop=lambda: stop.is_set() or os.getppid() != parent_pid,
+            on_step=on_step,
+            poll_seconds=0.2,
+        )
+    finally:
+        on_step.close()
+    log.info("trainer stopped at step %d", trainer.step)
 
-    def on_step(report: StepReport) -> None:
+
+class StepWriter:
+    """What the trainer leaves after each step: the line in ``metrics.jsonl``, a log line,
+    and the curves in ``metrics.png``.
+
+    The PNG is drawn in a thread of its own (about a second of CPU), so a step never
+    waits for it; steps that come faster than drawings are drawn together by the next
+    one, and ``close`` draws the last of them."""
+
+    def __init__(self, run_dir: Path, resume_step: int, title: str) -> None:
+        self.metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=resume_step)
+        self.png = run_dir / "metrics.png"
+        self.title = title
+        self._wanted = threading.Event()
+        self._closing = False
+        self._steps = 0  # steps written by this writer; the thread draws when it moves
+        self._drawer = threading.Thread(target=self._draw_when_wanted, name="plot", daemon=True)
+        self._drawer.start()
+
+    def __call__(self, report: StepReport) -> None:
         row = report.as_dict()
         row.pop("extra")
-        metrics.append(row)
+        self.metrics.append(row)
+        self._steps += 1
+        self._wanted.set()
         log.info(
             "step %d reward %.3f len %.1f stale %.1f groups %d wait %.1fs train %.1fs",
             report.step,
@@ -71,9 +106,25 @@ def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> Non
             report.seconds_training,
         )
 
-    trainer.train(
-        should_stop=lambda: stop.is_set() or os.getppid() != parent_pid,
-        on_step=on_step,
-        poll_seconds=0.2,
-    )
-    log.info("trainer stopped at step %d", trainer.step)
+    def close(self) -> None:
+        """Draws the steps not drawn yet and ends the thread."""
+        self._closing = True
+        self._wanted.set()
+        self._drawer.join()
+
+    def _draw_when_wanted(self) -> None:
+        drawn = 0
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            # Read before drawing: a step during the drawing gets a drawing of its own.
+            closing, steps = self._closing, self._steps
+            if steps != drawn:
+                try:
+                    plot_metrics(read_metrics(self.metrics.path), self.png, self.title)
+                except Exception as e:  # a picture is not worth the run: the numbers are
+                    # in metrics.jsonl, and a trainer that dies over and over ends the daemon
+                    log.warning("could not draw %s: %r", self.png, e)
+                drawn = steps
+            if closing:
+                return

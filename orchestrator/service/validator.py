@@ -50,6 +50,7 @@ class ValidatorConfig:
     code_check_rate: float
     threads: int
     device: str | None
+    log_to_stderr: bool  # False while the terminal shows the live view
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -253,7 +254,7 @@ def run_validator(config: ValidatorConfig, stop: Any, parent_pid: int) -> None:
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.tasks import read_tasks
 
-    setup_process_logging(config.data_dir, "validator")
+    setup_process_logging(config.data_dir, "validator", stderr=config.log_to_stderr)
     quiet_transformers()
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
     ledger = Ledger(config.data_dir / "ledger.sqlite3")

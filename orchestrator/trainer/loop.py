@@ -115,10 +115,12 @@ class StepReport:
     staleness_mean: float
     staleness_max: int
     tokens: int
+    samples: int  # completions trained on: kept groups x group size
     seconds_waiting: float
     seconds_training: float
     seconds_checkpoint: float
     lr: float
+    time: float  # unix seconds when the step was done: the time base of throughput
     extra: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -238,10 +240,12 @@ class Trainer:
                     staleness_mean=statistics.fmean(ages),
                     staleness_max=max(ages),
                     tokens=sum(len(r.output_ids) for r in records),
+                    samples=len(records),
                     seconds_waiting=waited,
                     seconds_training=trained,
                     seconds_checkpoint=saved,
                     lr=lr,
+                    time=time.time(),
                 )
             )
 

@@ -1,19 +1,117 @@
-"""`swarmrl demo` end to end, as `make demo` runs it."""
+"""`swarmrl demo` end to end, as `make demo` runs it: the whole loop in a short
+configuration, Ctrl-C in the middle of it, and the single scenes."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+SWARMRL = Path(sys.executable).with_name("swarmrl")
+
+
+def _env(default_model: Path) -> dict[str, str]:
+    # The session's default model stands in for the one `make demo` caches on first run.
+    return {**os.environ, "SWARMRL_MODELS_DIR": str(default_model.parent)}
+
 
 @pytest.mark.slow
-def test_demo_runs_every_available_stage(default_model):
-    swarmrl = Path(sys.executable).with_name("swarmrl")
-    # The session's default model stands in for the one `make demo` caches on first run.
-    env = {**os.environ, "SWARMRL_MODELS_DIR": str(default_model.parent)}
-    out = subprocess.run([swarmrl, "demo"], capture_output=True, text=True, timeout=600, env=env)
+def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, tmp_path):
+    out = tmp_path / "demo"
+    run = subprocess.run(
+        # The swarm e2e's bar (twice the evaluation's standard error), checked every 10
+        # steps up to its 40: a demo run here rose 0.030 by step 10.
+        [SWARMRL, "demo", "--out", out, "--max-steps", "40", "--rise", "0.025"],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env=_env(default_model),
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["rose"], report["held_out"]
+    assert report["held_out_after"] >= report["held_out_before"] + report["rise"]
+    assert report["processes_left"] == []
+    assert report["slash_tx"] is not None
+    honest = [n for n in report["nodes"] if n["honest"]]
+    (cheater,) = [n for n in report["nodes"] if not n["honest"]]
+    assert len(honest) == 3
+    assert cheater["accepted"] == 0
+    assert cheater["rejected"] >= 1
+    assert cheater["stake_after"] < cheater["stake_before"]
+    assert cheater["claimed"] == 0
+    assert cheater["claim_refused"]
+    for node in honest:
+        assert node["stake_after"] == node["stake_before"], node  # no honest node slashed
+        assert node["accepted"] > 0, node
+        assert node["claimed"] > 0, node
+    assert (out / "reward.png").read_bytes().startswith(b"\x89PNG")
+    assert "slashing transaction: 0x" in run.stdout
+    assert "every process exited" in run.stdout
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_process_the_demo_started(default_model, tmp_path):
+    out = tmp_path / "demo"
+    log = tmp_path / "demo.out"
+    with log.open("w") as f:
+        demo = subprocess.Popen(
+            [SWARMRL, "demo", "--out", out], stdout=f, stderr=subprocess.STDOUT,
+            env=_env(default_model),
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while "a cheater (it generates with a cheaper model) started" not in log.read_text():
+            assert demo.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(1)
+        started = _descendants(demo.pid)
+        assert len(started) >= 6  # anvil, orchestrator, four nodes (and their helpers)
+        demo.send_signal(signal.SIGINT)
+        demo.wait(timeout=120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    left = [pid for pid in started if _alive(pid)]
+    assert left == [], log.read_text()[-2000:]
+
+
+@pytest.mark.slow
+def test_each_scene_runs_on_its_own(default_model):
+    scenes = ["toploc", "chain", "shards", "swarm", "rollouts"]
+    args = [a for s in scenes for a in ("--scene", s)]
+    out = subprocess.run(
+        [SWARMRL, "demo", *args], capture_output=True, text=True, timeout=600,
+        env=_env(default_model),
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "32/32 chunks accepted" in out.stdout
     assert "16/16 chunks before accepted, 16/16 after rejected" in out.stdout
@@ -43,4 +141,11 @@ def test_demo_runs_every_available_stage(default_model):
     for verdict in ("a correct program passes", "a wrong one fails", "an endless loop fails"):
         assert verdict in out.stdout
     assert "one that phones home fails" in out.stdout
-    assert "not yet available" in out.stdout
+
+
+def test_an_unknown_scene_is_one_sentence_and_exit_1():
+    out = subprocess.run([SWARMRL, "demo", "--scene", "moon"], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "no demo scene 'moon'; the scenes are toploc, chain, shards, swarm, rollouts" in (
+        out.stderr
+    )

@@ -30,7 +30,6 @@ from swarmrl.local_swarm import (
 )
 from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
-from tests.model_fixtures import random_tiny_model
 
 # Async training on three nodes varies from run to run far more than the evaluation
 # does: after 30 steps the held-out reward rose by 0.03 on one run and 0.09 on another
@@ -125,17 +124,10 @@ def _run(swarm, default_model, tmp_path):
 
     for key in HONEST:
         start_node(key)
-    cheater_model = tmp_path / "other-model"
-    random_tiny_model(cheater_model, seed=7)
     cheater_key = CHEATER[0]
     swarm.start(
         cheater_key,
-        [
-            sys.executable,
-            Path(__file__).with_name("cheating_node.py"),
-            config(cheater_key),
-            cheater_model,
-        ],
+        [sys.executable, "-m", "client.node.cheater", config(cheater_key)],
         tmp_path / f"{cheater_key}.log",
     )
 

@@ -8,7 +8,9 @@ import itertools
 import pytest
 import torch
 
+from orchestrator.service.trainer_process import StepWriter
 from orchestrator.tasks.generators import demo_tasks
+from orchestrator.train_local.metrics import read_metrics
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.loop import Trainer, TrainerSettings
 from swarmrl.models.backend import SamplingParams
@@ -47,10 +49,22 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
     _spool_groups(backend, trainer, 0, TASKS[:4], step=0)
     _spool_groups(backend, trainer, 1, TASKS[4:6], step=0)
     reports = []
-    trainer.train(should_stop=lambda: False, on_step=reports.append)
+    # What the orchestrator's trainer process does after each step, on the real reports.
+    writer = StepWriter(run_dir, resume_step=0, title="test run")
+
+    def on_step(report):
+        reports.append(report)
+        writer(report)
+
+    trainer.train(should_stop=lambda: False, on_step=on_step)
+    writer.close()
     assert [r.step for r in reports] == [1, 2]
     assert all(r.applied and r.kept_groups == 2 for r in reports)
     assert reports[1].staleness_mean == 1.0  # step 2 trained on policy-0 samples
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [(row["step"], row["samples"]) for row in rows] == [(1, 8), (2, 8)]  # 2 groups of 4
+    assert rows[0]["time"] <= rows[1]["time"]
+    assert (run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert ckpt.steps_on_disk(run_dir) == [0, 1, 2]
     # Weights moved, and only the newest checkpoints keep optimizer state.
     first, last = (

@@ -1,0 +1,126 @@
+"""The chain as the node's terminal app sees it: the node's standing (its provider's
+stake, the pool, each epoch's recorded work and reward) and claiming as the provider.
+
+Both run in worker threads: every call here is a round of RPC calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from client.node.view import ChainFacts, EpochWork
+
+if TYPE_CHECKING:
+    from swarmrl.chain.protocol import Protocol
+
+
+def read_facts(
+    chain: Protocol, node: str, epochs: Iterable[int], final: dict[int, EpochWork]
+) -> ChainFacts:
+    """`node`'s standing now; epochs in `final` are not read again, and epochs that
+    became final are added to it."""
+    provider = chain.provider_of(node)
+    if provider is None:
+        raise ValueError(f"node {node} has no provider on chain; run `swarmrl node init`")
+    work = []
+    for epoch in sorted(set(epochs)):
+        known = final.get(epoch) or _epoch_work(chain, epoch, node)
+        if known.final:
+            final[epoch] = known
+        work.append(known)
+    return ChainFacts(
+        provider=provider,
+        stake=chain.stake_of(provider),
+        needed=len(chain.nodes_of(provider)) * chain.min_stake_per_node(),
+        unbonding=chain.unbonding_of(provider).total,
+        joined=chain.is_joined(node),
+        now=chain.chain_time(),
+        epochs=tuple(work),
+    )
+
+
+def _epoch_work(chain: Protocol, epoch: int, node: str) -> EpochWork:
+    record = chain.work_of(epoch, node)
+    return EpochWork(
+        epoch,
+        units=record.units,
+        reward=record.reward,
+        unlocks_at=record.unlocks_at,
+        claimed=record.claimed,
+        invalidated=record.invalidated,
+        slashed=record.slashed,
+    )
+
+
+def work_epochs(receipts: Iterable[dict[str, Any]]) -> set[int]:
+    """Epochs the orchestrator took some of the node's work in, by its receipts."""
+    return {int(r["epoch"]) for r in receipts if r.get("units")}
+
+
+class ChainReader:
+    """Reads :class:`ChainFacts` for the app, connecting on first use (off the UI thread)."""
+
+    def __init__(
+        self, deployment: Path, node: str, receipts: Callable[[], Iterable[dict[str, Any]]]
+    ) -> None:
+        self.deployment = deployment
+        self.node = node
+        self.receipts = receipts
+        self._chain: Protocol | None = None
+        self._final: dict[int, EpochWork] = {}
+
+    def __call__(self) -> ChainFacts:
+        if self._chain is None:
+            from swarmrl.chain.deploy import load_deployment
+            from swarmrl.chain.protocol import Protocol
+
+            self._chain = Protocol.connect(load_deployment(self.deployment))
+        return read_facts(self._chain, self.node, work_epochs(self.receipts()), self._final)
+
+
+class ProviderClaimer:
+    """Claims the node's rewards as its provider; the provider's key is unlocked once."""
+
+    def __init__(
+        self,
+        deployment: Path,
+        keystore_dir: Path,
+        key: str,
+        password_file: Path | None,
+        node: str,
+    ) -> None:
+        self.deployment = deployment
+        self.keystore_dir = keystore_dir
+        self.key = key
+        self.password_file = password_file
+        self.node = node
+        self._account: Any = None
+
+    @property
+    def needs_password(self) -> bool:
+        """Whether the app must ask for the key's password (there is no prompt to fall
+        back on while it owns the terminal)."""
+        return (
+            self._account is None
+            and self.password_file is None
+            and os.environ.get("SWARMRL_PASSWORD") is None
+        )
+
+    def claim(self, epochs: list[int], password: str | None) -> int:
+        """Claims `epochs`; returns the amount paid. Holds the key's send lock, as
+        `swarmrl wallet` does, so a wallet command sending at once cannot collide."""
+        from swarmrl import keystore
+        from swarmrl.chain.deploy import load_deployment
+        from swarmrl.chain.protocol import Protocol
+        from swarmrl.chain.tx import account_lock
+
+        if self._account is None:
+            if password is None:
+                password = keystore.read_password(self.password_file)
+            self._account = keystore.unlock(self.keystore_dir, self.key, password)
+        chain = Protocol.connect(load_deployment(self.deployment), self._account)
+        with account_lock(chain.deployment.chain_id, self._account.address):
+            return chain.claim(self.node, epochs)

@@ -1,0 +1,58 @@
+"""The terminal app's chain facts and its claim against the session's real anvil: a
+staked provider's node with recorded work, read and claimed as the app does."""
+
+from __future__ import annotations
+
+from client.node.onchain import ChainReader, ProviderClaimer
+from client.node.view import claimable_epochs, epoch_status, stake_status
+from swarmrl import keystore
+from swarmrl.chain import anvil as anvil_mod
+from swarmrl.chain.deploy import TOKEN, write_deployment
+from tests.integration.conftest import NODE_A, PROVIDER_A, RECORDER
+
+PASSWORD = "correct horse"
+
+
+def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
+    protocol, accounts, w3, deployment, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("SWARMRL_PASSWORD", raising=False)
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = protocol.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.stake(150 * TOKEN)
+    p.join_pool(node.address)
+    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, bytes(32))
+    write_deployment(tmp_path / "deployment.json", deployment)
+    # Epoch 2 holds only a refused submission: no work of the node's to look up there.
+    receipts = [{"epoch": 1, "units": 3}, {"epoch": 3, "units": 2}, {"epoch": 2, "units": 0}]
+    read = ChainReader(tmp_path / "deployment.json", node.address, lambda: receipts)
+
+    facts = read()
+    assert facts.provider == provider.address
+    assert (facts.stake, facts.needed, facts.joined) == (150 * TOKEN, 100 * TOKEN, True)
+    assert stake_status(facts) == "ok"
+    window = deployment.params.invalidation_window
+    assert [(w.epoch, epoch_status(w, facts.now)) for w in facts.epochs] == [
+        (1, f"pending — claimable in {window // 60} min"),
+        (3, "awaiting record"),
+    ]
+    assert facts.epochs[0].reward == 3 * deployment.params.reward_per_unit
+
+    anvil_mod.increase_time(w3, window + 1)
+    anvil_mod.mine(w3)
+    facts = read()
+    assert claimable_epochs(facts) == [1]
+
+    keystore.save(tmp_path / "keys", "provider", provider.key, PASSWORD)
+    claimer = ProviderClaimer(
+        tmp_path / "deployment.json", tmp_path / "keys", "provider", None, node.address
+    )
+    assert claimer.needs_password
+    assert claimer.claim([1], PASSWORD) == 3 * deployment.params.reward_per_unit
+    assert not claimer.needs_password  # the key stays unlocked for the next claim
+    facts = read()
+    assert epoch_status(facts.epochs[0], facts.now) == "claimed"
