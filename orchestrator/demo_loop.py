@@ -53,6 +53,10 @@ HELD_OUT_SEED, TRAIN_SEED = 12345, 1
 # took minutes; this way it takes about what it takes alone and training waits.
 SWARM_NICE = 10
 INVALIDATION_WINDOW = 3600
+# Each recorded epoch locks the slash penalty (50 SRL) of its provider's stake until its
+# window ends: 500 SRL keeps ten one-minute epochs in flight, more than a demo makes, so
+# every epoch of honest work is recorded and claimed.
+STAKE = 500
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def run(config: LoopConfig) -> Report:
     report = Report(rise=config.rise)
     began = time.monotonic()
     model, train, held_out = _prepare(work, config)
-    _say("[chain] anvil with the protocol deployed; four providers stake 100 SRL each")
+    _say(f"[chain] anvil with the protocol deployed; four providers stake {STAKE} SRL each")
     swarm = make_swarm(work, invalidation_window=INVALIDATION_WINDOW, run="demo")
     evaluations = Evaluations(config, held_out, work / "eval")
     try:
@@ -101,8 +105,9 @@ def run(config: LoopConfig) -> Report:
             _train(swarm, work, report, evaluations, config)
             _settle(swarm, work, orch, report)
     finally:
-        evaluations.stop()
-        swarm.stop_all()
+        with _signals_ignored():  # a second Ctrl-C must not cut the cleanup short
+            evaluations.stop()
+            swarm.stop_all()
     report.steps = ckpt.latest_step(work / "orchestrator" / "run") or 0
     report.seconds = time.monotonic() - began
     report.processes_left = swarm.still_running()
@@ -130,6 +135,16 @@ def _interrupt_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in held.items():
+            signal.signal(s, handler)
 
 
 def _prepare(work: Path, config: LoopConfig) -> tuple[Path, Path, Path]:
@@ -186,7 +201,7 @@ def _stake(swarm: Swarm, report: Report) -> None:
 
     chain = Protocol.connect(swarm.deployment)
     for key, provider in [*HONEST.items(), CHEATER]:
-        stake_and_init_node(swarm, provider, key)
+        stake_and_init_node(swarm, provider, key, STAKE)
         address = keystore.info(swarm.keystore_dir, key).address
         provider_address = chain.provider_of(address)
         assert provider_address is not None  # `node init` registered it

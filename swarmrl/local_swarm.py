@@ -159,9 +159,9 @@ def make_swarm(root: Path, *, invalidation_window: int = 3600, run: str = "e2e-s
     return Swarm(root, anvil, deployment, deployment_file, keys, password_file)
 
 
-def stake_and_init_node(swarm: Swarm, provider: int, node_key: str) -> str:
-    """The volunteer's two commands after `wallet new`: stake, then `node init`."""
-    run_cli(swarm, "wallet", "stake", f"provider{provider}", "100")
+def stake_and_init_node(swarm: Swarm, provider: int, node_key: str, stake: int = 100) -> str:
+    """The volunteer's two commands after `wallet new`: stake (SRL), then `node init`."""
+    run_cli(swarm, "wallet", "stake", f"provider{provider}", str(stake))
     out = run_cli(swarm, "node", "init", "--provider", f"provider{provider}", "--key", node_key)
     return out
 
