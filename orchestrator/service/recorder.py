@@ -73,6 +73,10 @@ class Recorder:
         self.validator = validator
         self.epoch_seconds = epoch_seconds
         self.validation_grace = validation_grace
+        # What failed last round and why: a failure that lasts (a provider's stake locked
+        # behind earlier epochs until their windows end) is logged when it starts and when
+        # it ends, not on every round in between.
+        self._failing: dict[str, str] = {}
 
     def run_once(self, now: float) -> RecorderReport:
         """One round at time `now`: every closed epoch not yet recorded, then every
@@ -116,8 +120,13 @@ class Recorder:
             sentence = chain_failure_sentence(e)
             if sentence is None:
                 raise
-            log.warning("recorder: %s failed, retrying next round: %s", what, sentence)
+            if self._failing.get(what) != sentence:
+                log.warning("recorder: %s failed, retrying every round: %s", what, sentence)
+            self._failing[what] = sentence
             report.errors.append(f"{what}: {sentence}")
+            return
+        if self._failing.pop(what, None) is not None:
+            log.info("recorder: %s succeeded after retries", what)
 
     def _record(
         self,

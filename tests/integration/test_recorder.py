@@ -8,6 +8,7 @@ test sleeps for an epoch to pass.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import time
 from pathlib import Path
@@ -325,7 +326,7 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
 
 
 def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
-    ledger, protocol, node, submit, accounts, deployment
+    ledger, protocol, node, submit, accounts, deployment, caplog
 ):
     submit(0, "accepted", 2)
     dead = Protocol(
@@ -341,12 +342,17 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
         epoch_seconds=EPOCH,
         validation_grace=GRACE,
     )
-    report = failing.run_once(after(ledger, 0))
-    assert report.errors == [
+    expected = [
         f"recording epoch 0 of node {node.address}: the RPC endpoint did not answer "
         "eth_call after 1 attempts (connection refused or reset)"
     ]
+    with caplog.at_level(logging.INFO, logger="orchestrator.service.recorder"):
+        for _ in range(3):
+            assert failing.run_once(after(ledger, 0)).errors == expected
     assert ledger.recorded(0, node.address) is None
+    # Every round reports the failure; the log says it once, not once a round.
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
 
     working = Recorder(
         ledger,
