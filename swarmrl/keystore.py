@@ -305,6 +305,14 @@ def unlock(directory: Path, name: str, password: str) -> LocalAccount:
     return account
 
 
+PASSWORD_ENV = "SWARMRL_PASSWORD"
+
+
+def password_given(password_file: Path | None) -> bool:
+    """Whether `read_password` finds a password without asking: a file, or $SWARMRL_PASSWORD."""
+    return password_file is not None or PASSWORD_ENV in os.environ
+
+
 def read_password(password_file: Path | None, *, confirm: bool = False) -> str:
     """The password from `password_file` (first line), else $SWARMRL_PASSWORD (for
     daemons), else a prompt on the terminal; never from the command line."""
@@ -322,7 +330,7 @@ def read_password(password_file: Path | None, *, confirm: bool = False) -> str:
         except UnicodeDecodeError:
             raise KeystoreError("the password file is not UTF-8 text") from None
         return lines[0] if lines else ""
-    if (env := os.environ.get("SWARMRL_PASSWORD")) is not None:
+    if (env := os.environ.get(PASSWORD_ENV)) is not None:
         return env
     if not sys.stdin.isatty():
         raise KeystoreError(

@@ -6,7 +6,6 @@ Both run in worker threads: every call here is a round of RPC calls.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,11 +102,9 @@ class ProviderClaimer:
     def needs_password(self) -> bool:
         """Whether the app must ask for the key's password (there is no prompt to fall
         back on while it owns the terminal)."""
-        return (
-            self._account is None
-            and self.password_file is None
-            and os.environ.get("SWARMRL_PASSWORD") is None
-        )
+        from swarmrl import keystore
+
+        return self._account is None and not keystore.password_given(self.password_file)
 
     def claim(self, epochs: list[int], password: str | None) -> int:
         """Claims `epochs`; returns the amount paid. Holds the key's send lock, as

@@ -15,7 +15,6 @@ done it changes nothing.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,7 +84,7 @@ def passwords_from(password_file: Path | None) -> PasswordFor:
     for two keys, so its prompt names the key."""
 
     def password_for(name: str, new: bool) -> str:
-        if password_file is None and "SWARMRL_PASSWORD" not in os.environ and sys.stdin.isatty():
+        if not keystore.password_given(password_file) and sys.stdin.isatty():
             import typer
 
             return typer.prompt(
