@@ -35,8 +35,12 @@ from orchestrator.train_local.metrics import read_metrics
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl import keystore
 from swarmrl.local_swarm import (
+    CHEATER,
+    HONEST,
+    LEARNING_RECIPE,
     SWARMRL,
     Swarm,
+    cli,
     make_swarm,
     node_toml,
     orchestrator_addr,
@@ -45,8 +49,6 @@ from swarmrl.local_swarm import (
     wait_for,
 )
 
-HONEST = {"node4": 4, "node5": 5, "node6": 6}
-CHEATER = ("cheat7", 7)
 HELD_OUT_SEED, TRAIN_SEED = 12345, 1
 # The swarm's processes run at a lower CPU priority than the held-out evaluations: on a
 # laptop's few cores an evaluation beside four nodes and a trainer at equal priority
@@ -101,9 +103,9 @@ def run(config: LoopConfig) -> Report:
                 cached = result[1]
                 _cache_before(out, model, config, cached)
             _note_evaluation(report, (0, cached))
-            orch = _start_swarm(swarm, work, model, train, config)
+            _start_swarm(swarm, work, model, train, config)
             _train(swarm, work, report, evaluations, config)
-            _settle(swarm, work, orch, report)
+            _settle(swarm, work, report)
     finally:
         with _signals_ignored():  # a second Ctrl-C must not cut the cleanup short
             evaluations.stop()
@@ -116,8 +118,8 @@ def run(config: LoopConfig) -> Report:
         [work / key / "node.log" for key in HONEST],
     )
     report.write(out)
-    plot_reward(report, read_metrics(work / "orchestrator" / "run" / "metrics.jsonl"),
-                out / "reward.png")  # fmt: skip
+    metrics = read_metrics(work / "orchestrator" / "run" / "metrics.jsonl")
+    plot_reward(report, metrics, out / "reward.png")
     _say("\n" + render_summary(report))
     _say(f"\nwrote {out / 'report.json'} and {out / 'reward.png'}; logs in {work}")
     return report
@@ -264,25 +266,15 @@ class Evaluations:
             self.running[1].wait()
 
 
-def _start_swarm(swarm: Swarm, work: Path, model: Path, train: Path, config: LoopConfig) -> Path:
-    data = work / "orchestrator"
+def _start_swarm(swarm: Swarm, work: Path, model: Path, train: Path, config: LoopConfig) -> None:
     orch = orchestrator_toml(
         swarm,
         work / "orchestrator.toml",
         model=model,
         tasks=train,
-        data_dir=data,
+        data_dir=work / "orchestrator",
         steps=config.max_steps,
-        group_size=8,
-        prompts_per_step=8,
-        prompts_per_assignment=4,
-        max_tokens=64,
-        target_len=128,
-        lr=3e-4,
-        epoch_seconds=60,
-        validation_grace=30,
-        heartbeat_seconds=2,
-        max_backlog=3,
+        **LEARNING_RECIPE,
     )
     log = work / "orchestrator.log"
     swarm.start(
@@ -298,7 +290,6 @@ def _start_swarm(swarm: Swarm, work: Path, model: Path, train: Path, config: Loo
             command = [sys.executable, "-m", "client.node.cheater", toml]
         swarm.start(key, command, work / f"{key}.out", nice=SWARM_NICE)
     _say("  three honest nodes and a cheater (it generates with a cheaper model) started")
-    return orch
 
 
 def _train(
@@ -367,7 +358,7 @@ def _ledger(work: Path) -> list[dict]:
     return ledger_rows(work / "orchestrator")
 
 
-def _settle(swarm: Swarm, work: Path, orch: Path, report: Report) -> None:
+def _settle(swarm: Swarm, work: Path, report: Report) -> None:
     """Stops the nodes, waits for the cheater's slash, then claims after the window."""
     from swarmrl.chain import anvil
     from swarmrl.chain.protocol import Protocol
@@ -384,15 +375,17 @@ def _settle(swarm: Swarm, work: Path, orch: Path, report: Report) -> None:
     anvil.increase_time(swarm.anvil.web3(), INVALIDATION_WINDOW + 1)
     _say(f"  anvil moves its clock past the {INVALIDATION_WINDOW // 60}-minute invalidation window")
     rows = _ledger(work)
+    tallied = {n["address"]: n for n in status["nodes"]}
     for node in report.nodes:
-        counted = [r for r in rows if r["node"] == node.address]
-        node.accepted = sum(r["status"] == "accepted" for r in counted)
-        node.rejected = sum(r["status"] == "rejected" for r in counted)
-        node.units = sum(r["units"] for r in counted)
-        rejected = [r["reason"] for r in counted if r["status"] == "rejected"]
+        counts = tallied.get(node.address, {})
+        node.accepted = counts.get("accepted", 0)
+        node.rejected = counts.get("rejected", 0)
+        node.units = counts.get("units", 0)
+        mine = [r for r in rows if r["node"] == node.address]
+        rejected = [r["reason"] for r in mine if r["status"] == "rejected"]
         node.last_rejection = rejected[-1] if rejected else ""
-        epochs = sorted({e["epoch"] for e in status["epochs_recorded"]
-                         if e["node"] == node.address and e["tx"]})  # fmt: skip
+        recorded = status["epochs_recorded"]
+        epochs = sorted({e["epoch"] for e in recorded if e["node"] == node.address and e["tx"]})
         if epochs:
             _claim(swarm, node, epochs)
         node.stake_after = chain.stake_of(node.provider) / TOKEN
@@ -407,22 +400,10 @@ def _slashed(work: Path, address: str) -> dict | None:
 def _claim(swarm: Swarm, node: NodeReport, epochs: list[int]) -> None:
     provider = f"provider{HONEST.get(node.name, CHEATER[1])}"
     flags: list[object] = [f for e in epochs for f in ("--epoch", e)]
-    args = [SWARMRL, "wallet", "claim", provider, "--node", node.address, *flags]
-    out = subprocess.run(
-        [str(a) for a in [*args, *_key_options(swarm)]],
-        capture_output=True,
-        text=True,
-        env=swarm.env(),
-        timeout=300,
-    )
+    out = cli(swarm, "wallet", "claim", provider, "--node", node.address, *flags)
     if out.returncode == 0:
         node.claimed = float(out.stdout.split()[1])
         _say(f"  {provider} claimed {node.claimed:.2f} SRL for {node.name} (epochs {epochs})")
     else:
         node.claim_refused = out.stderr.strip().removeprefix("error: ")
         _say(f"  {provider} tried to claim for {node.name}: refused ({node.claim_refused})")
-
-
-def _key_options(swarm: Swarm) -> list[object]:
-    return ["--keystore-dir", swarm.keystore_dir, "--password-file", swarm.password_file,
-            "--deployment", swarm.deployment_file]  # fmt: skip

@@ -36,6 +36,25 @@ SWARMRL = Path(sys.executable).with_name("swarmrl")
 PASSWORD = "correct horse battery staple"
 # Providers among the funded dev accounts (4 onwards).
 PROVIDERS = (4, 5, 6, 7)
+# The demo's and the end-to-end test's cast: node key names and their providers' accounts.
+HONEST = {"node4": 4, "node5": 5, "node6": 6}
+CHEATER = ("cheat7", 7)
+# The orchestrator settings under which the default model learns on three such nodes. A
+# step takes two nodes' orders: with three nodes working at once, a group is then about
+# one step old when trained on (at two steps old this small model learns a third as
+# fast). Eight prompts a step, not four: with four the held-out rise stalled near +0.03.
+LEARNING_RECIPE: dict[str, object] = {
+    "group_size": 8,
+    "prompts_per_step": 8,
+    "prompts_per_assignment": 4,
+    "max_tokens": 64,
+    "target_len": 128,
+    "lr": 3e-4,
+    "epoch_seconds": 60,
+    "validation_grace": 30,
+    "heartbeat_seconds": 2,
+    "max_backlog": 3,
+}
 
 
 @dataclass
@@ -166,7 +185,8 @@ def stake_and_init_node(swarm: Swarm, provider: int, node_key: str, stake: int =
     return out
 
 
-def run_cli(swarm: Swarm, *args: object, check: bool = True) -> str:
+def cli(swarm: Swarm, *args: object) -> subprocess.CompletedProcess[str]:
+    """`swarmrl ARGS` with this swarm's keystore, password and deployment."""
     common = [
         "--keystore-dir",
         swarm.keystore_dir,
@@ -175,14 +195,19 @@ def run_cli(swarm: Swarm, *args: object, check: bool = True) -> str:
         "--deployment",
         swarm.deployment_file,
     ]
-    out = subprocess.run(
+    return subprocess.run(
         [str(a) for a in [SWARMRL, *args, *common]],
         capture_output=True,
         text=True,
         env=swarm.env(),
         timeout=300,
     )
-    if check and out.returncode != 0:
+
+
+def run_cli(swarm: Swarm, *args: object) -> str:
+    """`cli`, which must succeed; its standard output."""
+    out = cli(swarm, *args)
+    if out.returncode != 0:
         raise AssertionError(f"swarmrl {' '.join(map(str, args))} failed: {out.stderr}")
     return out.stdout
 

@@ -20,6 +20,9 @@ import pytest
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl import keystore
 from swarmrl.local_swarm import (
+    CHEATER,
+    HONEST,
+    LEARNING_RECIPE,
     SWARMRL,
     make_swarm,
     node_toml,
@@ -39,8 +42,6 @@ from tests.integration.test_rollouts_cli import swarmrl
 # checkpoint (below: the one `swarmrl demo` applies).
 STEPS = 40
 LEARNING_RISE = 0.025
-HONEST = {"node4": 4, "node5": 5, "node6": 6}
-CHEATER = ("cheat7", 7)
 OUTBOUND_ONLY = "node6"
 
 
@@ -97,21 +98,8 @@ def _run(swarm, default_model, tmp_path):
         tasks=tasks,
         data_dir=data,
         steps=STEPS,
-        group_size=8,
-        # A step takes two nodes' orders: with three nodes working at once, a group
-        # is then about one step old when trained on (train local's test has one
-        # worker; at two steps old this small model learns a third as fast). Eight
-        # prompts a step, not four: the rise varies less.
-        prompts_per_step=8,
-        prompts_per_assignment=4,
-        max_tokens=64,
-        target_len=128,
-        lr=3e-4,
-        epoch_seconds=60,
-        validation_grace=30,
-        heartbeat_seconds=2,
         gone_after=60,
-        max_backlog=3,
+        **LEARNING_RECIPE,
     )
     orch_log = tmp_path / "orchestrator.log"
 
