@@ -198,7 +198,7 @@ class Ledger:
         self._db.row_factory = sqlite3.Row
         try:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._enter_wal()
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._create_schema()
@@ -212,6 +212,19 @@ class Ledger:
         except ValueError:
             self._db.close()
             raise
+
+    def _enter_wal(self) -> None:
+        # Switching a new file to WAL answers "database is locked" at once, without
+        # the busy handler, while another process is switching it too; wait here.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.01)
 
     def _create_schema(self) -> None:
         # Under BEGIN IMMEDIATE, so processes opening a new file at once create it once.

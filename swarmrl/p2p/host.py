@@ -192,6 +192,11 @@ class Host:
             await stack.enter_async_context(background_trio_service(self._pubsub))
             await stack.enter_async_context(background_trio_service(self._gossip))
             self._nursery = await stack.enter_async_context(trio.open_nursery())
+            # Read once here: the listeners are fixed from now on, and asked later
+            # from another thread they may already be closed (a bad file descriptor).
+            suffix = f"/p2p/{self.peer_id}"
+            self._addrs = [a if a.endswith(suffix) else a + suffix
+                           for a in map(str, self._host.get_addrs())]  # fmt: skip
             self._ready.set()
             await self._stop.wait()
             self._nursery.cancel_scope.cancel()
@@ -354,8 +359,7 @@ class Host:
     @property
     def addrs(self) -> list[str]:
         """Full multiaddrs to dial this host, each ending in /p2p/<peer id>."""
-        suffix = f"/p2p/{self.peer_id}"
-        return [a if a.endswith(suffix) else a + suffix for a in map(str, self._host.get_addrs())]
+        return list(self._addrs)
 
     def connect(self, addr: str, timeout: float = 10.0) -> str:
         """Dials a full multiaddr (with /p2p/); returns the peer id."""

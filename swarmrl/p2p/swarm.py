@@ -301,13 +301,23 @@ class SwarmNode:
 
     def _poll_loop(self) -> None:
         while not self._closed.wait(POLL_INTERVAL):
-            if any(not d.done for d in list(self._downloads.values())):
-                for peer in self.host.peers():
-                    if not self.book.is_banned(peer):
-                        self._poll_peer(peer)
-            if self._data is None and time.monotonic() - self._last_dialback >= DIALBACK_RETRY:
-                self._retry_dial_back()
-            self._send_advert()
+            try:
+                self._poll_once()
+            except Exception:
+                # close() does not wait for this thread: a round cut short by the
+                # host going away is expected; anything else must not end polling.
+                if self._closed.is_set():
+                    return
+                log.exception("polling peers failed; trying again in %s s", POLL_INTERVAL)
+
+    def _poll_once(self) -> None:
+        if any(not d.done for d in list(self._downloads.values())):
+            for peer in self.host.peers():
+                if not self.book.is_banned(peer):
+                    self._poll_peer(peer)
+        if self._data is None and time.monotonic() - self._last_dialback >= DIALBACK_RETRY:
+            self._retry_dial_back()
+        self._send_advert()
 
     def _send_advert(self, *, force: bool = False) -> None:
         """Publishes this peer's advert: every ADVERT_INTERVAL, and soon after a change

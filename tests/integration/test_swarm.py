@@ -145,6 +145,27 @@ def test_a_peer_killed_mid_transfer_is_routed_around(swarm, origin_key, checkpoi
     assert killed.is_set()
 
 
+def test_a_failed_polling_round_does_not_end_polling_and_close_ends_it(swarm, caplog):
+    node = swarm("lone")
+    rounds = []
+
+    def advert_once_broken(*, force=False):
+        rounds.append(force)
+        if len(rounds) == 1:
+            raise OSError("the network went away for a moment")
+
+    node._send_advert = advert_once_broken
+    deadline = time.monotonic() + WAIT
+    with caplog.at_level(logging.ERROR, logger="swarmrl.p2p"):
+        while len(rounds) < 2:
+            assert time.monotonic() < deadline, "polling stopped after a failed round"
+            time.sleep(0.05)
+    assert "polling peers failed" in caplog.text
+    node.close()
+    node._poller.join(timeout=WAIT)
+    assert not node._poller.is_alive()
+
+
 def test_a_peer_serving_corrupt_bytes_is_banned_and_nothing_corrupt_is_kept(
     swarm, origin_key, checkpoint, caplog
 ):

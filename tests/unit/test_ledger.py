@@ -405,3 +405,43 @@ def test_several_processes_share_one_ledger(tmp_path):
         assert writer.wait(timeout=120) == 0
     with Ledger(path) as ledger:
         assert sorted(s.step for s in ledger.submissions()) == list(range(300))
+
+
+OPENERS = textwrap.dedent(
+    """
+    import multiprocessing, sys
+    from pathlib import Path
+    from orchestrator.service.ledger import Ledger
+
+    def open_once(path):
+        try:
+            Ledger(Path(path)).close()
+        except ValueError as e:
+            return str(e)
+
+    if __name__ == "__main__":
+        folder = Path(sys.argv[1])
+        with multiprocessing.get_context("fork").Pool(4) as pool:
+            for n in range(40):
+                for failure in pool.map(open_once, [folder / f"{n}.sqlite3"] * 4):
+                    if failure:
+                        print(failure)
+    """
+)
+
+
+def test_processes_opening_a_new_ledger_at_once_all_open_it(tmp_path):
+    # Switching a new file to WAL is refused at once ("database is locked") while
+    # another process switches it; before the ledger waited, about one open in
+    # twenty failed this way.
+    script = tmp_path / "openers.py"
+    script.write_text(OPENERS)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
