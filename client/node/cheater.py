@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from client.node.events import log_event
-from client.node.loop import Node
+from client.node.loop import Node, sole_runner
 from client.node.settings import NodeSettings
 from swarmrl import keystore
 from swarmrl.logs import setup_logging
@@ -71,10 +71,11 @@ def main() -> None:
     password = keystore.read_password(settings.password_file)
     account = keystore.unlock(settings.keystore_dir, settings.key, password)
     setup_logging(Path(settings.data_dir) / "node.log")
-    node = CheatingNode(settings, account, on_event=log_event)
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: node.stop())
-    node.run()
+    with sole_runner(settings, "python -m client.node.cheater"):
+        node = CheatingNode(settings, account, on_event=log_event)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, lambda *_: node.stop())
+        node.run()
 
 
 if __name__ == "__main__":

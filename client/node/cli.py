@@ -70,6 +70,16 @@ def run(
     ),
 ) -> None:
     """Join the run and work until Ctrl-C, q or SIGTERM; the same command resumes it."""
+    from client.node.loop import sole_runner
+
+    settings = _settings(config)
+    if settings.orchestrator is None:
+        raise ValueError("set orchestrator (the multiaddr the orchestrator prints) in the config")
+    with sole_runner(settings):
+        _run(settings, headless)
+
+
+def _run(settings: Any, headless: bool) -> None:
     import os
     import sys
 
@@ -79,9 +89,6 @@ def run(
     from swarmrl import keystore
     from swarmrl.logs import setup_logging
 
-    settings = _settings(config)
-    if settings.orchestrator is None:
-        raise ValueError("set orchestrator (the multiaddr the orchestrator prints) in the config")
     account = keystore.unlock(
         settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
     )

@@ -14,7 +14,7 @@ removes an entry that already has its receipt. Removal renames the entry to a
 hidden name first, so a half-deleted entry is never mistaken for one to resend.
 
 One process owns a journal at a time (the node's daemon, which locks its data
-dir); a `Journal` serialises its own threads.
+dir: `loop.sole_runner`); a `Journal` serialises its own threads.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from client.node.events import Event, EventKind, Listener
 from client.node.journal import Journal
 from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, NodeSettings
+from swarmrl.chain.paths import exclusive_use
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import RemoteError
 from swarmrl.work.assign import WorkOrder
@@ -42,6 +44,21 @@ log = logging.getLogger("swarmrl.node")
 
 # Failures the loop waits out and retries; anything else is a bug or bad settings.
 RETRIED = (ConnectionError, TimeoutError, RemoteError, wire.WireError, OSError)
+
+
+@contextmanager
+def sole_runner(settings: NodeSettings, command: str = "swarmrl node run") -> Iterator[None]:
+    """Holds the node's data dir and its key for this process alone, or FolderBusyError
+    naming the process that has them: two processes on one journal would resend each
+    other's work, and two on one key would take turns being the node the orchestrator
+    knows (each join replacing the other's)."""
+    data_dir, keys = Path(settings.data_dir), Path(settings.keystore_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with (
+        exclusive_use(data_dir / ".lock", data_dir, command),
+        exclusive_use(keys / f"{settings.key}.lock", f"key {settings.key!r} in {keys}", command),
+    ):
+        yield
 
 
 @dataclass

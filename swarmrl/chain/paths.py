@@ -34,10 +34,11 @@ class FolderBusyError(ValueError):
 
 
 @contextmanager
-def exclusive_use(lock_file: Path, folder: Path, command: str) -> Iterator[None]:
+def exclusive_use(lock_file: Path, folder: Path | str, command: str) -> Iterator[None]:
     """Holds `lock_file` for the block, on behalf of `command` (e.g. "swarmrl chain up")
-    changing `folder`; if another process holds it, FolderBusyError at once, naming the
-    command and pid it recorded. An flock: the kernel frees it however its holder exits,
+    changing `folder` (or whatever the message should name as in use); if another
+    process holds it, FolderBusyError at once, naming the command and pid it recorded.
+    An flock: the kernel frees it however its holder exits,
     so a killed process leaves no stale lock, only a file the next holder reuses. The
     file is removed on release, so a command leaves the folder as it found it."""
     fd = _locked(lock_file, folder)
@@ -50,7 +51,7 @@ def exclusive_use(lock_file: Path, folder: Path, command: str) -> Iterator[None]
         os.close(fd)
 
 
-def _locked(lock_file: Path, folder: Path) -> int:
+def _locked(lock_file: Path, folder: Path | str) -> int:
     """A descriptor of `lock_file`, exclusively flocked."""
     while True:
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
