@@ -12,11 +12,14 @@ first), c claims what is claimable, q quits once the node has stopped.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from textual import on
 from textual.app import App, ComposeResult
@@ -155,6 +158,7 @@ class NodeApp(App[None]):
         self.node_thread = threading.Thread(target=self._run_node, name="swarmrl-node", daemon=True)
         self.chain_thread: threading.Thread | None = None
         self.claim_thread: threading.Thread | None = None
+        self._sigterm_before: Any = signal.SIG_DFL
 
     # ---- listeners the node calls, from its own threads --------------------------------
 
@@ -192,9 +196,20 @@ class NodeApp(App[None]):
         plt = self.query_one(PlotextPlot).plt
         plt.xlabel("policy step")
         self._show()
+        # A SIGTERM (a service manager, `kill`) stops the node as q does, and shows it;
+        # the app's loop is where it can. Off the main thread there are no signals.
+        self._sigterm_before = signal.getsignal(signal.SIGTERM)  # given back on unmount
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.action_quit)
         self.node_thread.start()
         self.refresh_chain()
         self.set_interval(self.chain_seconds, self.refresh_chain)
+
+    def on_unmount(self) -> None:
+        # While the node hands in its last submission, SIGTERM is the caller's again.
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._sigterm_before or signal.SIG_DFL)
 
     def _show(self) -> None:
         view = self.view

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import threading
 from collections.abc import Callable
 
@@ -302,6 +304,30 @@ def test_q_stops_the_node_and_exits_once_its_thread_is_done():
         assert app.failure is None
 
     drive(app, test, runner)
+
+
+def test_sigterm_stops_the_node_as_q_does_and_shows_it():
+    runner = StandIn()
+    app = NodeApp(runner, Chain())
+    heard = []
+    before = signal.signal(signal.SIGTERM, lambda *_: heard.append("caller"))
+
+    async def test(pilot: Pilot) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await until(pilot, lambda: runner.calls == ["stop"])
+        await pilot.pause()
+        assert text(app, "work").startswith("stopping: finishing the submission in flight")
+        runner.finish.set()
+        app.node_thread.join()
+        await until(pilot, lambda: app.return_code == 0)
+
+    try:
+        drive(app, test, runner)
+        assert heard == []  # the app took it
+        os.kill(os.getpid(), signal.SIGTERM)  # once the app is gone, the caller's again
+        assert heard == ["caller"]
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_a_node_that_fails_ends_the_app_with_its_error():
