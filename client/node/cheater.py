@@ -68,10 +68,10 @@ def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m client.node.cheater NODE_TOML")
     settings = load_settings(NodeSettings, Path(sys.argv[1]))
-    password = keystore.read_password(settings.password_file)
-    account = keystore.unlock(settings.keystore_dir, settings.key, password)
-    setup_logging(Path(settings.data_dir) / "node.log")
     with sole_runner(settings, "python -m client.node.cheater"):
+        password = keystore.read_password(settings.password_file)
+        account = keystore.unlock(settings.keystore_dir, settings.key, password)
+        setup_logging(Path(settings.data_dir) / "node.log")
         node = CheatingNode(settings, account, on_event=log_event)
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, lambda *_: node.stop())

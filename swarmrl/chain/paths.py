@@ -30,18 +30,18 @@ def deployment_path(explicit: Path | None = None) -> Path:
 
 
 class FolderBusyError(ValueError):
-    """Another process holds the folder's lock; the message names it and its pid."""
+    """Another process holds the lock; the message names it and its pid."""
 
 
 @contextmanager
-def exclusive_use(lock_file: Path, folder: Path | str, command: str) -> Iterator[None]:
+def exclusive_use(lock_file: Path, guarded: Path | str, command: str) -> Iterator[None]:
     """Holds `lock_file` for the block, on behalf of `command` (e.g. "swarmrl chain up")
-    changing `folder` (or whatever the message should name as in use); if another
+    using `guarded` (a folder, or what else the message names as in use); if another
     process holds it, FolderBusyError at once, naming the command and pid it recorded.
-    An flock: the kernel frees it however its holder exits,
-    so a killed process leaves no stale lock, only a file the next holder reuses. The
-    file is removed on release, so a command leaves the folder as it found it."""
-    fd = _locked(lock_file, folder)
+    An flock: the kernel frees it however its holder exits, so a killed process leaves
+    no stale lock, only a file the next holder reuses. The file is removed on release,
+    so a command leaves the folder as it found it."""
+    fd = _locked(lock_file, guarded)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
@@ -51,7 +51,7 @@ def exclusive_use(lock_file: Path, folder: Path | str, command: str) -> Iterator
         os.close(fd)
 
 
-def _locked(lock_file: Path, folder: Path | str) -> int:
+def _locked(lock_file: Path, guarded: Path | str) -> int:
     """A descriptor of `lock_file`, exclusively flocked."""
     while True:
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
@@ -62,7 +62,7 @@ def _locked(lock_file: Path, folder: Path | str) -> int:
             os.close(fd)
             who = f"`{holder[1].strip()}` (pid {holder[0]})" if len(holder) == 2 else None
             raise FolderBusyError(
-                f"{folder} is in use by {who or 'another process'}; "
+                f"{guarded} is in use by {who or 'another process'}; "
                 "wait for it to finish or stop it"
             ) from None
         # A holder that released between our open and our flock removed the file we

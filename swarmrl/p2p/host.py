@@ -195,8 +195,9 @@ class Host:
             # Read once here: the listeners are fixed from now on, and asked later
             # from another thread they may already be closed (a bad file descriptor).
             suffix = f"/p2p/{self.peer_id}"
-            self._addrs = [a if a.endswith(suffix) else a + suffix
-                           for a in map(str, self._host.get_addrs())]  # fmt: skip
+            self._addrs = [
+                a if a.endswith(suffix) else a + suffix for a in map(str, self._host.get_addrs())
+            ]
             self._ready.set()
             await self._stop.wait()
             self._nursery.cancel_scope.cancel()
