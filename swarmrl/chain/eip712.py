@@ -1,8 +1,11 @@
 """EIP-712 messages of the protocol and the Merkle commitment over them.
 
 Shared by the node (which signs) and the orchestrator (which verifies, commits
-and proves). Digests are computed here directly from the type strings, and the
-tests check them against the contracts' own `consentDigest` and
+and proves). Every struct is declared once, as a :class:`Struct`: its members in
+order, each with its Solidity name and type and the Python attribute its value
+comes from. The type string, the ABI types and the encoded values all come from
+that one table, so they cannot fall out of step; the tests check the digests
+against eth-account's encoder and the contracts' own `consentDigest` and
 `submissionDigest` views, so Python and Solidity cannot drift apart silently.
 Every domain binds chain id and contract address: a signature is good for one
 deployment on one chain only.
@@ -10,8 +13,9 @@ deployment on one chain only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from eth_abi import encode as abi_encode
 from eth_account import Account
@@ -22,8 +26,6 @@ DOMAIN_TYPE = "EIP712Domain(string name,string version,uint256 chainId,address v
 REGISTRY_DOMAIN_NAME = "SwarmRL ProviderRegistry"
 POOL_DOMAIN_NAME = "SwarmRL ComputePool"
 DOMAIN_VERSION = "1"
-NODE_CONSENT_TYPE = "NodeConsent(address provider,address node,uint256 nonce,uint256 deadline)"
-SUBMISSION_TYPE = "Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)"
 
 
 @dataclass(frozen=True)
@@ -70,35 +72,95 @@ def typed_digest(domain: Domain, struct_hash: bytes) -> bytes:
 
 
 @dataclass(frozen=True)
+class Member:
+    """One member of a struct: its name and Solidity type as the type string states them,
+    and the Python attribute its value comes from, through `encode` where the attribute
+    is not already what the ABI takes. Addresses are checksummed, and `string` and
+    `bytes` members hashed, as EIP-712 says, without an `encode`."""
+
+    name: str
+    type: str
+    attribute: str
+    encode: Callable[[Any], Any] | None = None
+
+
+class Struct:
+    """An EIP-712 struct type, declared once as its members in order."""
+
+    def __init__(self, name: str, *members: Member) -> None:
+        self.name = name
+        self.members = members
+        self.type_string = f"{name}({','.join(f'{m.type} {m.name}' for m in members)})"
+        self.type_hash = keccak(text=self.type_string)
+        # Dynamic members are encoded as the hash of their contents.
+        self._abi_types = [
+            "bytes32",
+            *("bytes32" if m.type in ("string", "bytes") else m.type for m in members),
+        ]
+
+    def hash(self, values: Mapping[str, Any]) -> bytes:
+        """hashStruct of the struct whose members' values `values` holds by attribute."""
+        encoded: list[Any] = [self.type_hash]
+        for m in self.members:
+            value = values[m.attribute]
+            if m.encode is not None:
+                value = m.encode(value)
+            if m.type == "address":
+                value = to_checksum_address(value)
+            elif m.type == "string":
+                value = keccak(text=value)
+            elif m.type == "bytes":
+                value = keccak(value)
+            encoded.append(value)
+        return keccak(abi_encode(self._abi_types, encoded))
+
+    def digest(self, domain: Domain, values: Mapping[str, Any]) -> bytes:
+        """What a signer signs: the typed digest of this struct in `domain`."""
+        return typed_digest(domain, self.hash(values))
+
+
+def text_hash(text: str) -> bytes:
+    """The 32 bytes a string stands for in a bytes32 member (keccak of its UTF-8)."""
+    return keccak(text=text)
+
+
+def hex_bytes(value: str) -> bytes:
+    """Hex (with or without 0x) as the bytes of a bytesN member."""
+    return bytes.fromhex(value.removeprefix("0x"))
+
+
+@dataclass(frozen=True)
 class NodeConsent:
     """A node's consent to be run by `provider`; `nonce` is the registry's consentNonce."""
+
+    STRUCT: ClassVar[Struct] = Struct(
+        "NodeConsent",
+        Member("provider", "address", "provider"),
+        Member("node", "address", "node"),
+        Member("nonce", "uint256", "nonce"),
+        Member("deadline", "uint256", "deadline"),
+    )
 
     provider: str
     node: str
     nonce: int
     deadline: int
 
-    def struct_hash(self) -> bytes:
-        return keccak(
-            abi_encode(
-                ["bytes32", "address", "address", "uint256", "uint256"],
-                [
-                    keccak(text=NODE_CONSENT_TYPE),
-                    to_checksum_address(self.provider),
-                    to_checksum_address(self.node),
-                    self.nonce,
-                    self.deadline,
-                ],
-            )
-        )
-
     def digest(self, domain: Domain) -> bytes:
-        return typed_digest(domain, self.struct_hash())
+        return self.STRUCT.digest(domain, vars(self))
 
 
 @dataclass(frozen=True)
 class Submission:
     """What a node signs for one rollout file: run, node, policy step, file digest."""
+
+    STRUCT: ClassVar[Struct] = Struct(
+        "Submission",
+        Member("runId", "bytes32", "run_id"),
+        Member("node", "address", "node"),
+        Member("step", "uint64", "step"),
+        Member("rolloutDigest", "bytes32", "rollout_digest"),
+    )
 
     run_id: bytes
     node: str
@@ -111,22 +173,8 @@ class Submission:
         if not 0 <= self.step < 2**64:
             raise ValueError(f"step {self.step} does not fit in uint64")
 
-    def struct_hash(self) -> bytes:
-        return keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "address", "uint64", "bytes32"],
-                [
-                    keccak(text=SUBMISSION_TYPE),
-                    self.run_id,
-                    to_checksum_address(self.node),
-                    self.step,
-                    self.rollout_digest,
-                ],
-            )
-        )
-
     def digest(self, domain: Domain) -> bytes:
-        return typed_digest(domain, self.struct_hash())
+        return self.STRUCT.digest(domain, vars(self))
 
     def as_tuple(self) -> tuple[bytes, str, int, bytes]:
         """The ABI tuple IComputePool.Submission, for contract calls."""
@@ -222,12 +270,18 @@ class MerkleTree:
         return proof
 
 
-PERMIT_TYPE = "Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)"
-
-
 @dataclass(frozen=True)
 class Permit:
     """An ERC-2612 permit; its domain is the token's (name from `name()`, version "1")."""
+
+    STRUCT: ClassVar[Struct] = Struct(
+        "Permit",
+        Member("owner", "address", "owner"),
+        Member("spender", "address", "spender"),
+        Member("value", "uint256", "value"),
+        Member("nonce", "uint256", "nonce"),
+        Member("deadline", "uint256", "deadline"),
+    )
 
     owner: str
     spender: str
@@ -235,20 +289,5 @@ class Permit:
     nonce: int
     deadline: int
 
-    def struct_hash(self) -> bytes:
-        return keccak(
-            abi_encode(
-                ["bytes32", "address", "address", "uint256", "uint256", "uint256"],
-                [
-                    keccak(text=PERMIT_TYPE),
-                    to_checksum_address(self.owner),
-                    to_checksum_address(self.spender),
-                    self.value,
-                    self.nonce,
-                    self.deadline,
-                ],
-            )
-        )
-
     def digest(self, domain: Domain) -> bytes:
-        return typed_digest(domain, self.struct_hash())
+        return self.STRUCT.digest(domain, vars(self))

@@ -20,17 +20,26 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from eth_abi import encode as abi_encode
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from swarmrl.chain.eip712 import Domain, recover, sign_digest, typed_digest
+from swarmrl.chain.eip712 import Domain, Member, Struct, hex_bytes, recover, sign_digest
 from swarmrl.shards import Manifest
 
 SWARM_DOMAIN_NAME = "SwarmRL Swarm"
-PEER_RECORD_TYPE = "PeerRecord(bytes peerId,address account,uint64 issuedAt)"
-CHECKPOINT_TYPE = "Checkpoint(string model,uint64 step,bytes32 manifestHash)"
+PEER_RECORD = Struct(
+    "PeerRecord",
+    Member("peerId", "bytes", "peer_id", str.encode),
+    Member("account", "address", "account"),
+    Member("issuedAt", "uint64", "issued_at"),
+)
+CHECKPOINT = Struct(
+    "Checkpoint",
+    Member("model", "string", "model"),
+    Member("step", "uint64", "step"),
+    Member("manifestHash", "bytes32", "manifest_hash", hex_bytes),
+)
 _MAX_UINT64 = 2**64 - 1
 
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -64,25 +73,12 @@ class PeerRecord(BaseModel):
     issued_at: int = Field(ge=0, le=_MAX_UINT64)
     signature: HexSignature
 
-    @staticmethod
-    def _digest(domain: Domain, peer_id: bytes, account: str, issued_at: int) -> bytes:
-        struct = keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "address", "uint64"],
-                [
-                    keccak(text=PEER_RECORD_TYPE),
-                    keccak(peer_id),
-                    to_checksum_address(account),
-                    issued_at,
-                ],
-            )
-        )
-        return typed_digest(domain, struct)
-
     @classmethod
     def sign(cls, account: LocalAccount, peer_id: str, domain: Domain) -> PeerRecord:
         issued_at = int(time.time())
-        digest = cls._digest(domain, peer_id.encode(), account.address, issued_at)
+        digest = PEER_RECORD.digest(
+            domain, {"peer_id": peer_id, "account": account.address, "issued_at": issued_at}
+        )
         return cls(
             peer_id=peer_id,
             account=account.address,
@@ -95,8 +91,7 @@ class PeerRecord(BaseModel):
         (the peer it arrived from); SignatureError otherwise."""
         if self.peer_id != peer_id:
             raise SignatureError(f"record names peer {self.peer_id}, but came from {peer_id}")
-        digest = self._digest(domain, self.peer_id.encode(), self.account, self.issued_at)
-        signer = _recover(digest, self.signature)
+        signer = _recover(PEER_RECORD.digest(domain, dict(self)), self.signature)
         if signer != to_checksum_address(self.account):
             raise SignatureError(f"record for {self.account} is signed by {signer}")
         return signer
@@ -118,20 +113,12 @@ class Announcement(BaseModel):
     signer: HexAddress
     signature: HexSignature
 
-    @staticmethod
-    def _digest(domain: Domain, model: str, step: int, mhash: str) -> bytes:
-        struct = keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "uint64", "bytes32"],
-                [keccak(text=CHECKPOINT_TYPE), keccak(text=model), step, bytes.fromhex(mhash)],
-            )
-        )
-        return typed_digest(domain, struct)
-
     @classmethod
     def sign(cls, account: LocalAccount, manifest: Manifest, domain: Domain) -> Announcement:
         mhash = manifest_hash(manifest)
-        digest = cls._digest(domain, manifest.model, manifest.step, mhash)
+        digest = CHECKPOINT.digest(
+            domain, {"model": manifest.model, "step": manifest.step, "manifest_hash": mhash}
+        )
         return cls(
             model=manifest.model,
             step=manifest.step,
@@ -142,8 +129,7 @@ class Announcement(BaseModel):
 
     def verify(self, domain: Domain, trusted: frozenset[str]) -> None:
         """SignatureError unless signed by one of the `trusted` (checksummed) accounts."""
-        digest = self._digest(domain, self.model, self.step, self.manifest_hash)
-        signer = _recover(digest, self.signature)
+        signer = _recover(CHECKPOINT.digest(domain, dict(self)), self.signature)
         if signer != to_checksum_address(self.signer):
             raise SignatureError(f"checkpoint claims signer {self.signer} but {signer} signed it")
         if signer not in trusted:

@@ -16,17 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from eth_abi import encode as abi_encode
 from eth_account.signers.local import LocalAccount
-from eth_utils import keccak, to_checksum_address
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from swarmrl.chain.eip712 import Domain, recover, sign_digest, typed_digest
+from swarmrl.chain.eip712 import Domain, Member, Struct, hex_bytes, recover, sign_digest
 
-ROLLOUT_FILE_TYPE = (
-    "RolloutFile(bytes32 runId,address node,uint64 step,bytes32 fileDigest,uint32 groupSize,"
-    "uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros)"
-)
 MICROS = 1_000_000
 _U32 = 2**32 - 1
 
@@ -37,6 +31,19 @@ def micros(value: float, name: str) -> int:
     if not 0 <= scaled <= _U32 or scaled / MICROS != value:
         raise ValueError(f"{name} {value} must be a multiple of 0.000001 below 4294")
     return scaled
+
+
+ROLLOUT_FILE = Struct(
+    "RolloutFile",
+    Member("runId", "bytes32", "run", hex_bytes),
+    Member("node", "address", "node"),
+    Member("step", "uint64", "step"),
+    Member("fileDigest", "bytes32", "file_digest"),
+    Member("groupSize", "uint32", "group_size"),
+    Member("maxTokens", "uint32", "max_tokens"),
+    Member("temperatureMicros", "uint32", "temperature", lambda t: micros(t, "temperature")),
+    Member("topPMicros", "uint32", "top_p", lambda p: micros(p, "top_p")),
+)
 
 
 class FileSignature(BaseModel):
@@ -83,23 +90,7 @@ class FileSignature(BaseModel):
 
     def digest(self, domain: Domain, file_digest: bytes) -> bytes:
         """The EIP-712 digest the node signs for the file with ``file_digest``."""
-        struct = keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "address", "uint64", "bytes32", *["uint32"] * 4],
-                [
-                    keccak(text=ROLLOUT_FILE_TYPE),
-                    bytes.fromhex(self.run[2:]),
-                    to_checksum_address(self.node),
-                    self.step,
-                    file_digest,
-                    self.group_size,
-                    self.max_tokens,
-                    micros(self.temperature, "temperature"),
-                    micros(self.top_p, "top_p"),
-                ],
-            )
-        )
-        return typed_digest(domain, struct)
+        return ROLLOUT_FILE.digest(domain, {**dict(self), "file_digest": file_digest})
 
     def signer(self, domain: Domain, file_digest: bytes) -> str | None:
         """The checksummed address that signed this for ``file_digest``; None if the

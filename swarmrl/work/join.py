@@ -10,22 +10,14 @@ is registered, staked enough and the node joined the pool.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import pydantic_core
 from pydantic import Field, StringConstraints
 
+from swarmrl.chain.eip712 import Member, Struct, text_hash
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.work.signed import (
-    MAX_UINT64,
-    HexAddress,
-    Message,
-    PeerId,
-    RunId,
-    Signed,
-    address,
-    id_bytes,
-)
+from swarmrl.work.signed import MAX_UINT64, HexAddress, Message, PeerId, RunId, Signed
 
 PROTOCOL = protocol_id("join")
 REQUEST_LIMIT = 4 * 1024
@@ -50,12 +42,17 @@ class NodeReport(Message):
     version: Short
 
     def hash(self) -> bytes:
-        return id_bytes(pydantic_core.to_json(self.model_dump(), by_alias=True).decode())
+        return text_hash(pydantic_core.to_json(self.model_dump(), by_alias=True).decode())
 
 
 class JoinClaim(Signed):
-    EIP712_TYPE = (
-        "JoinClaim(address node,address provider,bytes32 peerId,bytes32 report,uint64 issuedAt)"
+    STRUCT = Struct(
+        "JoinClaim",
+        Member("node", "address", "node"),
+        Member("provider", "address", "provider"),
+        Member("peerId", "bytes32", "peer_id", text_hash),
+        Member("report", "bytes32", "report", NodeReport.hash),
+        Member("issuedAt", "uint64", "issued_at"),
     )
 
     node: HexAddress
@@ -63,18 +60,6 @@ class JoinClaim(Signed):
     peer_id: PeerId
     report: NodeReport
     issued_at: int = Field(ge=0, le=MAX_UINT64)
-
-    def abi_fields(self) -> tuple[list[str], list[Any]]:
-        return (
-            ["address", "address", "bytes32", "bytes32", "uint64"],
-            [
-                address(self.node),
-                address(self.provider),
-                id_bytes(self.peer_id),
-                self.report.hash(),
-                self.issued_at,
-            ],
-        )
 
 
 class JoinResponse(Message):

@@ -1,22 +1,21 @@
 """EIP-712 structs of the work protocol, and the pydantic base they share.
 
 Every struct is signed under the run's swarm domain (chain id and ComputePool),
-so a signature is good for one deployment only. A struct names its EIP-712 type
-and the ABI types and values of its fields; :class:`Signed` turns that into the
-typed digest, signs it, and recovers the signer. Numbers that are floats in
-Python (temperature, top-p) are signed as integer millionths.
+so a signature is good for one deployment only. A struct declares its EIP-712
+members once (:class:`swarmrl.chain.eip712.Struct`); :class:`Signed` turns that
+into the typed digest, signs it, and recovers the signer. Numbers that are floats
+in Python (temperature, top-p) are signed as integer millionths.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
-from eth_abi import encode as abi_encode
 from eth_account.signers.local import LocalAccount
-from eth_utils import keccak, to_checksum_address
+from eth_utils import to_checksum_address
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-from swarmrl.chain.eip712 import Domain, recover, sign_digest, typed_digest
+from swarmrl.chain.eip712 import Domain, Struct, recover, sign_digest
 
 MAX_UINT32 = 2**32 - 1
 MAX_UINT64 = 2**64 - 1
@@ -38,18 +37,12 @@ class Message(BaseModel):
 class Signed(Message):
     """A message that carries its signer's EIP-712 signature over its other fields."""
 
-    EIP712_TYPE: ClassVar[str]
+    STRUCT: ClassVar[Struct]
 
     signature: HexSignature = UNSIGNED
 
-    def abi_fields(self) -> tuple[list[str], list[Any]]:
-        """The struct's fields after the type hash: ABI types and values."""
-        raise NotImplementedError
-
     def digest(self, domain: Domain) -> bytes:
-        types, values = self.abi_fields()
-        struct = keccak(abi_encode(["bytes32", *types], [keccak(text=self.EIP712_TYPE), *values]))
-        return typed_digest(domain, struct)
+        return self.STRUCT.digest(domain, dict(self))
 
     def signed_by(self, account: LocalAccount, domain: Domain) -> Signed:
         """This message with `account`'s signature."""
@@ -69,16 +62,3 @@ class Signed(Message):
         signer = self.signer(domain)
         if signer is None or signer != to_checksum_address(expected):
             raise ValueError(f"the {what} is not signed by {to_checksum_address(expected)}")
-
-
-def id_bytes(text: str) -> bytes:
-    """The 32 bytes a string stands for in a struct (keccak of its UTF-8)."""
-    return keccak(text=text)
-
-
-def run_bytes(run: str) -> bytes:
-    return bytes.fromhex(run[2:])
-
-
-def address(value: str) -> str:
-    return to_checksum_address(value)

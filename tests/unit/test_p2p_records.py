@@ -13,6 +13,8 @@ from pydantic import ValidationError
 from swarmrl import shards
 from swarmrl.chain.eip712 import pool_domain
 from swarmrl.p2p.records import (
+    CHECKPOINT,
+    PEER_RECORD,
     Announcement,
     PeerRecord,
     SignatureError,
@@ -217,3 +219,9 @@ def test_manifest_hash_is_keccak_of_canonical_json(manifest):
     )
     assert Manifest.from_json(manifest.to_json()) == manifest
     assert manifest_hash(Manifest.from_json(manifest.to_json())) == manifest_hash(manifest)
+
+
+def test_the_type_strings_are_the_protocols():
+    # Declared once as tables of members; the strings every peer signs are pinned here.
+    assert PEER_RECORD.type_string == "PeerRecord(bytes peerId,address account,uint64 issuedAt)"
+    assert CHECKPOINT.type_string == "Checkpoint(string model,uint64 step,bytes32 manifestHash)"

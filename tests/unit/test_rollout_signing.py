@@ -14,7 +14,7 @@ from swarmrl.rollouts.records import (
     read_rollout_file,
     write_rollouts,
 )
-from swarmrl.rollouts.signing import FileSignature, micros
+from swarmrl.rollouts.signing import ROLLOUT_FILE, FileSignature, micros
 from tests.unit.test_rollout_records import record
 
 NODE = Account.from_key("0x" + "11" * 32)
@@ -91,3 +91,10 @@ def test_a_damaged_signature_block_is_one_sentence(tmp_path, block, error):
     with pytest.raises(ValueError, match=error) as caught:
         read_rollout_file(path)
     assert "\n" not in str(caught.value)
+
+
+def test_the_type_string_is_the_protocols():
+    assert ROLLOUT_FILE.type_string == (
+        "RolloutFile(bytes32 runId,address node,uint64 step,bytes32 fileDigest,uint32 groupSize,"
+        "uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros)"
+    )
