@@ -187,7 +187,7 @@ class Orchestrator:
             signer=keys.recorder,
         )
         self.tasks = {t.problem_id: t for t in read_tasks(settings.tasks)}
-        self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
+        self.ledger = Ledger(self.data_dir / "ledger.sqlite3", run=deployment.run_id)
         self.published: int | None = None
         self._stopping = threading.Event()
         self.children: list[Child] = []
@@ -220,7 +220,6 @@ class Orchestrator:
             data_dir=self.data_dir,
             run_dir=self.run_dir,
             tasks_file=Path(s.tasks),
-            run=self.deployment.run_id,
             validation_rate=s.validation_rate,
             trust_after=s.trust_after,
             code_check_rate=s.code_check_rate,
@@ -327,8 +326,8 @@ class Orchestrator:
 
     def _sweep_nodes(self, now: float) -> None:
         s = self.settings
-        for order in self.ledger.expire_assignments(now):
-            log.info("order %s of %s expired unanswered", order.order_id[:12], order.node)
+        for expired in self.ledger.expire_orders(now):
+            log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
         for node in self.ledger.nodes():
             quiet = now - (node.last_seen or node.joined_at)
             if node.state in ("joined", "active") and quiet > s.silent_after * s.heartbeat_seconds:

@@ -22,7 +22,7 @@ from pathlib import Path
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import AssignmentRow, Ledger, NodeRow, SubmissionRow
+from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow
 from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain, Submission, recover
@@ -30,7 +30,7 @@ from swarmrl.p2p import wire
 from swarmrl.rollouts.records import Rollout, read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
-from swarmrl.work.assign import Slot, WorkOrder
+from swarmrl.work.assign import WorkOrder
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -214,9 +214,9 @@ class Intake:
         with self._order_lock:
             # An open order first: a node whose reply was lost gets it again, whatever
             # else has changed, rather than have it expire against its standing.
-            open_row = self.ledger.open_assignment(node.address)
-            if open_row is not None and open_row.deadline > time.time():
-                return [wire.dump(assign.WorkResponse(order=order_of(open_row, self.context.run)))]
+            issued = self.ledger.open_order(node.address)
+            if issued is not None and issued.order.deadline > time.time():
+                return [wire.dump(assign.WorkResponse(order=issued.order))]
             step = self.published_step()
             if step is None:
                 return _no_work(2.0, "no policy is published yet")
@@ -240,10 +240,10 @@ class Intake:
         )
         # Tasks a node left unanswered go to another node first.
         orphan = self.ledger.orphaned(excluding=node.address)
-        if orphan is not None and any(p not in self.tasks for p, _ in orphan.tasks):
+        if orphan is not None and any(s.problem_id not in self.tasks for s in orphan.order.tasks):
             log.info("expired order %s names tasks no longer in the task set; dropped",
                      orphan.order_id[:12])  # fmt: skip
-            self.ledger.set_assignment_state(orphan.order_id, "dropped")
+            self.ledger.set_order_state(orphan.order_id, "dropped")
             orphan = None
         drawn = draw_order(
             self.task_list,
@@ -253,7 +253,7 @@ class Intake:
             counter=counter,
             prompts=s.prompts_per_assignment,
             budget=budget,
-            taken_over=None if orphan is None else [p for p, _ in orphan.tasks],
+            taken_over=None if orphan is None else [s.problem_id for s in orphan.order.tasks],
         )
         now = time.time()
         order = WorkOrder(
@@ -269,28 +269,15 @@ class Intake:
             tasks=drawn.tasks,
             deadline=int(now + s.assignment_seconds),
         ).signed_by(self.context.signer, self.context.swarm_domain)
-        self.ledger.add_assignment(
-            AssignmentRow(
-                order_id=order.digest(self.context.swarm_domain).hex(),
-                node=node.address,
-                counter=counter,
-                min_step=order.min_step,
-                seed=order.seed,
-                group_size=order.group_size,
-                max_tokens=order.max_tokens,
-                temperature=order.temperature,
-                top_p=order.top_p,
-                tasks=[(t.problem_id, t.budget) for t in order.tasks],
-                deadline=order.deadline,
-                issued_at=now,
-                signature=order.signature,
-                state="open",
-            ),
+        self.ledger.add_order(
+            order.digest(self.context.swarm_domain).hex(),
+            order,
+            now,
             takes_over=None if orphan is None else orphan.order_id,
         )
         if orphan is not None:
             log.info("%s takes over the tasks of %s's expired order %s", node.address,
-                     orphan.node, orphan.order_id[:12])  # fmt: skip
+                     orphan.order.node, orphan.order_id[:12])  # fmt: skip
         return order
 
     # ---- submit ------------------------------------------------------------------------
@@ -308,11 +295,11 @@ class Intake:
             raise wire.WireError(f"the submission names node {header.node}, not the sender")
         if self.ledger.submission(self._digest(header).hex()) is not None:
             return  # a resend: answered with its receipt
-        row = self.ledger.assignment(header.order_id)
-        if row is None or row.node != node.address:
+        issued = self.ledger.order(header.order_id)
+        if issued is None or to_checksum_address(issued.order.node) != node.address:
             raise wire.WireError("the submission answers no work order of this node")
-        if row.state != "open":
-            raise wire.WireError(f"work order {header.order_id[:12]} is already {row.state}")
+        if issued.state != "open":
+            raise wire.WireError(f"work order {header.order_id[:12]} is already {issued.state}")
         newest = self.published_step()
         if newest is None or header.step > newest:
             raise wire.WireError(f"policy step {header.step} was never published")
@@ -344,15 +331,15 @@ class Intake:
             return _receipt_reply(stored)
         if submit.file_sha256(path) != header.file_sha256:
             raise wire.WireError("the file's sha256 is not the one the submission signs")
-        order = self.ledger.assignment(header.order_id)
-        assert order is not None  # checked from the header
-        units, reason, slashable = self._answers(order, header, path)
+        issued = self.ledger.order(header.order_id)
+        assert issued is not None  # checked from the header
+        units, reason, slashable = self._answers(issued.order, header, path)
         # One answer per order: of two submissions racing for it, the second is refused.
         with self._submit_lock:
             if (stored := self.ledger.submission(digest)) is not None:
                 return _receipt_reply(stored)
-            state = self.ledger.assignment(header.order_id)
-            if state is None or state.state != "open":
+            issued = self.ledger.order(header.order_id)
+            if issued is None or issued.state != "open":
                 raise wire.WireError(f"work order {header.order_id[:12]} is already answered")
             row = self._record(node, header, digest, path, units, reason, slashable)
         outcome = f"{units} units" if units else f"rejected: {reason}"
@@ -409,7 +396,7 @@ class Intake:
         return row
 
     def _answers(
-        self, order: AssignmentRow, header: submit.SubmitHeader, path: Path
+        self, order: WorkOrder, header: submit.SubmitHeader, path: Path
     ) -> tuple[int, str, bool]:
         """(units, reason, slashable): the rollouts it holds if the file answers its order
         exactly; else 0 and why, evidence only where no honest node could get it wrong."""
@@ -420,7 +407,7 @@ class Intake:
         newest = self.published_step() or 0
         if newest - header.step > self.settings.async_level:
             return 0, f"policy step {header.step} is stale (newest {newest})", False
-        if why := answers_order(records, order, self.context.run, header):
+        if why := answers_order(records, order, header):
             return 0, why, True
         return len(records), "", False
 
@@ -437,10 +424,10 @@ class _Submissions:
 
 
 def answers_order(
-    records: Sequence[Rollout], order: AssignmentRow, run: str, header: submit.SubmitHeader
+    records: Sequence[Rollout], order: WorkOrder, header: submit.SubmitHeader
 ) -> str | None:
     """Why ``records`` do not answer ``order`` exactly, or None."""
-    asked = {(pid, i) for pid, _ in order.tasks for i in range(order.group_size)}
+    asked = {(s.problem_id, i) for s in order.tasks for i in range(order.group_size)}
     given = [(r.problem_id, r.sample) for r in records]
     if len(set(given)) != len(given):
         return "it holds one sample twice"
@@ -448,10 +435,10 @@ def answers_order(
         missing = len(asked - set(given))
         extra = len(set(given) - asked)
         return f"it does not answer its order: {missing} samples missing, {extra} not asked for"
-    budgets = dict(order.tasks)
+    budgets = {s.problem_id: s.budget for s in order.tasks}
     for r in records:
         for name, claimed, expected in (
-            ("run", r.run, run),
+            ("run", r.run, order.run),
             ("node", r.node.lower(), order.node.lower()),
             ("policy step", r.policy_step, header.step),
             ("seed", r.seed, order.seed),
@@ -463,24 +450,6 @@ def answers_order(
             if claimed != expected:
                 return f"a record's {name} is {claimed}, not the {expected} its order states"
     return None
-
-
-def order_of(row: AssignmentRow, run: str) -> WorkOrder:
-    """The signed order a ledger row stands for (sent again when a reply was lost)."""
-    return WorkOrder(
-        run=run,
-        node=row.node,
-        counter=row.counter,
-        min_step=row.min_step,
-        seed=row.seed,
-        group_size=row.group_size,
-        max_tokens=row.max_tokens,
-        temperature=row.temperature,
-        top_p=row.top_p,
-        tasks=[Slot(problem_id=p, budget=b) for p, b in row.tasks],
-        deadline=int(row.deadline),
-        signature=row.signature,
-    )
 
 
 def _receipt_reply(row: SubmissionRow) -> list[bytes]:

@@ -1,11 +1,12 @@
-"""The orchestrator's ledger: nodes, assignments, submissions, and what went on chain.
+"""The orchestrator's ledger: nodes, work orders, submissions, and what went on chain.
 
 One SQLite file shared by the daemon's processes (host and intake, validator,
 recorder). It is the orchestrator's memory across restarts, so every write is
 one transaction that is on disk when the call returns (WAL with
 synchronous=FULL): a submission is acknowledged only after `record_submission`
 returns, and a SIGKILL at any point leaves the file consistent. Submissions are
-keyed by their EIP-712 digest, which makes a resend recognisable.
+keyed by their EIP-712 digest, which makes a resend recognisable. A work order is
+kept as its node got it, signed, beside the few columns it is looked up by.
 
 Addresses are stored checksummed whatever case callers pass. Hashes and
 signatures are hex strings as callers give them (digests and order ids without
@@ -28,20 +29,32 @@ from typing import Any
 from eth_utils import to_checksum_address
 
 from swarmrl.chain.errors import os_error_sentence
+from swarmrl.work.assign import Slot, WorkOrder
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000  # other processes' transactions are short; wait rather than fail
 NODE_STATES = ("joined", "active", "silent", "gone", "banned")
 # expired -> reassigned: another node's order took its tasks over; expired -> dropped:
 # its tasks left the task set (a restart with another file), so no one can take them.
-ASSIGNMENT_STATES = ("open", "answered", "expired", "reassigned", "dropped")
+ORDER_STATES = ("open", "answered", "expired", "reassigned", "dropped")
 SUBMISSION_STATUSES = ("received", "accepted", "rejected")
 SLASH_OUTCOMES = ("sent", "found", "missed")
 MAX_SQLITE_INT = 2**63 - 1
 
-_SCHEMA = """
+# A work order is kept signed, as its node got it (JSON); node, counter and deadline,
+# taken from it, are what it is looked up by.
+_ORDERS = """
+CREATE TABLE orders (
+    order_id TEXT PRIMARY KEY, node TEXT NOT NULL, counter INTEGER NOT NULL,
+    deadline INTEGER NOT NULL, issued_at REAL NOT NULL, state TEXT NOT NULL,
+    signed TEXT NOT NULL
+);
+CREATE INDEX orders_by_state ON orders (state, deadline);
+CREATE INDEX orders_by_node ON orders (node, state);
+"""
+_SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (
     address TEXT PRIMARY KEY, provider TEXT NOT NULL, peer_id TEXT NOT NULL,
@@ -56,16 +69,7 @@ CREATE TABLE transitions (
 );
 CREATE INDEX transitions_by_node ON transitions (address, id);
 CREATE TABLE counters (node TEXT PRIMARY KEY, next INTEGER NOT NULL);
-CREATE TABLE assignments (
-    order_id TEXT PRIMARY KEY, node TEXT NOT NULL, counter INTEGER NOT NULL,
-    min_step INTEGER NOT NULL, seed TEXT NOT NULL, group_size INTEGER NOT NULL,
-    max_tokens INTEGER NOT NULL, temperature REAL NOT NULL, top_p REAL NOT NULL,
-    tasks TEXT NOT NULL, deadline REAL NOT NULL, issued_at REAL NOT NULL,
-    signature TEXT NOT NULL, state TEXT NOT NULL
-);
-CREATE INDEX assignments_by_state ON assignments (state, deadline);
-CREATE INDEX assignments_by_node ON assignments (node, state);
-CREATE TABLE submissions (
+{_ORDERS}CREATE TABLE submissions (
     digest TEXT PRIMARY KEY, node TEXT NOT NULL, order_id TEXT NOT NULL,
     epoch INTEGER NOT NULL, step INTEGER NOT NULL, file TEXT NOT NULL,
     file_sha256 TEXT NOT NULL, rollout_digest TEXT NOT NULL, signature TEXT NOT NULL,
@@ -100,7 +104,7 @@ class NodeRow:
     last_seen: float
     speed: float | None  # measured tokens per second, None until reported
     trusted: int  # submissions that passed a full prefill check
-    abandoned: int  # assignments left past their deadline
+    abandoned: int  # orders left past their deadline
 
 
 @dataclass(frozen=True)
@@ -113,21 +117,13 @@ class Transition:
 
 
 @dataclass(frozen=True)
-class AssignmentRow:
-    order_id: str
-    node: str
-    counter: int
-    min_step: int
-    seed: int  # uint64
-    group_size: int
-    max_tokens: int
-    temperature: float
-    top_p: float
-    tasks: list[tuple[str, int]]  # (problem_id, thinking budget)
-    deadline: float
+class OrderRow:
+    """A work order as its node got it, signed, and what became of it."""
+
+    order_id: str  # the order's EIP-712 digest in the swarm domain, hex
+    order: WorkOrder
     issued_at: float
-    signature: str
-    state: str = "open"  # one of ASSIGNMENT_STATES
+    state: str  # one of ORDER_STATES
 
 
 @dataclass(frozen=True)
@@ -184,7 +180,10 @@ class SlashRow:
 class Ledger:
     """The ledger file at `path`; safe to share between threads and processes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, run: str | None = None) -> None:
+        """`run`: the run this orchestrator issues orders in. A ledger of schema 1 kept
+        its orders without their run; given it, such a ledger is upgraded (the daemon
+        gives it), else refused with a sentence saying so."""
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +200,7 @@ class Ledger:
             self._enter_wal()
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("PRAGMA foreign_keys = ON")
-            self._create_schema()
+            self._create_schema(run)
         except sqlite3.DatabaseError as e:
             self._db.close()
             if "not a database" in str(e) or "malformed" in str(e):
@@ -226,8 +225,9 @@ class Ledger:
                     raise
             time.sleep(0.01)
 
-    def _create_schema(self) -> None:
-        # Under BEGIN IMMEDIATE, so processes opening a new file at once create it once.
+    def _create_schema(self, run: str | None) -> None:
+        # Under BEGIN IMMEDIATE, so processes opening a new file at once create it once,
+        # and an upgrade is all done or not at all.
         with self._write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
@@ -237,11 +237,49 @@ class Ledger:
                     f"{self.path} was written by a newer swarmrl (ledger schema {version}, "
                     f"this version reads {SCHEMA_VERSION}); upgrade swarmrl"
                 )
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT INTO meta (key, value) VALUES ('genesis', ?)", (repr(time.time()),))
+            if version == 0:
+                _execute(db, _SCHEMA)
+                db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('genesis', ?)", (repr(time.time()),)
+                )
+            elif run is None:
+                raise ValueError(
+                    f"{self.path} was written by an older swarmrl (ledger schema {version}); "
+                    "`swarmrl orchestrator run` upgrades it"
+                )
+            else:
+                orders = self._upgrade_from_1(db, run)
+                log.info("ledger %s upgraded from schema 1 (%d work orders)", self.path, orders)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _upgrade_from_1(self, db: sqlite3.Connection, run: str) -> int:
+        """Schema 1 kept each work order's fields in columns of their own, and not its
+        run: each becomes the signed order it was issued as. Returns how many."""
+        rows = db.execute("SELECT * FROM assignments").fetchall()
+        _execute(db, _ORDERS)
+        for r in rows:
+            try:
+                order = WorkOrder(
+                    run=run,
+                    node=r["node"],
+                    counter=r["counter"],
+                    min_step=r["min_step"],
+                    seed=int(r["seed"]),
+                    group_size=r["group_size"],
+                    max_tokens=r["max_tokens"],
+                    temperature=float(r["temperature"]),
+                    top_p=float(r["top_p"]),
+                    tasks=[Slot(problem_id=p, budget=b) for p, b in json.loads(r["tasks"])],
+                    deadline=int(r["deadline"]),
+                    signature=r["signature"],
+                )
+            except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+                raise ValueError(
+                    f"cannot upgrade {self.path}: its work order {r['order_id'][:12]} is damaged"
+                ) from None
+            _insert_order(db, r["order_id"], order, r["issued_at"], r["state"])
+        db.execute("DROP TABLE assignments")
+        return len(rows)
 
     def close(self) -> None:
         with self._lock:
@@ -371,63 +409,45 @@ class Ledger:
                 (now, speed, to_checksum_address(address)),
             )
 
-    # Assignments.
+    # Work orders.
 
-    def add_assignment(self, a: AssignmentRow, *, takes_over: str | None = None) -> None:
-        """Stores a new assignment; with `takes_over`, that expired assignment's tasks
-        are now this one's, and it becomes 'reassigned' in the same transaction."""
-        _require(a.state, ASSIGNMENT_STATES, "assignment state")
+    def add_order(
+        self, order_id: str, order: WorkOrder, issued_at: float, *, takes_over: str | None = None
+    ) -> None:
+        """Stores a new, open order; with `takes_over`, that expired order's tasks are
+        now this one's, and it becomes 'reassigned' in the same transaction."""
         with self._write() as db:
             if takes_over is not None:
                 moved = db.execute(
-                    "UPDATE assignments SET state = 'reassigned' "
+                    "UPDATE orders SET state = 'reassigned' "
                     "WHERE order_id = ? AND state = 'expired'",
                     (takes_over,),
                 ).rowcount
                 if moved != 1:
-                    raise ValueError(f"assignment {takes_over[:12]} is not expired")
-            db.execute(
-                f"INSERT INTO assignments VALUES ({', '.join('?' * 14)})",
-                (
-                    a.order_id,
-                    to_checksum_address(a.node),
-                    a.counter,
-                    a.min_step,
-                    str(a.seed),
-                    a.group_size,
-                    a.max_tokens,
-                    a.temperature,
-                    a.top_p,
-                    json.dumps([[problem, budget] for problem, budget in a.tasks]),
-                    a.deadline,
-                    a.issued_at,
-                    a.signature,
-                    a.state,
-                ),
-            )
+                    raise ValueError(f"work order {takes_over[:12]} is not expired")
+            _insert_order(db, order_id, order, issued_at, "open")
 
-    def assignment(self, order_id: str) -> AssignmentRow | None:
-        row = self._row("SELECT * FROM assignments WHERE order_id = ?", (order_id,))
-        return None if row is None else _assignment(row)
+    def order(self, order_id: str) -> OrderRow | None:
+        row = self._row("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+        return None if row is None else _order(row)
 
-    def open_assignment(self, node: str) -> AssignmentRow | None:
-        """The node's open assignment (the latest, should there be several)."""
+    def open_order(self, node: str) -> OrderRow | None:
+        """The node's open order (the latest, should there be several)."""
         row = self._row(
-            "SELECT * FROM assignments WHERE node = ? AND state = 'open' "
-            "ORDER BY counter DESC LIMIT 1",
+            "SELECT * FROM orders WHERE node = ? AND state = 'open' ORDER BY counter DESC LIMIT 1",
             (to_checksum_address(node),),
         )
-        return None if row is None else _assignment(row)
+        return None if row is None else _order(row)
 
-    def orphaned(self, *, excluding: str) -> AssignmentRow | None:
-        """The oldest expired assignment of a node other than `excluding` whose tasks
-        no one has taken over yet."""
+    def orphaned(self, *, excluding: str) -> OrderRow | None:
+        """The oldest expired order of a node other than `excluding` whose tasks no one
+        has taken over yet."""
         row = self._row(
-            "SELECT * FROM assignments WHERE state = 'expired' AND node != ? "
+            "SELECT * FROM orders WHERE state = 'expired' AND node != ? "
             "ORDER BY deadline, order_id LIMIT 1",
             (to_checksum_address(excluding),),
         )
-        return None if row is None else _assignment(row)
+        return None if row is None else _order(row)
 
     def next_counter(self, node: str) -> int:
         """Reserves the node's next assignment counter: 0, 1, 2 ...; never handed out
@@ -440,30 +460,33 @@ class Ledger:
             ).fetchone()
         return int(row["next"]) - 1
 
-    def expire_assignments(self, now: float) -> list[AssignmentRow]:
-        """Open assignments past their deadline become 'expired'; each costs its node
-        one abandoned assignment. Returns them (as expired)."""
+    def expire_orders(self, now: float) -> list[OrderRow]:
+        """Open orders past their deadline become 'expired'; each costs its node one
+        abandoned order. Returns them (as expired)."""
         with self._write() as db:
             rows = db.execute(
-                "UPDATE assignments SET state = 'expired' WHERE state = 'open' AND deadline < ? "
+                "UPDATE orders SET state = 'expired' WHERE state = 'open' AND deadline < ? "
                 "RETURNING *",
                 (now,),
             ).fetchall()
-            expired = sorted((_assignment(r) for r in rows), key=lambda a: (a.deadline, a.order_id))
-            for a in expired:
+            expired = sorted(
+                (_order(r) for r in rows), key=lambda o: (o.order.deadline, o.order_id)
+            )
+            for o in expired:
                 db.execute(
-                    "UPDATE nodes SET abandoned = abandoned + 1 WHERE address = ?", (a.node,)
+                    "UPDATE nodes SET abandoned = abandoned + 1 WHERE address = ?",
+                    (to_checksum_address(o.order.node),),
                 )
         return expired
 
-    def set_assignment_state(self, order_id: str, state: str) -> None:
-        _require(state, ASSIGNMENT_STATES, "assignment state")
+    def set_order_state(self, order_id: str, state: str) -> None:
+        _require(state, ORDER_STATES, "order state")
         with self._write() as db:
             changed = db.execute(
-                "UPDATE assignments SET state = ? WHERE order_id = ?", (state, order_id)
+                "UPDATE orders SET state = ? WHERE order_id = ?", (state, order_id)
             ).rowcount
         if not changed:
-            raise ValueError(f"no assignment {order_id} in the ledger")
+            raise ValueError(f"no work order {order_id} in the ledger")
 
     # Submissions.
 
@@ -502,9 +525,7 @@ class Ledger:
                     s.validated_at,
                 ),
             )
-            db.execute(
-                "UPDATE assignments SET state = 'answered' WHERE order_id = ?", (s.order_id,)
-            )
+            db.execute("UPDATE orders SET state = 'answered' WHERE order_id = ?", (s.order_id,))
             stored = db.execute(
                 "SELECT * FROM submissions WHERE digest = ?", (s.digest,)
             ).fetchone()
@@ -727,6 +748,14 @@ def _require(value: str, allowed: Sequence[str], what: str) -> None:
         raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
 
 
+def _execute(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script`, inside the caller's transaction (executescript would
+    commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
 def _node(r: sqlite3.Row) -> NodeRow:
     return NodeRow(
         address=r["address"],
@@ -743,22 +772,31 @@ def _node(r: sqlite3.Row) -> NodeRow:
     )
 
 
-def _assignment(r: sqlite3.Row) -> AssignmentRow:
-    return AssignmentRow(
+def _order(r: sqlite3.Row) -> OrderRow:
+    return OrderRow(
         order_id=r["order_id"],
-        node=r["node"],
-        counter=r["counter"],
-        min_step=r["min_step"],
-        seed=int(r["seed"]),
-        group_size=r["group_size"],
-        max_tokens=r["max_tokens"],
-        temperature=r["temperature"],
-        top_p=r["top_p"],
-        tasks=[(str(problem), int(budget)) for problem, budget in json.loads(r["tasks"])],
-        deadline=r["deadline"],
+        order=WorkOrder.model_validate_json(r["signed"]),
         issued_at=r["issued_at"],
-        signature=r["signature"],
         state=r["state"],
+    )
+
+
+def _insert_order(
+    db: sqlite3.Connection, order_id: str, order: WorkOrder, issued_at: float, state: str
+) -> None:
+    """The signed order, and the columns it is looked up by, taken from it."""
+    db.execute(
+        "INSERT INTO orders (order_id, node, counter, deadline, issued_at, state, signed) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            order_id,
+            to_checksum_address(order.node),
+            order.counter,
+            order.deadline,
+            issued_at,
+            state,
+            order.model_dump_json(),
+        ),
     )
 
 

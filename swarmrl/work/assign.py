@@ -18,6 +18,7 @@ from pydantic import Field, StringConstraints
 from swarmrl.chain.eip712 import Member, Struct, hex_bytes, text_hash
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.rollouts.signing import micros
+from swarmrl.rollouts.verify import Assignment
 from swarmrl.work.signed import MAX_UINT32, MAX_UINT64, HexAddress, Message, RunId, Signed
 
 PROTOCOL = protocol_id("work")
@@ -75,6 +76,19 @@ class WorkOrder(Signed):
 
     def tasks_hash(self) -> bytes:
         return tasks_hash(self.tasks)
+
+    def assignment(self, step: int) -> Assignment:
+        """What this order asks of records generated with policy `step`: what a validator
+        checks them against."""
+        return Assignment(
+            run=self.run,
+            node=self.node,
+            step=step,
+            group_size=self.group_size,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+        )
 
 
 class WorkResponse(Message):
