@@ -15,7 +15,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,8 @@ from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain, Submission, recover
 from swarmrl.p2p import wire
-from swarmrl.rollouts.records import Rollout, read_rollouts
+from swarmrl.rollouts import checks
+from swarmrl.rollouts.records import read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import WorkOrder
@@ -300,9 +301,8 @@ class Intake:
             raise wire.WireError("the submission answers no work order of this node")
         if issued.state != "open":
             raise wire.WireError(f"work order {header.order_id[:12]} is already {issued.state}")
-        newest = self.published_step()
-        if newest is None or header.step > newest:
-            raise wire.WireError(f"policy step {header.step} was never published")
+        if why := checks.step_published(header.step, self.published_step()):
+            raise wire.WireError(why)
         if self._signer(header) != node.address:
             raise wire.WireError("the submission is not signed by its node")
 
@@ -405,9 +405,9 @@ class Intake:
         except (ValueError, OSError) as e:
             return 0, f"its file is not a readable rollout file: {e}"[:300], False
         newest = self.published_step() or 0
-        if newest - header.step > self.settings.async_level:
-            return 0, f"policy step {header.step} is stale (newest {newest})", False
-        if why := answers_order(records, order, header):
+        if why := checks.step_fresh(header.step, newest, self.settings.async_level):
+            return 0, why, False
+        if why := checks.answers(records, order.assignment(header.step)):
             return 0, why, True
         return len(records), "", False
 
@@ -421,35 +421,6 @@ class _Submissions:
 
     def receive(self, peer: str, header: bytes, path: Path) -> list[bytes]:
         return self.intake.receive_submission(peer, header, path)
-
-
-def answers_order(
-    records: Sequence[Rollout], order: WorkOrder, header: submit.SubmitHeader
-) -> str | None:
-    """Why ``records`` do not answer ``order`` exactly, or None."""
-    asked = {(s.problem_id, i) for s in order.tasks for i in range(order.group_size)}
-    given = [(r.problem_id, r.sample) for r in records]
-    if len(set(given)) != len(given):
-        return "it holds one sample twice"
-    if set(given) != asked:
-        missing = len(asked - set(given))
-        extra = len(set(given) - asked)
-        return f"it does not answer its order: {missing} samples missing, {extra} not asked for"
-    budgets = {s.problem_id: s.budget for s in order.tasks}
-    for r in records:
-        for name, claimed, expected in (
-            ("run", r.run, order.run),
-            ("node", r.node.lower(), order.node.lower()),
-            ("policy step", r.policy_step, header.step),
-            ("seed", r.seed, order.seed),
-            ("max_tokens", r.max_tokens, order.max_tokens),
-            ("temperature", r.temperature, order.temperature),
-            ("top_p", r.top_p, order.top_p),
-            ("budget", r.target_len, budgets[r.problem_id]),
-        ):
-            if claimed != expected:
-                return f"a record's {name} is {claimed}, not the {expected} its order states"
-    return None
 
 
 def _receipt_reply(row: SubmissionRow) -> list[bytes]:

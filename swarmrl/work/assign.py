@@ -17,8 +17,8 @@ from pydantic import Field, StringConstraints
 
 from swarmrl.chain.eip712 import Member, Struct, hex_bytes, text_hash
 from swarmrl.p2p.wire import protocol_id
+from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.signing import micros
-from swarmrl.rollouts.verify import Assignment
 from swarmrl.work.signed import MAX_UINT32, MAX_UINT64, HexAddress, Message, RunId, Signed
 
 PROTOCOL = protocol_id("work")
@@ -78,8 +78,8 @@ class WorkOrder(Signed):
         return tasks_hash(self.tasks)
 
     def assignment(self, step: int) -> Assignment:
-        """What this order asks of records generated with policy `step`: what a validator
-        checks them against."""
+        """What this order asks of records generated with policy `step`: what intake and
+        the validator check them against."""
         return Assignment(
             run=self.run,
             node=self.node,
@@ -88,6 +88,8 @@ class WorkOrder(Signed):
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
+            seed=self.seed,
+            budgets={s.problem_id: s.budget for s in self.tasks},
         )
 
 

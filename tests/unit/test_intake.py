@@ -622,7 +622,7 @@ LIES = {
     "a wrong max_tokens": (changed(3, max_tokens=64), "max_tokens is 64"),
     "another node's records": (
         changed(0, node=OTHER.address),
-        f"node is {OTHER.address.lower()}",
+        f"node is {OTHER.address}",
     ),
     "another run": (changed(0, run="0x" + "5b" * 32), "run is 0x5b"),
     "a step other than signed": (changed(4, policy_step=PUBLISHED - 1), "policy step is 2"),
