@@ -114,9 +114,8 @@ class Node:
 
     def _identity(self) -> Identity:
         from swarmrl.chain.deploy import load_deployment
-        from swarmrl.chain.eip712 import pool_domain
+        from swarmrl.chain.eip712 import pool_domain, swarm_domain
         from swarmrl.chain.protocol import Protocol
-        from swarmrl.p2p.records import swarm_domain
 
         d = load_deployment(self.settings.deployment)
         provider = Protocol.connect(d).provider_of(self.account.address)

@@ -168,8 +168,7 @@ class Orchestrator:
     ) -> None:
         """``log_to_stderr`` False keeps the worker processes' log lines off the terminal
         (they still go to ``<data_dir>/logs/``)."""
-        from swarmrl.chain.eip712 import pool_domain
-        from swarmrl.p2p.records import swarm_domain
+        from swarmrl.chain.eip712 import pool_domain, swarm_domain
         from swarmrl.tasks import read_tasks
 
         self.settings = settings

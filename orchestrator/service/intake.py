@@ -25,7 +25,7 @@ from eth_utils import to_checksum_address
 from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow
 from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
-from swarmrl.chain.eip712 import Domain, Submission, recover
+from swarmrl.chain.eip712 import Domain, Submission, signer_of
 from swarmrl.p2p import wire
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import read_rollouts
@@ -318,10 +318,7 @@ class Intake:
         )
 
     def _signer(self, header: submit.SubmitHeader) -> str | None:
-        try:
-            return recover(self._digest(header), bytes.fromhex(header.signature))
-        except Exception:  # eth-keys raises several types for a malformed signature
-            return None
+        return signer_of(self._digest(header), header.signature)
 
     def receive_submission(self, peer: str, header_body: bytes, path: Path) -> list[bytes]:
         header = wire.parse(submit.SubmitHeader, header_body)

@@ -1,31 +1,40 @@
-"""EIP-712 messages of the protocol and the Merkle commitment over them.
+"""EIP-712: every signature of the protocol, and the Merkle commitment over submissions.
 
-Shared by the node (which signs) and the orchestrator (which verifies, commits
-and proves). Every struct is declared once, as a :class:`Struct`: its members in
-order, each with its Solidity name and type and the Python attribute its value
-comes from. The type string, the ABI types and the encoded values all come from
-that one table, so they cannot fall out of step; the tests check the digests
-against eth-account's encoder and the contracts' own `consentDigest` and
-`submissionDigest` views, so Python and Solidity cannot drift apart silently.
+The one signing path, shared by the node (which signs) and the orchestrator
+(which verifies, commits and proves). Every struct is declared once, as a
+:class:`Struct`: its members in order, each with its Solidity name and type and
+the Python attribute its value comes from. The type string, the ABI types and
+the encoded values all come from that one table, so they cannot fall out of
+step; the tests check the digests against eth-account's encoder and the
+contracts' own `consentDigest` and `submissionDigest` views, so Python and
+Solidity cannot drift apart silently. Messages that are structs subclass
+:class:`Signed`; floats (temperature, top-p) are signed as integer millionths.
+
 Every domain binds chain id and contract address: a signature is good for one
-deployment on one chain only.
+deployment on one chain only. The registry's and the pool's domains are the
+contracts'; everything the swarm signs off chain is in the run's swarm domain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from eth_abi import encode as abi_encode
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
 
+from swarmrl.schema import MAX_UINT32, HexSignature, Strict
+
 DOMAIN_TYPE = "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
 REGISTRY_DOMAIN_NAME = "SwarmRL ProviderRegistry"
 POOL_DOMAIN_NAME = "SwarmRL ComputePool"
+SWARM_DOMAIN_NAME = "SwarmRL Swarm"
 DOMAIN_VERSION = "1"
+MICROS = 1_000_000
+UNSIGNED = "0" * 130
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,12 @@ def registry_domain(chain_id: int, registry: str) -> Domain:
 
 def pool_domain(chain_id: int, pool: str) -> Domain:
     return Domain(POOL_DOMAIN_NAME, chain_id, pool)
+
+
+def swarm_domain(chain_id: int, pool: str) -> Domain:
+    """The domain of every swarm signature of one run (work orders and receipts, join
+    claims, peer records, checkpoints, rollout files): its chain and ComputePool."""
+    return Domain(SWARM_DOMAIN_NAME, chain_id, pool)
 
 
 def typed_digest(domain: Domain, struct_hash: bytes) -> bytes:
@@ -129,6 +144,48 @@ def hex_bytes(value: str) -> bytes:
     return bytes.fromhex(value.removeprefix("0x"))
 
 
+def micros(value: float, name: str) -> int:
+    """``value`` in integer millionths, as a float (temperature, top-p) is signed: EIP-712
+    has no floats, and a value on that grid survives the round trip exactly. ValueError
+    unless it lies on the grid."""
+    scaled = round(value * MICROS)
+    if not 0 <= scaled <= MAX_UINT32 or scaled / MICROS != value:
+        raise ValueError(f"{name} {value} must be a multiple of 0.000001 below 4294")
+    return scaled
+
+
+class Signed(Strict):
+    """A message that is an EIP-712 struct (`STRUCT`, over its fields) and carries its
+    signer's signature."""
+
+    STRUCT: ClassVar[Struct]
+
+    signature: HexSignature = UNSIGNED
+
+    def digest(self, domain: Domain) -> bytes:
+        return self.STRUCT.digest(domain, dict(self))
+
+    def signed_by(self, account: LocalAccount, domain: Domain) -> Self:
+        """This message with `account`'s signature."""
+        signature = sign_digest(account, self.digest(domain)).hex()
+        return self.model_copy(update={"signature": signature})
+
+    def signer(self, domain: Domain) -> str | None:
+        """The checksummed address that signed this message; None if the signature is
+        malformed or a value has no signed form (a float off the grid)."""
+        try:
+            digest = self.digest(domain)
+        except ValueError:
+            return None
+        return signer_of(digest, self.signature)
+
+    def check_signer(self, domain: Domain, expected: str, what: str) -> None:
+        """ValueError unless `expected` signed this message."""
+        signer = self.signer(domain)
+        if signer is None or signer != to_checksum_address(expected):
+            raise ValueError(f"the {what} is not signed by {to_checksum_address(expected)}")
+
+
 @dataclass(frozen=True)
 class NodeConsent:
     """A node's consent to be run by `provider`; `nonce` is the registry's consentNonce."""
@@ -189,6 +246,15 @@ def sign_digest(account: LocalAccount, digest: bytes) -> bytes:
 def recover(digest: bytes, signature: bytes) -> str:
     """The address that signed `digest`."""
     return Account._recover_hash(digest, signature=signature)
+
+
+def signer_of(digest: bytes, signature: str) -> str | None:
+    """The checksummed address that signed `digest`, the signature as hex (as messages
+    carry it); None if it is malformed."""
+    try:
+        return recover(digest, bytes.fromhex(signature))
+    except Exception:  # eth-keys raises several types for a malformed signature
+        return None
 
 
 def sign_consent(account: LocalAccount, consent: NodeConsent, domain: Domain) -> bytes:

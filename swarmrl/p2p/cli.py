@@ -156,7 +156,7 @@ def _os_errors_in_words() -> Iterator[None]:
 def _context(deployment: Path | None) -> tuple[Domain, str, list[str]]:
     """The swarm domain, run id and recorders of the deployment file."""
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.chain.eip712 import swarm_domain
 
     d = load_deployment(deployment)
     return swarm_domain(d.chain_id, d.contracts.compute_pool), d.run_id, list(d.recorders)

@@ -15,11 +15,10 @@ from typing import Annotated
 import pydantic_core
 from pydantic import Field, StringConstraints
 
-from swarmrl.chain.eip712 import Member, Struct, hex_bytes, text_hash
+from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, micros, text_hash
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.rollouts.checks import Assignment
-from swarmrl.rollouts.signing import micros
-from swarmrl.work.signed import MAX_UINT32, MAX_UINT64, HexAddress, Message, RunId, Signed
+from swarmrl.schema import MAX_UINT32, MAX_UINT64, HexAddress, Reason, RunId, Strict
 
 PROTOCOL = protocol_id("work")
 REQUEST_LIMIT = 1024
@@ -30,11 +29,11 @@ MAX_TASKS = 64
 ProblemId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
-class WorkRequest(Message):
+class WorkRequest(Strict):
     """Asks for the node's open order, or a new one."""
 
 
-class Slot(Message):
+class Slot(Strict):
     """One task of an order and the thinking budget its prompt states."""
 
     problem_id: ProblemId
@@ -93,9 +92,9 @@ class WorkOrder(Signed):
         )
 
 
-class WorkResponse(Message):
+class WorkResponse(Strict):
     """An order, or none yet (no published policy, node not active) and when to ask again."""
 
     order: WorkOrder | None = None
     retry_after: float = Field(default=0.0, ge=0, le=3600)
-    reason: Annotated[str, StringConstraints(max_length=300)] = ""
+    reason: Reason = ""

@@ -15,9 +15,9 @@ from typing import Annotated, Literal
 import pydantic_core
 from pydantic import Field, StringConstraints
 
-from swarmrl.chain.eip712 import Member, Struct, text_hash
+from swarmrl.chain.eip712 import Member, Signed, Struct, text_hash
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.work.signed import MAX_UINT64, HexAddress, Message, PeerId, RunId, Signed
+from swarmrl.schema import MAX_UINT64, HexAddress, Multiaddr, PeerId, RunId, Strict
 
 PROTOCOL = protocol_id("join")
 REQUEST_LIMIT = 4 * 1024
@@ -27,10 +27,9 @@ DEADLINE = 20.0
 MAX_CLOCK_SKEW = 600
 
 Short = Annotated[str, StringConstraints(max_length=128)]
-Multiaddr = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
-class NodeReport(Message):
+class NodeReport(Strict):
     """What a node says about itself: shown to the coordinator, never trusted for
     anything but scheduling (a slow report only earns smaller assignments)."""
 
@@ -62,7 +61,7 @@ class JoinClaim(Signed):
     issued_at: int = Field(ge=0, le=MAX_UINT64)
 
 
-class JoinResponse(Message):
+class JoinResponse(Strict):
     """The node's standing in the run, and what it needs to take part."""
 
     run: RunId

@@ -14,22 +14,21 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated
 
 from eth_utils import keccak
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
-from swarmrl.chain.eip712 import Member, Struct, hex_bytes, text_hash
+from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, text_hash
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.work.signed import (
+from swarmrl.schema import (
     MAX_UINT32,
     MAX_UINT64,
     Hex32,
     HexAddress,
     HexSignature,
-    Message,
+    Reason,
     RunId,
-    Signed,
+    Strict,
 )
 
 PROTOCOL = protocol_id("submit")
@@ -40,7 +39,7 @@ DEADLINE = 300.0
 _READ = 1 << 20
 
 
-class SubmitHeader(Message):
+class SubmitHeader(Strict):
     order_id: Hex32
     node: HexAddress
     step: int = Field(ge=0, le=MAX_UINT64)
@@ -85,8 +84,8 @@ class Receipt(Signed):
     submission: Hex32
     epoch: int = Field(ge=0, le=MAX_UINT64)
     units: int = Field(ge=0, le=MAX_UINT32)
-    reason: Annotated[str, StringConstraints(max_length=300)] = ""
+    reason: Reason = ""
 
 
-class SubmitResponse(Message):
+class SubmitResponse(Strict):
     receipt: Receipt

@@ -17,6 +17,7 @@ import pytest
 from eth_account import Account
 from libp2p.crypto.ed25519 import create_new_key_pair
 
+from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
 from swarmrl.p2p.host import RemoteError
@@ -30,7 +31,6 @@ from swarmrl.p2p.messages import (
     checkpoints_topic,
     peers_topic,
 )
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.p2p.store import WeightStore
 from swarmrl.p2p.swarm import SwarmNode
 

@@ -18,9 +18,8 @@ from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import Submission, pool_domain
+from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
 from swarmrl.p2p import wire
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit

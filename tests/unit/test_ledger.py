@@ -17,7 +17,7 @@ from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger import Ledger, OrderRow, SubmissionRow
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.p2p.records import swarm_domain
+from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.work.assign import Slot, WorkOrder
 
 NODE = "0x" + "ab" * 20

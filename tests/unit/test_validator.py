@@ -15,8 +15,8 @@ from orchestrator.service.validator import Validator, ValidatorConfig, spool_sam
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import spool_name
 from swarmrl.chain.anvil import dev_accounts
+from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.models.backend import SamplingParams
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 from swarmrl.rollouts.records import write_rollouts
 from swarmrl.tasks import Task

@@ -14,14 +14,12 @@ from pydantic import ValidationError
 
 from client.node.session import Identity, Session
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import Submission, pool_domain, recover
+from swarmrl.chain.eip712 import UNSIGNED, Submission, pool_domain, recover, swarm_domain
 from swarmrl.p2p import wire
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import Slot, WorkOrder
 from swarmrl.work.join import JoinClaim, NodeReport
-from swarmrl.work.signed import UNSIGNED
 from swarmrl.work.submit import Receipt, SubmitHeader
 
 ACCOUNTS = dev_accounts(7)
