@@ -22,7 +22,7 @@ from pathlib import Path
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow
+from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow, allowed
 from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain, Submission, signer_of
@@ -32,6 +32,7 @@ from swarmrl.rollouts.records import read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import WorkOrder
+from swarmrl.work.states import NodeState, OrderState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -126,7 +127,7 @@ class Intake:
         node = self.ledger.node_by_peer(peer)
         if node is None:
             raise wire.Refusal("this peer has not joined; send a join request first")
-        if node.state == "banned":
+        if node.state is NodeState.BANNED:
             raise wire.Refusal(f"node {node.address} is banned from this run")
         return node
 
@@ -148,7 +149,7 @@ class Intake:
             )
         node_address = to_checksum_address(claim.node)
         known = self.ledger.node(node_address)
-        if known is not None and known.state == "banned":
+        if known is not None and known.state is NodeState.BANNED:
             raise wire.Refusal(f"node {node_address} is banned from this run")
         if why := self.chain.standing(node_address, to_checksum_address(claim.provider)):
             raise wire.Refusal(why)
@@ -160,8 +161,8 @@ class Intake:
             claim.report.model_dump(),
             now,
         )
-        if known is not None and known.state in ("gone", "silent"):
-            self.ledger.set_state(node_address, "joined", "joined again", now)
+        if known is not None and allowed(known.state, NodeState.JOINED):  # silent or gone
+            self.ledger.set_state(node_address, NodeState.JOINED, "joined again", now)
         state = self.ledger.node(node_address)
         assert state is not None  # just written
         log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
@@ -185,8 +186,8 @@ class Intake:
         node = self._node(peer)
         now = time.time()
         self.ledger.touch(node.address, now, request.tokens_per_second)
-        if node.state in ("joined", "silent"):
-            self.ledger.set_state(node.address, "active", "heartbeat", now)
+        if allowed(node.state, NodeState.ACTIVE):
+            self.ledger.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
         recent = self.ledger.latest_submissions(node.address, heartbeat.MAX_OUTCOMES)
         return [
             wire.dump(
@@ -210,7 +211,7 @@ class Intake:
         self._limit(peer)
         wire.parse(assign.WorkRequest, body)
         node = self._node(peer)
-        if node.state not in ("active", "joined"):
+        if node.state not in (NodeState.ACTIVE, NodeState.JOINED):
             raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
         with self._order_lock:
             # An open order first: a node whose reply was lost gets it again, whatever
@@ -244,7 +245,7 @@ class Intake:
         if orphan is not None and any(s.problem_id not in self.tasks for s in orphan.order.tasks):
             log.info("expired order %s names tasks no longer in the task set; dropped",
                      orphan.order_id[:12])  # fmt: skip
-            self.ledger.set_order_state(orphan.order_id, "dropped")
+            self.ledger.set_order_state(orphan.order_id, OrderState.DROPPED)
             orphan = None
         drawn = draw_order(
             self.task_list,
@@ -299,7 +300,7 @@ class Intake:
         issued = self.ledger.order(header.order_id)
         if issued is None or to_checksum_address(issued.order.node) != node.address:
             raise wire.WireError("the submission answers no work order of this node")
-        if issued.state != "open":
+        if issued.state is not OrderState.OPEN:
             raise wire.WireError(f"work order {header.order_id[:12]} is already {issued.state}")
         if why := checks.step_published(header.step, self.published_step()):
             raise wire.WireError(why)
@@ -336,7 +337,7 @@ class Intake:
             if (stored := self.ledger.submission(digest)) is not None:
                 return _receipt_reply(stored)
             issued = self.ledger.order(header.order_id)
-            if issued is None or issued.state != "open":
+            if issued is None or issued.state is not OrderState.OPEN:
                 raise wire.WireError(f"work order {header.order_id[:12]} is already answered")
             row = self._record(node, header, digest, path, units, reason, slashable)
         outcome = f"{units} units" if units else f"rejected: {reason}"
@@ -380,7 +381,7 @@ class Intake:
                 signature=header.signature,
                 received_at=now,
                 units=0,
-                status="received" if units else "rejected",
+                status=SubmissionStatus.RECEIVED if units else SubmissionStatus.REJECTED,
                 reason=reason,
                 slashable=slashable,
                 prefilled=False,
@@ -389,7 +390,7 @@ class Intake:
             )
         )
         if slashable:
-            self.ledger.set_state(node.address, "banned", f"evidence: {reason}", now)
+            self.ledger.set_state(node.address, NodeState.BANNED, f"evidence: {reason}", now)
         return row
 
     def _answers(

@@ -34,6 +34,7 @@ from swarmrl.rollouts.verify import Verdict, verify_rollouts
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
 from swarmrl.work.assign import WorkOrder
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.validator")
 
@@ -179,14 +180,16 @@ class Validator:
         prefilled: bool,
         seconds: float = 0.0,
     ) -> None:
-        status = "accepted" if accepted else "rejected"
+        status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
         self.ledger.set_outcome(
             row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
         )
         if prefilled and accepted and not reason:
             self.ledger.add_trust(row.node)
         if slashable:
-            self.ledger.set_state(row.node, "banned", f"evidence: {reason}"[:300], time.time())
+            self.ledger.set_state(
+                row.node, NodeState.BANNED, f"evidence: {reason}"[:300], time.time()
+            )
         what = f"{len(accepted)} accepted" if accepted else "rejected"
         flag = " EVIDENCE" if slashable else ""
         log.info(

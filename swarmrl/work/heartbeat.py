@@ -9,12 +9,11 @@ reject later, and this is how the node hears it).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.schema import MAX_UINT64, Hex32, Reason, Strict
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 PROTOCOL = protocol_id("heartbeat")
 REQUEST_LIMIT = 1024
@@ -33,13 +32,13 @@ class Outcome(Strict):
     """How validation ended for one submission."""
 
     digest: Hex32
-    status: Literal["received", "accepted", "rejected"]
+    status: SubmissionStatus = Field(strict=False)  # strict takes only members, not values
     units: int = Field(ge=0)
     reason: Reason = ""
 
 
 class HeartbeatResponse(Strict):
-    state: Literal["joined", "active", "silent", "gone", "banned"]
+    state: NodeState = Field(strict=False)
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     epoch: int = Field(ge=0, le=MAX_UINT64)
     outcomes: list[Outcome] = Field(default_factory=list, max_length=MAX_OUTCOMES)

@@ -18,6 +18,7 @@ from pydantic import Field, StringConstraints
 from swarmrl.chain.eip712 import Member, Signed, Struct, text_hash
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.schema import MAX_UINT64, HexAddress, Multiaddr, PeerId, RunId, Strict
+from swarmrl.work.states import NodeState
 
 PROTOCOL = protocol_id("join")
 REQUEST_LIMIT = 4 * 1024
@@ -65,7 +66,7 @@ class JoinResponse(Strict):
     """The node's standing in the run, and what it needs to take part."""
 
     run: RunId
-    state: Literal["joined", "active", "silent", "gone", "banned"]
+    state: NodeState = Field(strict=False)  # strict takes only members; the wire has values
     heartbeat_seconds: float = Field(gt=0, le=3600)
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     # Where the newest weights can be fetched: the orchestrator's own swarm peer.

@@ -266,15 +266,21 @@ def test_a_banned_node_cannot_rejoin(orchestrator):
     assert (row.state, row.peer_id) == ("banned", PEERS[NODE.address])
 
 
+def gone(orchestrator, node=NODE) -> None:
+    """The node falls silent, then is gone (the daemon's sweep, at once)."""
+    orchestrator.ledger.set_state(node.address, "silent", "missed heartbeats", time.time())
+    orchestrator.ledger.set_state(node.address, "gone", "silent for 300 s", time.time())
+
+
 def test_a_gone_node_rejoins(orchestrator):
     orchestrator.active()
-    orchestrator.ledger.set_state(NODE.address, "gone", "silent for 300 s", time.time())
+    gone(orchestrator)
     assert orchestrator.session().join(REPORT).state == "joined"
 
 
 def test_a_heartbeat_answers_the_state_the_ledger_holds(orchestrator):
     session = orchestrator.active()
-    orchestrator.ledger.set_state(NODE.address, "gone", "silent for 300 s", time.time())
+    gone(orchestrator)
     answer = session.heartbeat(None, None)
     assert answer.state == orchestrator.ledger.node(NODE.address).state
 

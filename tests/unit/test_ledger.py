@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import Ledger, OrderRow, SubmissionRow
+from orchestrator.service.ledger import TRANSITIONS, Ledger, OrderRow, SubmissionRow
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.work.assign import Slot, WorkOrder
@@ -227,6 +227,46 @@ def test_state_transitions_are_persisted_in_order(tmp_path):
         assert node is not None
         assert (node.state, node.peer_id, node.backend) == ("banned", "peer2", "vllm")
         assert node.joined_at == 1.0
+
+
+def test_states_move_only_as_the_transition_table_allows(ledger):
+    for states, moves in TRANSITIONS.items():
+        assert set(moves) == {None, *states}  # every state says where it may go
+    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    assert not ledger.set_state(NODE, "gone", "quiet", 2.0)  # silent first
+    assert ledger.set_state(NODE, "silent", "missed heartbeats", 3.0)
+    assert ledger.set_state(NODE, "gone", "silent for long", 4.0)
+    assert not ledger.set_state(NODE, "active", "heartbeat", 5.0)  # a gone node joins again
+    assert ledger.set_state(NODE, "joined", "joined again", 6.0)
+    assert ledger.set_state(NODE, "banned", "evidence", 7.0)
+    for state in ("joined", "active", "silent", "gone"):
+        assert not ledger.set_state(NODE, state, "", 8.0)  # banned for good
+    moves = [t.to_state for t in ledger.transitions(NODE)]
+    assert moves == ["joined", "silent", "gone", "joined", "banned"]
+
+    add_order(ledger, 1007, deadline=100)
+    ledger.record_submission(submission(7))  # answers order 1007
+    assert ledger.expire_orders(200.0) == []  # an answered order does not expire
+    assert not ledger.set_order_state(f"{1007:064x}", "open")
+    add_order(ledger, 2, deadline=100)
+    [expired] = ledger.expire_orders(200.0)
+    ledger.add_order(f"{3:064x}", order(counter=1), 300.0, takes_over=expired.order_id)
+    with pytest.raises(ValueError, match="is not expired"):  # taken over once
+        ledger.add_order(f"{4:064x}", order(counter=2), 300.0, takes_over=expired.order_id)
+    assert [ledger.order(f"{n:064x}").state for n in (1007, 2, 3)] == [
+        "answered",
+        "reassigned",
+        "open",
+    ]
+
+    assert ledger.set_outcome(f"{7:064x}", "accepted", 8, "", False, True, 9.0)
+    assert not ledger.set_outcome(f"{7:064x}", "rejected", 0, "again", True, True, 10.0)
+    assert (ledger.submission(f"{7:064x}").status, ledger.submission(f"{7:064x}").units) == (
+        "accepted",
+        8,
+    )  # a verdict stands
+    with pytest.raises(ValueError, match="nothing enters the ledger accepted"):
+        ledger.record_submission(SubmissionRow(**{**submission(8).__dict__, "status": "accepted"}))
 
 
 def test_expired_orders_cost_their_node_standing(ledger):
