@@ -64,7 +64,7 @@ def _peer_main(args: argparse.Namespace) -> None:
     from eth_account import Account
     from libp2p.crypto.ed25519 import create_new_key_pair
 
-    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.chain.eip712 import swarm_domain
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 

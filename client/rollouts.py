@@ -88,12 +88,13 @@ def rollouts_generate(
     with --key)."""
     from swarmrl import keystore
     from swarmrl.chain.deploy import run_id_from_name
+    from swarmrl.chain.eip712 import micros
     from swarmrl.files import check_output_path
     from swarmrl.models import load_backend
     from swarmrl.models.backend import SamplingParams
     from swarmrl.rollouts.generate import Provenance, generate_rollouts
     from swarmrl.rollouts.records import file_digest, write_rollouts
-    from swarmrl.rollouts.signing import FileSignature, micros, run_domain
+    from swarmrl.rollouts.signing import FileSignature, run_domain
     from swarmrl.tasks import read_tasks
     from swarmrl.tasks.rewards import choose_target_length, node_task_reward
 

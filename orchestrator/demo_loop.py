@@ -48,6 +48,7 @@ from swarmrl.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
+from swarmrl.work.states import SubmissionStatus
 
 HELD_OUT_SEED, TRAIN_SEED = 12345, 1
 # The swarm's processes run at a lower CPU priority than the held-out evaluations: on a
@@ -346,7 +347,7 @@ def _say_first_rejection(work: Path, report: Report) -> bool:
     cheater = next(n for n in report.nodes if not n.honest)
     rows = _ledger(work)
     for row in rows:
-        if row["node"] == cheater.address and row["status"] == "rejected":
+        if row["node"] == cheater.address and row["status"] == SubmissionStatus.REJECTED:
             _say(f"  {cheater.name}'s submission rejected: {row['reason']}")
             return True
     return False
@@ -382,7 +383,7 @@ def _settle(swarm: Swarm, work: Path, report: Report) -> None:
         node.rejected = counts.get("rejected", 0)
         node.units = counts.get("units", 0)
         mine = [r for r in rows if r["node"] == node.address]
-        rejected = [r["reason"] for r in mine if r["status"] == "rejected"]
+        rejected = [r["reason"] for r in mine if r["status"] == SubmissionStatus.REJECTED]
         node.last_rejection = rejected[-1] if rejected else ""
         recorded = status["epochs_recorded"]
         epochs = sorted({e["epoch"] for e in recorded if e["node"] == node.address and e["tx"]})

@@ -20,9 +20,10 @@ from swarmrl.models import tiny
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
+from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 from swarmrl.rollouts.records import file_digest, read_rollouts, write_rollouts
-from swarmrl.rollouts.verify import Assignment, verify_rollouts
+from swarmrl.rollouts.verify import verify_rollouts
 from swarmrl.tasks.code import sandbox_kind, verify_code
 from swarmrl.tasks.rewards import choose_target_length, node_task_reward, task_reward
 

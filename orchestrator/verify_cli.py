@@ -15,9 +15,9 @@ from pathlib import Path
 import typer
 
 from swarmrl.cli_options import BackendName, Device, ModelDir, quiet_transformers
+from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.signing import FileSignature
-from swarmrl.rollouts.verify import Assignment
 
 ValidatorTasks = typer.Option(
     ...,

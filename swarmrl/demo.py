@@ -95,8 +95,8 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
     from eth_account import Account
     from libp2p.crypto.ed25519 import create_new_key_pair
 
+    from swarmrl.chain.eip712 import swarm_domain
     from swarmrl.p2p.host import quiet_libp2p_logs
-    from swarmrl.p2p.records import swarm_domain
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 

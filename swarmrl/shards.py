@@ -32,20 +32,13 @@ import reprlib
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pydantic_core
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from swarmrl import _native
+from swarmrl.schema import Hex32, Strict
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -76,19 +69,16 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 _MAX_JSON_INT = 2**53 - 1
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
-HexHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 BytesLike = bytes | bytearray | memoryview
 StrPath = str | os.PathLike[str]
 
 
-class Manifest(BaseModel):
+class Manifest(Strict):
     """What a checkpoint is: its size, how it is cut, every shard's hash and their root.
 
     Instances are immutable and always consistent: the hash count matches the
     layout and ``root`` is the Merkle root of ``shard_hashes``.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     version: int = MANIFEST_VERSION
     model: str = Field(min_length=1, max_length=256)
@@ -96,8 +86,8 @@ class Manifest(BaseModel):
     file_name: str = Field(min_length=1, max_length=255)
     file_size: int = Field(ge=1, le=_MAX_JSON_INT)
     shard_size: int = Field(ge=1, le=MAX_SHARD_SIZE)
-    shard_hashes: tuple[HexHash, ...]
-    root: HexHash
+    shard_hashes: tuple[Hex32, ...]
+    root: Hex32
 
     @field_validator("version", mode="before")
     @classmethod

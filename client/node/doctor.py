@@ -285,10 +285,9 @@ def _joined(found: _Found) -> str:
 
 def _orchestrator(settings: NodeSettings, found: _Found) -> str:
     from client.node.session import Identity, Session, node_report
-    from swarmrl.chain.eip712 import pool_domain
+    from swarmrl.chain.eip712 import pool_domain, swarm_domain
     from swarmrl.p2p import wire
     from swarmrl.p2p.host import Host, RemoteError
-    from swarmrl.p2p.records import swarm_domain
 
     address = settings.orchestrator
     if address is None:

@@ -36,9 +36,12 @@ from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, NodeSettings
 from swarmrl.chain.paths import exclusive_use
 from swarmrl.p2p import wire
+from swarmrl.p2p.events import Event as SwarmEvent
+from swarmrl.p2p.events import SwarmEventKind
 from swarmrl.p2p.host import RemoteError
 from swarmrl.work.assign import WorkOrder
 from swarmrl.work.heartbeat import MAX_OUTCOMES
+from swarmrl.work.states import SubmissionStatus
 
 log = logging.getLogger("swarmrl.node")
 
@@ -114,9 +117,8 @@ class Node:
 
     def _identity(self) -> Identity:
         from swarmrl.chain.deploy import load_deployment
-        from swarmrl.chain.eip712 import pool_domain
+        from swarmrl.chain.eip712 import pool_domain, swarm_domain
         from swarmrl.chain.protocol import Protocol
-        from swarmrl.p2p.records import swarm_domain
 
         d = load_deployment(self.settings.deployment)
         provider = Protocol.connect(d).provider_of(self.account.address)
@@ -156,15 +158,15 @@ class Node:
         self.orchestrator_peer = s.orchestrator.rsplit("/p2p/", 1)[1]
         self.session = Session(self.swarm.host, self.orchestrator_peer, me)
 
-    def _on_swarm_event(self, event: Any) -> None:
-        if event.kind == "progress" and event.progress is not None:
+    def _on_swarm_event(self, event: SwarmEvent) -> None:
+        if event.kind is SwarmEventKind.PROGRESS and event.progress is not None:
             p = event.progress
             self.on_event(
                 Event(EventKind.WEIGHTS_PROGRESS, step=event.step, done=p.held, total=p.total)
             )
-        elif event.kind == "ready":
+        elif event.kind is SwarmEventKind.READY:
             self.on_event(Event(EventKind.WEIGHTS_READY, step=event.step))
-        elif event.kind == "reachable":
+        elif event.kind is SwarmEventKind.REACHABLE:
             self.on_event(Event(EventKind.SERVING, extra={"data": event.detail}))
 
     def _connect_and_join(self) -> None:
@@ -266,12 +268,12 @@ class Node:
 
     def _note_outcome(self, outcome: Any) -> None:
         key = (outcome.digest, outcome.status)
-        if key in self._outcomes_seen or outcome.status == "received":
+        if key in self._outcomes_seen or outcome.status is SubmissionStatus.RECEIVED:
             return
         self._outcomes_seen[key] = None
         if len(self._outcomes_seen) > 8 * MAX_OUTCOMES:
             del self._outcomes_seen[next(iter(self._outcomes_seen))]
-        if outcome.status == "accepted":
+        if outcome.status is SubmissionStatus.ACCEPTED:
             self.state.accepted_units += outcome.units
         else:
             self.state.rejected += 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from client.node.events import Event, EventKind
+from swarmrl.work.states import SubmissionStatus
 
 if TYPE_CHECKING:
     from client.node.loop import NodeState
@@ -116,9 +117,9 @@ class NodeMetrics:
                 self._outcome("intake", bool(event.units), event.reason)
             elif kind is EventKind.OUTCOME:
                 status = event.extra.get("status", "")
-                if status in ("accepted", "rejected"):
-                    self._outcome("validation", status == "accepted", event.reason)
-                if status == "accepted" and event.units:
+                if status in (SubmissionStatus.ACCEPTED, SubmissionStatus.REJECTED):
+                    self._outcome("validation", status == SubmissionStatus.ACCEPTED, event.reason)
+                if status == SubmissionStatus.ACCEPTED and event.units:
                     self.pending_units.inc(event.units)
             elif kind is EventKind.RETRY:
                 self.retries.inc()
@@ -151,7 +152,8 @@ class NodeMetrics:
             self.tokens.inc(int(tokens))
 
     def _outcome(self, stage: str, accepted: bool, reason: str) -> None:
-        self.submissions.labels(stage, "accepted" if accepted else "rejected").inc()
+        outcome = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
+        self.submissions.labels(stage, outcome).inc()
         if not accepted:
             self.rejections.labels(self._reason_kind(reason)).inc()
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from client.node.events import Event, EventKind
 from client.wallet import duration, format_amount
+from swarmrl.work.states import SubmissionStatus
 
 LAST_REJECTIONS = 5
 EPOCHS_SHOWN = 6
@@ -148,10 +149,10 @@ class NodeView:
                 self.rejections.append(Rejection("intake", event.digest or "", event.reason))
         elif kind is EventKind.OUTCOME:
             status = event.extra.get("status")
-            if status == "accepted":
+            if status == SubmissionStatus.ACCEPTED:
                 self.validated += 1
                 self.validated_units += event.units or 0
-            elif status == "rejected":
+            elif status == SubmissionStatus.REJECTED:
                 self.invalid += 1
                 self.rejections.append(Rejection("validation", event.digest or "", event.reason))
         elif kind is EventKind.RETRY:

@@ -29,7 +29,7 @@ from typing import Any
 from eth_account.signers.local import LocalAccount
 
 from orchestrator.service.intake import ChainView, Intake, RunContext
-from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger import Ledger, allowed
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.service.stop import StopFlag
 from orchestrator.service.trainer_process import TrainerProcessConfig, run_trainer
@@ -37,6 +37,7 @@ from orchestrator.service.validator import ValidatorConfig, run_validator
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.chain.deploy import Deployment
 from swarmrl.work import assign, heartbeat, join, submit
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -168,8 +169,7 @@ class Orchestrator:
     ) -> None:
         """``log_to_stderr`` False keeps the worker processes' log lines off the terminal
         (they still go to ``<data_dir>/logs/``)."""
-        from swarmrl.chain.eip712 import pool_domain
-        from swarmrl.p2p.records import swarm_domain
+        from swarmrl.chain.eip712 import pool_domain, swarm_domain
         from swarmrl.tasks import read_tasks
 
         self.settings = settings
@@ -187,7 +187,7 @@ class Orchestrator:
             signer=keys.recorder,
         )
         self.tasks = {t.problem_id: t for t in read_tasks(settings.tasks)}
-        self.ledger = Ledger(self.data_dir / "ledger.sqlite3")
+        self.ledger = Ledger(self.data_dir / "ledger.sqlite3", run=deployment.run_id)
         self.published: int | None = None
         self._stopping = threading.Event()
         self.children: list[Child] = []
@@ -220,7 +220,6 @@ class Orchestrator:
             data_dir=self.data_dir,
             run_dir=self.run_dir,
             tasks_file=Path(s.tasks),
-            run=self.deployment.run_id,
             validation_rate=s.validation_rate,
             trust_after=s.trust_after,
             code_check_rate=s.code_check_rate,
@@ -312,7 +311,7 @@ class Orchestrator:
         """Submissions not yet validated plus rollout files the trainer has not read."""
         spool = self.run_dir / "rollouts"
         unread = sum(1 for p in spool.glob("*.parquet")) if spool.is_dir() else 0
-        return self.ledger.count_with("received") + unread
+        return self.ledger.count_with(SubmissionStatus.RECEIVED) + unread
 
     def _publish_new(self) -> None:
         step = ckpt.latest_step(self.run_dir)
@@ -327,14 +326,17 @@ class Orchestrator:
 
     def _sweep_nodes(self, now: float) -> None:
         s = self.settings
-        for order in self.ledger.expire_assignments(now):
-            log.info("order %s of %s expired unanswered", order.order_id[:12], order.node)
+        silent, gone = NodeState.SILENT, NodeState.GONE
+        for expired in self.ledger.expire_orders(now):
+            log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
         for node in self.ledger.nodes():
+            # Quiet makes a node silent, then gone; the transition table says from which
+            # states (a banned node stays banned).
             quiet = now - (node.last_seen or node.joined_at)
-            if node.state in ("joined", "active") and quiet > s.silent_after * s.heartbeat_seconds:
-                self.ledger.set_state(node.address, "silent", "missed heartbeats", now)
-            elif node.state == "silent" and quiet > s.gone_after:
-                self.ledger.set_state(node.address, "gone", f"silent for {quiet:.0f} s", now)
+            if quiet > s.silent_after * s.heartbeat_seconds and allowed(node.state, silent):
+                self.ledger.set_state(node.address, silent, "missed heartbeats", now)
+            elif quiet > s.gone_after and allowed(node.state, gone):
+                self.ledger.set_state(node.address, gone, f"silent for {quiet:.0f} s", now)
 
     # ---- the loop -------------------------------------------------------------------
 

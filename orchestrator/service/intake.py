@@ -15,22 +15,24 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import AssignmentRow, Ledger, NodeRow, SubmissionRow
+from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow, allowed
 from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
-from swarmrl.chain.eip712 import Domain, Submission, recover
+from swarmrl.chain.eip712 import Domain, Submission, signer_of
 from swarmrl.p2p import wire
-from swarmrl.rollouts.records import Rollout, read_rollouts
+from swarmrl.rollouts import checks
+from swarmrl.rollouts.records import read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
-from swarmrl.work.assign import Slot, WorkOrder
+from swarmrl.work.assign import WorkOrder
+from swarmrl.work.states import NodeState, OrderState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -125,7 +127,7 @@ class Intake:
         node = self.ledger.node_by_peer(peer)
         if node is None:
             raise wire.Refusal("this peer has not joined; send a join request first")
-        if node.state == "banned":
+        if node.state is NodeState.BANNED:
             raise wire.Refusal(f"node {node.address} is banned from this run")
         return node
 
@@ -147,7 +149,7 @@ class Intake:
             )
         node_address = to_checksum_address(claim.node)
         known = self.ledger.node(node_address)
-        if known is not None and known.state == "banned":
+        if known is not None and known.state is NodeState.BANNED:
             raise wire.Refusal(f"node {node_address} is banned from this run")
         if why := self.chain.standing(node_address, to_checksum_address(claim.provider)):
             raise wire.Refusal(why)
@@ -159,8 +161,8 @@ class Intake:
             claim.report.model_dump(),
             now,
         )
-        if known is not None and known.state in ("gone", "silent"):
-            self.ledger.set_state(node_address, "joined", "joined again", now)
+        if known is not None and allowed(known.state, NodeState.JOINED):  # silent or gone
+            self.ledger.set_state(node_address, NodeState.JOINED, "joined again", now)
         state = self.ledger.node(node_address)
         assert state is not None  # just written
         log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
@@ -184,8 +186,8 @@ class Intake:
         node = self._node(peer)
         now = time.time()
         self.ledger.touch(node.address, now, request.tokens_per_second)
-        if node.state in ("joined", "silent"):
-            self.ledger.set_state(node.address, "active", "heartbeat", now)
+        if allowed(node.state, NodeState.ACTIVE):
+            self.ledger.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
         recent = self.ledger.latest_submissions(node.address, heartbeat.MAX_OUTCOMES)
         return [
             wire.dump(
@@ -209,14 +211,14 @@ class Intake:
         self._limit(peer)
         wire.parse(assign.WorkRequest, body)
         node = self._node(peer)
-        if node.state not in ("active", "joined"):
+        if node.state not in (NodeState.ACTIVE, NodeState.JOINED):
             raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
         with self._order_lock:
             # An open order first: a node whose reply was lost gets it again, whatever
             # else has changed, rather than have it expire against its standing.
-            open_row = self.ledger.open_assignment(node.address)
-            if open_row is not None and open_row.deadline > time.time():
-                return [wire.dump(assign.WorkResponse(order=order_of(open_row, self.context.run)))]
+            issued = self.ledger.open_order(node.address)
+            if issued is not None and issued.order.deadline > time.time():
+                return [wire.dump(assign.WorkResponse(order=issued.order))]
             step = self.published_step()
             if step is None:
                 return _no_work(2.0, "no policy is published yet")
@@ -240,10 +242,10 @@ class Intake:
         )
         # Tasks a node left unanswered go to another node first.
         orphan = self.ledger.orphaned(excluding=node.address)
-        if orphan is not None and any(p not in self.tasks for p, _ in orphan.tasks):
+        if orphan is not None and any(s.problem_id not in self.tasks for s in orphan.order.tasks):
             log.info("expired order %s names tasks no longer in the task set; dropped",
                      orphan.order_id[:12])  # fmt: skip
-            self.ledger.set_assignment_state(orphan.order_id, "dropped")
+            self.ledger.set_order_state(orphan.order_id, OrderState.DROPPED)
             orphan = None
         drawn = draw_order(
             self.task_list,
@@ -253,7 +255,7 @@ class Intake:
             counter=counter,
             prompts=s.prompts_per_assignment,
             budget=budget,
-            taken_over=None if orphan is None else [p for p, _ in orphan.tasks],
+            taken_over=None if orphan is None else [s.problem_id for s in orphan.order.tasks],
         )
         now = time.time()
         order = WorkOrder(
@@ -269,28 +271,15 @@ class Intake:
             tasks=drawn.tasks,
             deadline=int(now + s.assignment_seconds),
         ).signed_by(self.context.signer, self.context.swarm_domain)
-        self.ledger.add_assignment(
-            AssignmentRow(
-                order_id=order.digest(self.context.swarm_domain).hex(),
-                node=node.address,
-                counter=counter,
-                min_step=order.min_step,
-                seed=order.seed,
-                group_size=order.group_size,
-                max_tokens=order.max_tokens,
-                temperature=order.temperature,
-                top_p=order.top_p,
-                tasks=[(t.problem_id, t.budget) for t in order.tasks],
-                deadline=order.deadline,
-                issued_at=now,
-                signature=order.signature,
-                state="open",
-            ),
+        self.ledger.add_order(
+            order.digest(self.context.swarm_domain).hex(),
+            order,
+            now,
             takes_over=None if orphan is None else orphan.order_id,
         )
         if orphan is not None:
             log.info("%s takes over the tasks of %s's expired order %s", node.address,
-                     orphan.node, orphan.order_id[:12])  # fmt: skip
+                     orphan.order.node, orphan.order_id[:12])  # fmt: skip
         return order
 
     # ---- submit ------------------------------------------------------------------------
@@ -308,14 +297,13 @@ class Intake:
             raise wire.WireError(f"the submission names node {header.node}, not the sender")
         if self.ledger.submission(self._digest(header).hex()) is not None:
             return  # a resend: answered with its receipt
-        row = self.ledger.assignment(header.order_id)
-        if row is None or row.node != node.address:
+        issued = self.ledger.order(header.order_id)
+        if issued is None or to_checksum_address(issued.order.node) != node.address:
             raise wire.WireError("the submission answers no work order of this node")
-        if row.state != "open":
-            raise wire.WireError(f"work order {header.order_id[:12]} is already {row.state}")
-        newest = self.published_step()
-        if newest is None or header.step > newest:
-            raise wire.WireError(f"policy step {header.step} was never published")
+        if issued.state is not OrderState.OPEN:
+            raise wire.WireError(f"work order {header.order_id[:12]} is already {issued.state}")
+        if why := checks.step_published(header.step, self.published_step()):
+            raise wire.WireError(why)
         if self._signer(header) != node.address:
             raise wire.WireError("the submission is not signed by its node")
 
@@ -331,10 +319,7 @@ class Intake:
         )
 
     def _signer(self, header: submit.SubmitHeader) -> str | None:
-        try:
-            return recover(self._digest(header), bytes.fromhex(header.signature))
-        except Exception:  # eth-keys raises several types for a malformed signature
-            return None
+        return signer_of(self._digest(header), header.signature)
 
     def receive_submission(self, peer: str, header_body: bytes, path: Path) -> list[bytes]:
         header = wire.parse(submit.SubmitHeader, header_body)
@@ -344,15 +329,15 @@ class Intake:
             return _receipt_reply(stored)
         if submit.file_sha256(path) != header.file_sha256:
             raise wire.WireError("the file's sha256 is not the one the submission signs")
-        order = self.ledger.assignment(header.order_id)
-        assert order is not None  # checked from the header
-        units, reason, slashable = self._answers(order, header, path)
+        issued = self.ledger.order(header.order_id)
+        assert issued is not None  # checked from the header
+        units, reason, slashable = self._answers(issued.order, header, path)
         # One answer per order: of two submissions racing for it, the second is refused.
         with self._submit_lock:
             if (stored := self.ledger.submission(digest)) is not None:
                 return _receipt_reply(stored)
-            state = self.ledger.assignment(header.order_id)
-            if state is None or state.state != "open":
+            issued = self.ledger.order(header.order_id)
+            if issued is None or issued.state is not OrderState.OPEN:
                 raise wire.WireError(f"work order {header.order_id[:12]} is already answered")
             row = self._record(node, header, digest, path, units, reason, slashable)
         outcome = f"{units} units" if units else f"rejected: {reason}"
@@ -396,7 +381,7 @@ class Intake:
                 signature=header.signature,
                 received_at=now,
                 units=0,
-                status="received" if units else "rejected",
+                status=SubmissionStatus.RECEIVED if units else SubmissionStatus.REJECTED,
                 reason=reason,
                 slashable=slashable,
                 prefilled=False,
@@ -405,11 +390,11 @@ class Intake:
             )
         )
         if slashable:
-            self.ledger.set_state(node.address, "banned", f"evidence: {reason}", now)
+            self.ledger.set_state(node.address, NodeState.BANNED, f"evidence: {reason}", now)
         return row
 
     def _answers(
-        self, order: AssignmentRow, header: submit.SubmitHeader, path: Path
+        self, order: WorkOrder, header: submit.SubmitHeader, path: Path
     ) -> tuple[int, str, bool]:
         """(units, reason, slashable): the rollouts it holds if the file answers its order
         exactly; else 0 and why, evidence only where no honest node could get it wrong."""
@@ -418,9 +403,9 @@ class Intake:
         except (ValueError, OSError) as e:
             return 0, f"its file is not a readable rollout file: {e}"[:300], False
         newest = self.published_step() or 0
-        if newest - header.step > self.settings.async_level:
-            return 0, f"policy step {header.step} is stale (newest {newest})", False
-        if why := answers_order(records, order, self.context.run, header):
+        if why := checks.step_fresh(header.step, newest, self.settings.async_level):
+            return 0, why, False
+        if why := checks.answers(records, order.assignment(header.step)):
             return 0, why, True
         return len(records), "", False
 
@@ -434,53 +419,6 @@ class _Submissions:
 
     def receive(self, peer: str, header: bytes, path: Path) -> list[bytes]:
         return self.intake.receive_submission(peer, header, path)
-
-
-def answers_order(
-    records: Sequence[Rollout], order: AssignmentRow, run: str, header: submit.SubmitHeader
-) -> str | None:
-    """Why ``records`` do not answer ``order`` exactly, or None."""
-    asked = {(pid, i) for pid, _ in order.tasks for i in range(order.group_size)}
-    given = [(r.problem_id, r.sample) for r in records]
-    if len(set(given)) != len(given):
-        return "it holds one sample twice"
-    if set(given) != asked:
-        missing = len(asked - set(given))
-        extra = len(set(given) - asked)
-        return f"it does not answer its order: {missing} samples missing, {extra} not asked for"
-    budgets = dict(order.tasks)
-    for r in records:
-        for name, claimed, expected in (
-            ("run", r.run, run),
-            ("node", r.node.lower(), order.node.lower()),
-            ("policy step", r.policy_step, header.step),
-            ("seed", r.seed, order.seed),
-            ("max_tokens", r.max_tokens, order.max_tokens),
-            ("temperature", r.temperature, order.temperature),
-            ("top_p", r.top_p, order.top_p),
-            ("budget", r.target_len, budgets[r.problem_id]),
-        ):
-            if claimed != expected:
-                return f"a record's {name} is {claimed}, not the {expected} its order states"
-    return None
-
-
-def order_of(row: AssignmentRow, run: str) -> WorkOrder:
-    """The signed order a ledger row stands for (sent again when a reply was lost)."""
-    return WorkOrder(
-        run=run,
-        node=row.node,
-        counter=row.counter,
-        min_step=row.min_step,
-        seed=row.seed,
-        group_size=row.group_size,
-        max_tokens=row.max_tokens,
-        temperature=row.temperature,
-        top_p=row.top_p,
-        tasks=[Slot(problem_id=p, budget=b) for p, b in row.tasks],
-        deadline=int(row.deadline),
-        signature=row.signature,
-    )
 
 
 def _receipt_reply(row: SubmissionRow) -> list[bytes]:

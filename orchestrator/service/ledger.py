@@ -1,11 +1,13 @@
-"""The orchestrator's ledger: nodes, assignments, submissions, and what went on chain.
+"""The orchestrator's ledger: nodes, work orders, submissions, and what went on chain.
 
 One SQLite file shared by the daemon's processes (host and intake, validator,
 recorder). It is the orchestrator's memory across restarts, so every write is
 one transaction that is on disk when the call returns (WAL with
 synchronous=FULL): a submission is acknowledged only after `record_submission`
 returns, and a SIGKILL at any point leaves the file consistent. Submissions are
-keyed by their EIP-712 digest, which makes a resend recognisable.
+keyed by their EIP-712 digest, which makes a resend recognisable. A work order is
+kept as its node got it, signed, beside the few columns it is looked up by. Nodes,
+orders and submissions change state only as the one table `TRANSITIONS` allows.
 
 Addresses are stored checksummed whatever case callers pass. Hashes and
 signatures are hex strings as callers give them (digests and order ids without
@@ -22,26 +24,78 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eth_utils import to_checksum_address
 
 from swarmrl.chain.errors import os_error_sentence
+from swarmrl.work.assign import Slot, WorkOrder
+from swarmrl.work.states import NodeState, OrderState, SubmissionStatus
 
 log = logging.getLogger(__name__)
+_State = TypeVar("_State", bound=StrEnum)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000  # other processes' transactions are short; wait rather than fail
-NODE_STATES = ("joined", "active", "silent", "gone", "banned")
-# expired -> reassigned: another node's order took its tasks over; expired -> dropped:
-# its tasks left the task set (a restart with another file), so no one can take them.
-ASSIGNMENT_STATES = ("open", "answered", "expired", "reassigned", "dropped")
-SUBMISSION_STATUSES = ("received", "accepted", "rejected")
-SLASH_OUTCOMES = ("sent", "found", "missed")
+
+
+class SlashOutcome(StrEnum):
+    """How a slashable submission was dealt with."""
+
+    SENT = "sent"  # our vote's transaction
+    FOUND = "found"  # already slashed or voted on chain
+    MISSED = "missed"  # it can no longer be slashed
+
+
+# Every state change the ledger makes: for each state (None: not in the ledger yet),
+# the states it may move to. A move the table does not allow is no move, so callers
+# say where an event takes a node, an order or a submission (a heartbeat: active),
+# and the table says from where (a banned node stays banned; a gone one joins again).
+TRANSITIONS: dict[type[StrEnum], dict[StrEnum | None, frozenset[StrEnum]]] = {
+    NodeState: {
+        None: frozenset({NodeState.JOINED}),
+        NodeState.JOINED: frozenset({NodeState.ACTIVE, NodeState.SILENT, NodeState.BANNED}),
+        NodeState.ACTIVE: frozenset({NodeState.SILENT, NodeState.BANNED}),
+        NodeState.SILENT: frozenset(
+            {NodeState.ACTIVE, NodeState.JOINED, NodeState.GONE, NodeState.BANNED}
+        ),
+        NodeState.GONE: frozenset({NodeState.JOINED, NodeState.BANNED}),
+        NodeState.BANNED: frozenset(),
+    },
+    OrderState: {
+        None: frozenset({OrderState.OPEN}),
+        OrderState.OPEN: frozenset({OrderState.ANSWERED, OrderState.EXPIRED}),
+        OrderState.EXPIRED: frozenset({OrderState.REASSIGNED, OrderState.DROPPED}),
+        OrderState.ANSWERED: frozenset(),
+        OrderState.REASSIGNED: frozenset(),
+        OrderState.DROPPED: frozenset(),
+    },
+    SubmissionStatus: {
+        # Intake rejects some at once; the others wait for the validator.
+        None: frozenset({SubmissionStatus.RECEIVED, SubmissionStatus.REJECTED}),
+        SubmissionStatus.RECEIVED: frozenset(
+            {SubmissionStatus.ACCEPTED, SubmissionStatus.REJECTED}
+        ),
+        SubmissionStatus.ACCEPTED: frozenset(),
+        SubmissionStatus.REJECTED: frozenset(),
+    },
+}
 MAX_SQLITE_INT = 2**63 - 1
 
-_SCHEMA = """
+# A work order is kept signed, as its node got it (JSON); node, counter and deadline,
+# taken from it, are what it is looked up by.
+_ORDERS = """
+CREATE TABLE orders (
+    order_id TEXT PRIMARY KEY, node TEXT NOT NULL, counter INTEGER NOT NULL,
+    deadline INTEGER NOT NULL, issued_at REAL NOT NULL, state TEXT NOT NULL,
+    signed TEXT NOT NULL
+);
+CREATE INDEX orders_by_state ON orders (state, deadline);
+CREATE INDEX orders_by_node ON orders (node, state);
+"""
+_SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (
     address TEXT PRIMARY KEY, provider TEXT NOT NULL, peer_id TEXT NOT NULL,
@@ -56,16 +110,7 @@ CREATE TABLE transitions (
 );
 CREATE INDEX transitions_by_node ON transitions (address, id);
 CREATE TABLE counters (node TEXT PRIMARY KEY, next INTEGER NOT NULL);
-CREATE TABLE assignments (
-    order_id TEXT PRIMARY KEY, node TEXT NOT NULL, counter INTEGER NOT NULL,
-    min_step INTEGER NOT NULL, seed TEXT NOT NULL, group_size INTEGER NOT NULL,
-    max_tokens INTEGER NOT NULL, temperature REAL NOT NULL, top_p REAL NOT NULL,
-    tasks TEXT NOT NULL, deadline REAL NOT NULL, issued_at REAL NOT NULL,
-    signature TEXT NOT NULL, state TEXT NOT NULL
-);
-CREATE INDEX assignments_by_state ON assignments (state, deadline);
-CREATE INDEX assignments_by_node ON assignments (node, state);
-CREATE TABLE submissions (
+{_ORDERS}CREATE TABLE submissions (
     digest TEXT PRIMARY KEY, node TEXT NOT NULL, order_id TEXT NOT NULL,
     epoch INTEGER NOT NULL, step INTEGER NOT NULL, file TEXT NOT NULL,
     file_sha256 TEXT NOT NULL, rollout_digest TEXT NOT NULL, signature TEXT NOT NULL,
@@ -95,39 +140,31 @@ class NodeRow:
     peer_id: str
     backend: str
     hardware: dict[str, Any]
-    state: str  # one of NODE_STATES
+    state: NodeState
     joined_at: float
     last_seen: float
     speed: float | None  # measured tokens per second, None until reported
     trusted: int  # submissions that passed a full prefill check
-    abandoned: int  # assignments left past their deadline
+    abandoned: int  # orders left past their deadline
 
 
 @dataclass(frozen=True)
 class Transition:
     address: str
-    from_state: str | None  # None for the first join
-    to_state: str
+    from_state: NodeState | None  # None for the first join
+    to_state: NodeState
     reason: str
     at: float
 
 
 @dataclass(frozen=True)
-class AssignmentRow:
-    order_id: str
-    node: str
-    counter: int
-    min_step: int
-    seed: int  # uint64
-    group_size: int
-    max_tokens: int
-    temperature: float
-    top_p: float
-    tasks: list[tuple[str, int]]  # (problem_id, thinking budget)
-    deadline: float
+class OrderRow:
+    """A work order as its node got it, signed, and what became of it."""
+
+    order_id: str  # the order's EIP-712 digest in the swarm domain, hex
+    order: WorkOrder
     issued_at: float
-    signature: str
-    state: str = "open"  # one of ASSIGNMENT_STATES
+    state: OrderState
 
 
 @dataclass(frozen=True)
@@ -143,7 +180,7 @@ class SubmissionRow:
     signature: str
     received_at: float
     units: int = 0  # accepted rollouts; 0 until accepted
-    status: str = "received"  # one of SUBMISSION_STATUSES
+    status: SubmissionStatus = SubmissionStatus.RECEIVED
     reason: str = ""
     slashable: bool = False
     prefilled: bool = False
@@ -170,21 +207,23 @@ class EpochRow:
 
 @dataclass(frozen=True)
 class SlashRow:
-    """A slashable submission dealt with: outcome 'sent' (our vote's transaction),
-    'found' (already slashed or voted on chain), 'missed' (can no longer be slashed)."""
+    """A slashable submission dealt with, and how."""
 
     digest: str
     epoch: int
     node: str
     tx_hash: str | None
-    outcome: str
+    outcome: SlashOutcome
     at: float
 
 
 class Ledger:
     """The ledger file at `path`; safe to share between threads and processes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, run: str | None = None) -> None:
+        """`run`: the run this orchestrator issues orders in. A ledger of schema 1 kept
+        its orders without their run; given it, such a ledger is upgraded (the daemon
+        gives it), else refused with a sentence saying so."""
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +240,7 @@ class Ledger:
             self._enter_wal()
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("PRAGMA foreign_keys = ON")
-            self._create_schema()
+            self._create_schema(run)
         except sqlite3.DatabaseError as e:
             self._db.close()
             if "not a database" in str(e) or "malformed" in str(e):
@@ -226,8 +265,9 @@ class Ledger:
                     raise
             time.sleep(0.01)
 
-    def _create_schema(self) -> None:
-        # Under BEGIN IMMEDIATE, so processes opening a new file at once create it once.
+    def _create_schema(self, run: str | None) -> None:
+        # Under BEGIN IMMEDIATE, so processes opening a new file at once create it once,
+        # and an upgrade is all done or not at all.
         with self._write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
@@ -237,11 +277,49 @@ class Ledger:
                     f"{self.path} was written by a newer swarmrl (ledger schema {version}, "
                     f"this version reads {SCHEMA_VERSION}); upgrade swarmrl"
                 )
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT INTO meta (key, value) VALUES ('genesis', ?)", (repr(time.time()),))
+            if version == 0:
+                _execute(db, _SCHEMA)
+                db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('genesis', ?)", (repr(time.time()),)
+                )
+            elif run is None:
+                raise ValueError(
+                    f"{self.path} was written by an older swarmrl (ledger schema {version}); "
+                    "`swarmrl orchestrator run` upgrades it"
+                )
+            else:
+                orders = self._upgrade_from_1(db, run)
+                log.info("ledger %s upgraded from schema 1 (%d work orders)", self.path, orders)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _upgrade_from_1(self, db: sqlite3.Connection, run: str) -> int:
+        """Schema 1 kept each work order's fields in columns of their own, and not its
+        run: each becomes the signed order it was issued as. Returns how many."""
+        rows = db.execute("SELECT * FROM assignments").fetchall()
+        _execute(db, _ORDERS)
+        for r in rows:
+            try:
+                order = WorkOrder(
+                    run=run,
+                    node=r["node"],
+                    counter=r["counter"],
+                    min_step=r["min_step"],
+                    seed=int(r["seed"]),
+                    group_size=r["group_size"],
+                    max_tokens=r["max_tokens"],
+                    temperature=float(r["temperature"]),
+                    top_p=float(r["top_p"]),
+                    tasks=[Slot(problem_id=p, budget=b) for p, b in json.loads(r["tasks"])],
+                    deadline=int(r["deadline"]),
+                    signature=r["signature"],
+                )
+            except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+                raise ValueError(
+                    f"cannot upgrade {self.path}: its work order {r['order_id'][:12]} is damaged"
+                ) from None
+            _insert_order(db, r["order_id"], order, r["issued_at"], r["state"])
+        db.execute("DROP TABLE assignments")
+        return len(rows)
 
     def close(self) -> None:
         with self._lock:
@@ -303,15 +381,16 @@ class Ledger:
                 (provider, peer_id, backend, json.dumps(hardware), now, address),
             ).rowcount
             if not updated:
+                state = _first(NodeState.JOINED)
                 db.execute(
                     "INSERT INTO nodes (address, provider, peer_id, backend, hardware, state, "
-                    "joined_at, last_seen) VALUES (?, ?, ?, ?, ?, 'joined', ?, ?)",
-                    (address, provider, peer_id, backend, json.dumps(hardware), now, now),
+                    "joined_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (address, provider, peer_id, backend, json.dumps(hardware), state, now, now),
                 )
                 db.execute(
                     "INSERT INTO transitions (address, from_state, to_state, reason, at) "
-                    "VALUES (?, NULL, 'joined', 'joined the swarm', ?)",
-                    (address, now),
+                    "VALUES (?, NULL, ?, 'joined the swarm', ?)",
+                    (address, state, now),
                 )
         if not updated:
             log.info("node %s joined (provider %s, peer %s)", address, provider, peer_id)
@@ -333,25 +412,27 @@ class Ledger:
     def nodes(self) -> list[NodeRow]:
         return [_node(r) for r in self._rows("SELECT * FROM nodes ORDER BY joined_at, address")]
 
-    def set_state(self, address: str, state: str, reason: str, now: float) -> None:
-        """Moves a node to `state`, keeping the transition; setting its current state
-        again is no transition and writes nothing."""
-        _require(state, NODE_STATES, "node state")
+    def set_state(self, address: str, state: str, reason: str, now: float) -> bool:
+        """Moves a node to `state` if the transition table lets it go there from the state
+        it is in (read in the same transaction), keeping the transition; returns whether
+        it moved. Its current state again is no move."""
+        to = _member(NodeState, state, "node state")
         address = to_checksum_address(address)
         with self._write() as db:
             row = db.execute("SELECT state FROM nodes WHERE address = ?", (address,)).fetchone()
             if row is None:
                 raise ValueError(f"no node {address} in the ledger")
-            before = row["state"]
-            if before == state:
-                return
-            db.execute("UPDATE nodes SET state = ? WHERE address = ?", (state, address))
+            before = NodeState(row["state"])
+            if not allowed(before, to):
+                return False
+            db.execute("UPDATE nodes SET state = ? WHERE address = ?", (to, address))
             db.execute(
                 "INSERT INTO transitions (address, from_state, to_state, reason, at) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (address, before, state, reason, now),
+                (address, before, to, reason, now),
             )
-        log.info("node %s: %s -> %s (%s)", address, before, state, reason)
+        log.info("node %s: %s -> %s (%s)", address, before, to, reason)
+        return True
 
     def transitions(self, address: str) -> list[Transition]:
         rows = self._rows(
@@ -359,7 +440,13 @@ class Ledger:
             (to_checksum_address(address),),
         )
         return [
-            Transition(r["address"], r["from_state"], r["to_state"], r["reason"], r["at"])
+            Transition(
+                r["address"],
+                None if r["from_state"] is None else NodeState(r["from_state"]),
+                NodeState(r["to_state"]),
+                r["reason"],
+                r["at"],
+            )
             for r in rows
         ]
 
@@ -371,63 +458,39 @@ class Ledger:
                 (now, speed, to_checksum_address(address)),
             )
 
-    # Assignments.
+    # Work orders.
 
-    def add_assignment(self, a: AssignmentRow, *, takes_over: str | None = None) -> None:
-        """Stores a new assignment; with `takes_over`, that expired assignment's tasks
-        are now this one's, and it becomes 'reassigned' in the same transaction."""
-        _require(a.state, ASSIGNMENT_STATES, "assignment state")
+    def add_order(
+        self, order_id: str, order: WorkOrder, issued_at: float, *, takes_over: str | None = None
+    ) -> None:
+        """Stores a new, open order; with `takes_over`, that expired order's tasks are
+        now this one's, and it becomes 'reassigned' in the same transaction."""
         with self._write() as db:
-            if takes_over is not None:
-                moved = db.execute(
-                    "UPDATE assignments SET state = 'reassigned' "
-                    "WHERE order_id = ? AND state = 'expired'",
-                    (takes_over,),
-                ).rowcount
-                if moved != 1:
-                    raise ValueError(f"assignment {takes_over[:12]} is not expired")
-            db.execute(
-                f"INSERT INTO assignments VALUES ({', '.join('?' * 14)})",
-                (
-                    a.order_id,
-                    to_checksum_address(a.node),
-                    a.counter,
-                    a.min_step,
-                    str(a.seed),
-                    a.group_size,
-                    a.max_tokens,
-                    a.temperature,
-                    a.top_p,
-                    json.dumps([[problem, budget] for problem, budget in a.tasks]),
-                    a.deadline,
-                    a.issued_at,
-                    a.signature,
-                    a.state,
-                ),
-            )
+            if takes_over is not None and not _move_order(db, takes_over, OrderState.REASSIGNED):
+                raise ValueError(f"work order {takes_over[:12]} is not expired")
+            _insert_order(db, order_id, order, issued_at, _first(OrderState.OPEN))
 
-    def assignment(self, order_id: str) -> AssignmentRow | None:
-        row = self._row("SELECT * FROM assignments WHERE order_id = ?", (order_id,))
-        return None if row is None else _assignment(row)
+    def order(self, order_id: str) -> OrderRow | None:
+        row = self._row("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+        return None if row is None else _order(row)
 
-    def open_assignment(self, node: str) -> AssignmentRow | None:
-        """The node's open assignment (the latest, should there be several)."""
+    def open_order(self, node: str) -> OrderRow | None:
+        """The node's open order (the latest, should there be several)."""
         row = self._row(
-            "SELECT * FROM assignments WHERE node = ? AND state = 'open' "
-            "ORDER BY counter DESC LIMIT 1",
-            (to_checksum_address(node),),
+            "SELECT * FROM orders WHERE node = ? AND state = ? ORDER BY counter DESC LIMIT 1",
+            (to_checksum_address(node), OrderState.OPEN),
         )
-        return None if row is None else _assignment(row)
+        return None if row is None else _order(row)
 
-    def orphaned(self, *, excluding: str) -> AssignmentRow | None:
-        """The oldest expired assignment of a node other than `excluding` whose tasks
-        no one has taken over yet."""
+    def orphaned(self, *, excluding: str) -> OrderRow | None:
+        """The oldest expired order of a node other than `excluding` whose tasks no one
+        has taken over yet."""
         row = self._row(
-            "SELECT * FROM assignments WHERE state = 'expired' AND node != ? "
+            "SELECT * FROM orders WHERE state = ? AND node != ? "
             "ORDER BY deadline, order_id LIMIT 1",
-            (to_checksum_address(excluding),),
+            (OrderState.EXPIRED, to_checksum_address(excluding)),
         )
-        return None if row is None else _assignment(row)
+        return None if row is None else _order(row)
 
     def next_counter(self, node: str) -> int:
         """Reserves the node's next assignment counter: 0, 1, 2 ...; never handed out
@@ -440,30 +503,37 @@ class Ledger:
             ).fetchone()
         return int(row["next"]) - 1
 
-    def expire_assignments(self, now: float) -> list[AssignmentRow]:
-        """Open assignments past their deadline become 'expired'; each costs its node
-        one abandoned assignment. Returns them (as expired)."""
+    def expire_orders(self, now: float) -> list[OrderRow]:
+        """Open orders past their deadline become 'expired'; each costs its node one
+        abandoned order. Returns them (as expired)."""
         with self._write() as db:
+            sources = _sources(OrderState.EXPIRED)
             rows = db.execute(
-                "UPDATE assignments SET state = 'expired' WHERE state = 'open' AND deadline < ? "
+                f"UPDATE orders SET state = ? WHERE state IN ({_marks(sources)}) AND deadline < ? "
                 "RETURNING *",
-                (now,),
+                (OrderState.EXPIRED, *sources, now),
             ).fetchall()
-            expired = sorted((_assignment(r) for r in rows), key=lambda a: (a.deadline, a.order_id))
-            for a in expired:
+            expired = sorted(
+                (_order(r) for r in rows), key=lambda o: (o.order.deadline, o.order_id)
+            )
+            for o in expired:
                 db.execute(
-                    "UPDATE nodes SET abandoned = abandoned + 1 WHERE address = ?", (a.node,)
+                    "UPDATE nodes SET abandoned = abandoned + 1 WHERE address = ?",
+                    (to_checksum_address(o.order.node),),
                 )
         return expired
 
-    def set_assignment_state(self, order_id: str, state: str) -> None:
-        _require(state, ASSIGNMENT_STATES, "assignment state")
+    def set_order_state(self, order_id: str, state: str) -> bool:
+        """Moves an order to `state` if the transition table allows it from the state it
+        is in; returns whether it moved."""
+        to = _member(OrderState, state, "order state")
         with self._write() as db:
-            changed = db.execute(
-                "UPDATE assignments SET state = ? WHERE order_id = ?", (state, order_id)
-            ).rowcount
-        if not changed:
-            raise ValueError(f"no assignment {order_id} in the ledger")
+            if _move_order(db, order_id, to):
+                return True
+            known = db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+        if known is None:
+            raise ValueError(f"no work order {order_id} in the ledger")
+        return False
 
     # Submissions.
 
@@ -472,7 +542,7 @@ class Ledger:
         transaction (a crash between the two would hand the order out again); returns
         the stored row and whether it is new. A resend changes nothing and returns the
         first row (and its receipt)."""
-        _require(s.status, SUBMISSION_STATUSES, "submission status")
+        status = _first(_member(SubmissionStatus, s.status, "submission status"))
         for name, value in (("epoch", s.epoch), ("step", s.step), ("units", s.units)):
             if not 0 <= value <= MAX_SQLITE_INT:
                 raise ValueError(f"submission {name} {value} is out of range")
@@ -494,7 +564,7 @@ class Ledger:
                     s.signature,
                     s.received_at,
                     s.units,
-                    s.status,
+                    status,
                     s.reason,
                     int(s.slashable),
                     int(s.prefilled),
@@ -502,9 +572,7 @@ class Ledger:
                     s.validated_at,
                 ),
             )
-            db.execute(
-                "UPDATE assignments SET state = 'answered' WHERE order_id = ?", (s.order_id,)
-            )
+            _move_order(db, s.order_id, OrderState.ANSWERED)
             stored = db.execute(
                 "SELECT * FROM submissions WHERE digest = ?", (s.digest,)
             ).fetchone()
@@ -526,9 +594,8 @@ class Ledger:
             where.append("epoch = ?")
             params.append(epoch)
         if status is not None:
-            _require(status, SUBMISSION_STATUSES, "submission status")
             where.append("status = ?")
-            params.append(status)
+            params.append(_member(SubmissionStatus, status, "submission status"))
         clause = f"WHERE {' AND '.join(where)} " if where else ""
         rows = self._rows(f"SELECT * FROM submissions {clause}ORDER BY received_at, digest", params)
         return [_submission(r) for r in rows]
@@ -545,9 +612,8 @@ class Ledger:
     def pending_validation(self, limit: int) -> list[SubmissionRow]:
         """Up to `limit` submissions still 'received', oldest first."""
         rows = self._rows(
-            "SELECT * FROM submissions WHERE status = 'received' "
-            "ORDER BY received_at, digest LIMIT ?",
-            (limit,),
+            "SELECT * FROM submissions WHERE status = ? ORDER BY received_at, digest LIMIT ?",
+            (SubmissionStatus.RECEIVED, limit),
         )
         return [_submission(r) for r in rows]
 
@@ -560,19 +626,24 @@ class Ledger:
         slashable: bool,
         prefilled: bool,
         now: float,
-    ) -> None:
-        """The validator's verdict on a submission."""
-        _require(status, SUBMISSION_STATUSES, "submission status")
+    ) -> bool:
+        """The validator's verdict on a submission, if the transition table lets it move
+        to `status` from the status it has (a verdict stands); returns whether it did."""
+        to = _member(SubmissionStatus, status, "submission status")
         if not 0 <= units <= MAX_SQLITE_INT:
             raise ValueError(f"submission units {units} is out of range")
+        sources = _sources(to)
         with self._write() as db:
             changed = db.execute(
                 "UPDATE submissions SET status = ?, units = ?, reason = ?, slashable = ?, "
-                "prefilled = ?, validated_at = ? WHERE digest = ?",
-                (status, units, reason, int(slashable), int(prefilled), now, digest),
+                "prefilled = ?, validated_at = ? "
+                f"WHERE digest = ? AND status IN ({_marks(sources)})",
+                (to, units, reason, int(slashable), int(prefilled), now, digest, *sources),
             ).rowcount
-        if not changed:
+            known = db.execute("SELECT 1 FROM submissions WHERE digest = ?", (digest,)).fetchone()
+        if known is None:
             raise ValueError(f"no submission {digest} in the ledger")
+        return bool(changed)
 
     def add_trust(self, address: str) -> None:
         """One more of the node's submissions passed a full prefill check."""
@@ -642,10 +713,10 @@ class Ledger:
         tx_hash: str | None,
         now: float,
         *,
-        outcome: str = "sent",
+        outcome: str = SlashOutcome.SENT,
     ) -> None:
         """Marks the slashable submission `digest` dealt with; the first record stands."""
-        _require(outcome, SLASH_OUTCOMES, "slash outcome")
+        outcome = _member(SlashOutcome, outcome, "slash outcome")
         with self._write() as db:
             db.execute(
                 "INSERT INTO slashes (digest, epoch, node, tx_hash, outcome, at) "
@@ -656,14 +727,21 @@ class Ledger:
     def slashes(self) -> list[SlashRow]:
         rows = self._rows("SELECT * FROM slashes ORDER BY at, digest")
         return [
-            SlashRow(r["digest"], r["epoch"], r["node"], r["tx_hash"], r["outcome"], r["at"])
+            SlashRow(
+                r["digest"],
+                r["epoch"],
+                r["node"],
+                r["tx_hash"],
+                SlashOutcome(r["outcome"]),
+                r["at"],
+            )
             for r in rows
         ]
 
     def count_with(self, status: str) -> int:
         """Submissions with `status`: an index range, cheap enough for every work request
         (`tally` scans the whole table)."""
-        _require(status, SUBMISSION_STATUSES, "submission status")
+        status = _member(SubmissionStatus, status, "submission status")
         (row,) = self._rows("SELECT COUNT(*) AS n FROM submissions WHERE status = ?", (status,))
         return row["n"]
 
@@ -687,8 +765,9 @@ class Ledger:
         reasons = {
             r["reason"]: r["n"]
             for r in self._rows(
-                "SELECT reason, COUNT(*) AS n FROM submissions WHERE status = 'rejected' "
-                "GROUP BY reason ORDER BY n DESC LIMIT 64"
+                "SELECT reason, COUNT(*) AS n FROM submissions WHERE status = ? "
+                "GROUP BY reason ORDER BY n DESC LIMIT 64",
+                (SubmissionStatus.REJECTED,),
             )
         }
         return Tally(by_status, per_node, reasons)
@@ -722,9 +801,53 @@ class Tally:
         return sum(units for _, units in self.by_status.values())
 
 
-def _require(value: str, allowed: Sequence[str], what: str) -> None:
-    if value not in allowed:
-        raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+def _member(states: type[_State], value: str, what: str) -> _State:
+    """`value` as a member of `states`; ValueError naming them unless it is one."""
+    try:
+        return states(value)
+    except ValueError:
+        raise ValueError(f"{what} must be one of {', '.join(states)}, got {value!r}") from None
+
+
+def allowed(before: StrEnum | None, after: StrEnum) -> bool:
+    """Whether the transition table lets a state move from `before` to `after`."""
+    return after in TRANSITIONS[type(after)][before]
+
+
+def _first(state: _State) -> _State:
+    """`state`, which something new in the ledger must start in."""
+    if not allowed(None, state):
+        raise ValueError(f"nothing enters the ledger {state}")
+    return state
+
+
+def _sources(after: StrEnum) -> list[str]:
+    """The states the table lets move to `after`."""
+    moves = TRANSITIONS[type(after)]
+    return [str(before) for before, then in moves.items() if before is not None and after in then]
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _move_order(db: sqlite3.Connection, order_id: str, to: OrderState) -> bool:
+    """Moves an order to `to` if the table allows it from the state it is in."""
+    sources = _sources(to)
+    return bool(
+        db.execute(
+            f"UPDATE orders SET state = ? WHERE order_id = ? AND state IN ({_marks(sources)})",
+            (to, order_id, *sources),
+        ).rowcount
+    )
+
+
+def _execute(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script`, inside the caller's transaction (executescript would
+    commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 def _node(r: sqlite3.Row) -> NodeRow:
@@ -734,7 +857,7 @@ def _node(r: sqlite3.Row) -> NodeRow:
         peer_id=r["peer_id"],
         backend=r["backend"],
         hardware=json.loads(r["hardware"]),
-        state=r["state"],
+        state=NodeState(r["state"]),
         joined_at=r["joined_at"],
         last_seen=r["last_seen"],
         speed=r["speed"],
@@ -743,22 +866,31 @@ def _node(r: sqlite3.Row) -> NodeRow:
     )
 
 
-def _assignment(r: sqlite3.Row) -> AssignmentRow:
-    return AssignmentRow(
+def _order(r: sqlite3.Row) -> OrderRow:
+    return OrderRow(
         order_id=r["order_id"],
-        node=r["node"],
-        counter=r["counter"],
-        min_step=r["min_step"],
-        seed=int(r["seed"]),
-        group_size=r["group_size"],
-        max_tokens=r["max_tokens"],
-        temperature=r["temperature"],
-        top_p=r["top_p"],
-        tasks=[(str(problem), int(budget)) for problem, budget in json.loads(r["tasks"])],
-        deadline=r["deadline"],
+        order=WorkOrder.model_validate_json(r["signed"]),
         issued_at=r["issued_at"],
-        signature=r["signature"],
-        state=r["state"],
+        state=OrderState(r["state"]),
+    )
+
+
+def _insert_order(
+    db: sqlite3.Connection, order_id: str, order: WorkOrder, issued_at: float, state: str
+) -> None:
+    """The signed order, and the columns it is looked up by, taken from it."""
+    db.execute(
+        "INSERT INTO orders (order_id, node, counter, deadline, issued_at, state, signed) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            order_id,
+            to_checksum_address(order.node),
+            order.counter,
+            order.deadline,
+            issued_at,
+            state,
+            order.model_dump_json(),
+        ),
     )
 
 
@@ -775,7 +907,7 @@ def _submission(r: sqlite3.Row) -> SubmissionRow:
         signature=r["signature"],
         received_at=r["received_at"],
         units=r["units"],
-        status=r["status"],
+        status=SubmissionStatus(r["status"]),
         reason=r["reason"],
         slashable=bool(r["slashable"]),
         prefilled=bool(r["prefilled"]),

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.status import RUN_DIR, summarize
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -83,7 +84,7 @@ def render(
     """One frame of the view from a `summarize` dict."""
     rate = summary.get("samples_per_second")
     last_at = summary.get("last_step_at")
-    queue = summary["submissions"].get("received", 0)
+    queue = summary["submissions"].get(SubmissionStatus.RECEIVED, 0)
     head = Text.assemble(
         ("policy step ", "dim"),
         (str(summary["policy_step"]), "bold"),
@@ -138,7 +139,12 @@ def _nodes(nodes: list[dict[str, Any]]) -> RenderableType:
     return table
 
 
-_STATE_STYLES = {"active": "green", "silent": "yellow", "gone": "dim", "banned": "red"}
+_STATE_STYLES = {
+    NodeState.ACTIVE: "green",
+    NodeState.SILENT: "yellow",
+    NodeState.GONE: "dim",
+    NodeState.BANNED: "red",
+}
 
 
 def _chain(epochs: list[dict[str, Any]], slashes: list[dict[str, Any]]) -> RenderableType:

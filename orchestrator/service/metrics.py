@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.train_local.metrics import read_metrics
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 
 class OrchestratorMetrics:
@@ -58,10 +59,10 @@ class OrchestratorMetrics:
             self.reward.set(rows[-1].get("task_reward", 0.0))
             self.staleness.set(rows[-1].get("staleness_mean", 0.0))
         states = Counter(n.state for n in ledger.nodes())
-        for state in ("joined", "active", "silent", "gone", "banned"):
+        for state in NodeState:
             self.nodes.labels(state).set(states.get(state, 0))
         tally = ledger.tally()
-        for status in ("received", "accepted", "rejected"):
+        for status in SubmissionStatus:
             self.submissions.labels(status).set(tally.count(status))
         kinds: Counter[str] = Counter()
         for reason, count in tally.reasons.items():
@@ -70,7 +71,7 @@ class OrchestratorMetrics:
             self.rejections.labels(kind).set(count)
         units = tally.units()
         self.rollouts.set(units)
-        self.pending.set(tally.count("received"))
+        self.pending.set(tally.count(SubmissionStatus.RECEIVED))
         now = time.monotonic()
         if self._last is not None and now > self._last[0]:
             self.rollouts_per_second.set((units - self._last[1]) / (now - self._last[0]))

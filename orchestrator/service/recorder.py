@@ -25,11 +25,12 @@ from typing import Protocol as Interface
 from eth_account import Account
 from hexbytes import HexBytes
 
-from orchestrator.service.ledger import EpochRow, Ledger, SlashRow, SubmissionRow
+from orchestrator.service.ledger import EpochRow, Ledger, SlashOutcome, SlashRow, SubmissionRow
 from swarmrl.chain import eip712
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
 from swarmrl.chain.protocol import Protocol
+from swarmrl.work.states import SubmissionStatus
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Recorder:
         end = self.epoch_end(epoch)
         if now < end:
             return False
-        validating = any(s.status == "received" for s in submissions)
+        validating = any(s.status is SubmissionStatus.RECEIVED for s in submissions)
         return not validating or now >= end + self.validation_grace
 
     def _guarded(
@@ -137,7 +138,7 @@ class Recorder:
         now: float,
     ) -> None:
         tree = commitment_tree(submissions)
-        units = sum(s.units for s in submissions if s.status == "accepted")
+        units = sum(s.units for s in submissions if s.status is SubmissionStatus.ACCEPTED)
         if units == 0 and any(s.slashable for s in submissions):
             # The pool takes no record without units; one unit lets the evidence be
             # committed, and the slash invalidates the epoch, so it never pays.
@@ -173,13 +174,13 @@ class Recorder:
         if submission.digest(self.validator.pool_domain()) != _bytes(evidence.digest):
             # Cannot happen for rows intake wrote; the pool would refuse such evidence.
             log.error("recorder: submission %s does not match its digest", evidence.digest)
-            self._settle(report, evidence, None, "missed", now)
+            self._settle(report, evidence, None, SlashOutcome.MISSED, now)
             return
         submissions = self.ledger.submissions(node=node, epoch=epoch)
         tree = commitment_tree(submissions)
         on_chain = self.validator.work_of(epoch, node)
         if on_chain.slashed:
-            self._settle(report, evidence, None, "found", now)
+            self._settle(report, evidence, None, SlashOutcome.FOUND, now)
             return
         problem = None
         if on_chain.commitment != tree.root:
@@ -188,7 +189,7 @@ class Recorder:
             problem = "its invalidation window has closed"
         if problem is not None:
             log.error("recorder: cannot slash node %s for epoch %d: %s", node, epoch, problem)
-            self._settle(report, evidence, None, "missed", now)
+            self._settle(report, evidence, None, SlashOutcome.MISSED, now)
             return
         index = sorted(_bytes(s.digest) for s in submissions).index(_bytes(evidence.digest))
         try:
@@ -198,10 +199,10 @@ class Recorder:
         except RevertedError as e:
             if e.error not in _ALREADY_SLASHED:
                 raise
-            self._settle(report, evidence, None, "found", now)
+            self._settle(report, evidence, None, SlashOutcome.FOUND, now)
             return
         tx_hash = _tx_hash(receipt["transactionHash"])
-        self._settle(report, evidence, tx_hash, "sent", now)
+        self._settle(report, evidence, tx_hash, SlashOutcome.SENT, now)
         log.info("recorder: voted to slash node %s for epoch %d in %s", node, epoch, tx_hash)
 
     def _settle(
@@ -209,7 +210,7 @@ class Recorder:
         report: RecorderReport,
         evidence: SubmissionRow,
         tx_hash: str | None,
-        outcome: str,
+        outcome: SlashOutcome,
         now: float,
     ) -> None:
         self.ledger.record_slash(

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.train_local.metrics import read_metrics, recent_samples_per_second
+from swarmrl.work.states import SubmissionStatus
 
 RUN_DIR = "run"
 RECENT_STEPS = 60  # the curves' length: about what a terminal line holds
@@ -61,8 +62,8 @@ def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
     tally = ledger.tally()
     nodes = []
     for n in ledger.nodes():
-        accepted = tally.per_node.get((n.address, "accepted"), (0, 0))
-        rejected = tally.per_node.get((n.address, "rejected"), (0, 0))
+        accepted = tally.per_node.get((n.address, SubmissionStatus.ACCEPTED), (0, 0))
+        rejected = tally.per_node.get((n.address, SubmissionStatus.REJECTED), (0, 0))
         nodes.append(
             {
                 "address": n.address,

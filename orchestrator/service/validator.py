@@ -26,13 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.service.ledger import AssignmentRow, Ledger, SubmissionRow
+from orchestrator.service.ledger import Ledger, SubmissionRow
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from swarmrl.rollouts.records import Rollout, read_rollouts
-from swarmrl.rollouts.verify import Assignment, Verdict, verify_rollouts
+from swarmrl.rollouts.verify import Verdict, verify_rollouts
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
+from swarmrl.work.assign import WorkOrder
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.validator")
 
@@ -44,7 +46,6 @@ class ValidatorConfig:
     data_dir: Path
     run_dir: Path
     tasks_file: Path
-    run: str
     validation_rate: float
     trust_after: int
     code_check_rate: float
@@ -95,9 +96,9 @@ class Validator:
         return len(pending)
 
     def judge(self, row: SubmissionRow) -> None:
-        order = self.ledger.assignment(row.order_id)
+        issued = self.ledger.order(row.order_id)
         node = self.ledger.node(row.node)
-        if order is None or node is None:  # intake checked both; a damaged ledger otherwise
+        if issued is None or node is None:  # intake checked both; a damaged ledger otherwise
             self._finish(row, [], "its order or node is missing from the ledger", False, False)
             return
         try:
@@ -115,15 +116,7 @@ class Validator:
         trusted = node.trusted - node.abandoned >= self.config.trust_after
         prefill = not trusted or chosen(row.digest, self.config.validation_rate, "prefill")
         check_code = chosen(row.digest, self.config.code_check_rate, "code")
-        asked = Assignment(
-            run=self.config.run,
-            node=order.node,
-            step=row.step,
-            group_size=order.group_size,
-            max_tokens=order.max_tokens,
-            temperature=order.temperature,
-            top_p=order.top_p,
-        )
+        asked = issued.order.assignment(row.step)
         from swarmrl.tasks.math import cpu_seconds_with_checker
 
         began = cpu_seconds_with_checker()
@@ -150,7 +143,7 @@ class Validator:
         reasons = [v.reason for v in verdicts if not v.accepted]
         reason = f"{len(reasons)} of {len(records)} rejected: {reasons[0]}" if reasons else ""
         if accepted:
-            self._spool(row, order, accepted)
+            self._spool(row, issued.order, accepted)
         self._finish(row, accepted, reason, False, prefill, seconds)
 
     def _note_cost(
@@ -168,7 +161,7 @@ class Validator:
         with (self.config.data_dir / "validation.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def _spool(self, row: SubmissionRow, order: AssignmentRow, records: list[Rollout]) -> None:
+    def _spool(self, row: SubmissionRow, order: WorkOrder, records: list[Rollout]) -> None:
         name = spool_sampler(row.node)
         # A validator restarted after spooling, before writing the outcome, must not
         # hand the trainer the same groups twice.
@@ -187,14 +180,16 @@ class Validator:
         prefilled: bool,
         seconds: float = 0.0,
     ) -> None:
-        status = "accepted" if accepted else "rejected"
+        status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
         self.ledger.set_outcome(
             row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
         )
         if prefilled and accepted and not reason:
             self.ledger.add_trust(row.node)
         if slashable:
-            self.ledger.set_state(row.node, "banned", f"evidence: {reason}"[:300], time.time())
+            self.ledger.set_state(
+                row.node, NodeState.BANNED, f"evidence: {reason}"[:300], time.time()
+            )
         what = f"{len(accepted)} accepted" if accepted else "rejected"
         flag = " EVIDENCE" if slashable else ""
         log.info(

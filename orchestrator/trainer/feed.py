@@ -19,7 +19,6 @@ exactly those, and puts back any file it had read after its last checkpoint.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections import Counter, deque
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.trainer.samples import Group, split_groups, staleness
+from swarmrl.rollouts import checks
 from swarmrl.rollouts.generate import prompt_ids
 from swarmrl.rollouts.records import Rollout, read_rollouts, write_rollouts
 from swarmrl.tasks import Task
@@ -240,24 +240,27 @@ class RolloutFeed:
             return None
 
     def _check(self, r: Rollout, trainer_step: int | None) -> None:
+        """ValueError with the sentence of the first check the record fails."""
         expect = self.expect
-        if r.run != expect.run:
-            raise ValueError(f"a record is from run {r.run!r}, not this run {expect.run!r}")
-        if trainer_step is not None and r.policy_step > trainer_step:
-            raise ValueError(f"a record claims policy step {r.policy_step}, which is unknown")
         task = expect.tasks.get(r.problem_id)
-        if task is None or (task.prompt, task.task_type) != (r.prompt, r.task_type):
-            raise ValueError(f"a record's task {r.problem_id!r} is not one of this run's tasks")
-        if r.temperature != expect.temperature:
-            raise ValueError(f"a record was sampled at temperature {r.temperature}")
-        if not all(0 <= t < expect.vocab_size for t in (*r.prompt_ids, *r.output_ids)):
-            raise ValueError("a record holds token ids outside this model's vocabulary")
-        if len(r.logprobs) != len(r.output_ids):
-            raise ValueError("a record's log-probabilities do not match its tokens")
-        if not all(math.isfinite(x) and x <= 0 for x in r.logprobs):
-            raise ValueError("a record holds log-probabilities that are not finite and <= 0")
-        if r.prompt_ids != prompt_ids(expect.tokenizer, task.prompt, r.target_len):
-            raise ValueError("a record's prompt tokens are not this model's (another model?)")
+        why = (
+            checks.as_asked("run", r.run, expect.run)
+            or (
+                None if trainer_step is None else checks.step_published(r.policy_step, trainer_step)
+            )
+            or checks.known_task(r, expect.tasks)
+        )
+        if why is None and task is not None:  # a known task, then
+            why = (
+                checks.same_task(r, task)
+                or checks.as_asked("temperature", r.temperature, expect.temperature)
+                or checks.vocabulary(r, expect.vocab_size)
+                or checks.logprobs_per_token(r)
+                or checks.logprobs_bounded(r)
+                or checks.prompt(r, prompt_ids(expect.tokenizer, task.prompt, r.target_len))
+            )
+        if why is not None:
+            raise ValueError(why)
 
 
 def _listed(directory: Path) -> list[Path]:

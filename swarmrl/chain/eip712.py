@@ -1,29 +1,40 @@
-"""EIP-712 messages of the protocol and the Merkle commitment over them.
+"""EIP-712: every signature of the protocol, and the Merkle commitment over submissions.
 
-Shared by the node (which signs) and the orchestrator (which verifies, commits
-and proves). Digests are computed here directly from the type strings, and the
-tests check them against the contracts' own `consentDigest` and
-`submissionDigest` views, so Python and Solidity cannot drift apart silently.
+The one signing path, shared by the node (which signs) and the orchestrator
+(which verifies, commits and proves). Every struct is declared once, as a
+:class:`Struct`: its members in order, each with its Solidity name and type and
+the Python attribute its value comes from. The type string, the ABI types and
+the encoded values all come from that one table, so they cannot fall out of
+step; the tests check the digests against eth-account's encoder and the
+contracts' own `consentDigest` and `submissionDigest` views, so Python and
+Solidity cannot drift apart silently. Messages that are structs subclass
+:class:`Signed`; floats (temperature, top-p) are signed as integer millionths.
+
 Every domain binds chain id and contract address: a signature is good for one
-deployment on one chain only.
+deployment on one chain only. The registry's and the pool's domains are the
+contracts'; everything the swarm signs off chain is in the run's swarm domain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar, Self
 
 from eth_abi import encode as abi_encode
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
 
+from swarmrl.schema import MAX_UINT32, HexSignature, Strict
+
 DOMAIN_TYPE = "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
 REGISTRY_DOMAIN_NAME = "SwarmRL ProviderRegistry"
 POOL_DOMAIN_NAME = "SwarmRL ComputePool"
+SWARM_DOMAIN_NAME = "SwarmRL Swarm"
 DOMAIN_VERSION = "1"
-NODE_CONSENT_TYPE = "NodeConsent(address provider,address node,uint256 nonce,uint256 deadline)"
-SUBMISSION_TYPE = "Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)"
+MICROS = 1_000_000
+UNSIGNED = "0" * 130
 
 
 @dataclass(frozen=True)
@@ -64,41 +75,149 @@ def pool_domain(chain_id: int, pool: str) -> Domain:
     return Domain(POOL_DOMAIN_NAME, chain_id, pool)
 
 
+def swarm_domain(chain_id: int, pool: str) -> Domain:
+    """The domain of every swarm signature of one run (work orders and receipts, join
+    claims, peer records, checkpoints, rollout files): its chain and ComputePool."""
+    return Domain(SWARM_DOMAIN_NAME, chain_id, pool)
+
+
 def typed_digest(domain: Domain, struct_hash: bytes) -> bytes:
     """keccak256("\\x19\\x01" || domainSeparator || structHash)."""
     return keccak(b"\x19\x01" + domain.separator() + struct_hash)
 
 
 @dataclass(frozen=True)
+class Member:
+    """One member of a struct: its name and Solidity type as the type string states them,
+    and the Python attribute its value comes from, through `encode` where the attribute
+    is not already what the ABI takes. Addresses are checksummed, and `string` and
+    `bytes` members hashed, as EIP-712 says, without an `encode`."""
+
+    name: str
+    type: str
+    attribute: str
+    encode: Callable[[Any], Any] | None = None
+
+
+class Struct:
+    """An EIP-712 struct type, declared once as its members in order."""
+
+    def __init__(self, name: str, *members: Member) -> None:
+        self.name = name
+        self.members = members
+        self.type_string = f"{name}({','.join(f'{m.type} {m.name}' for m in members)})"
+        self.type_hash = keccak(text=self.type_string)
+        # Dynamic members are encoded as the hash of their contents.
+        self._abi_types = [
+            "bytes32",
+            *("bytes32" if m.type in ("string", "bytes") else m.type for m in members),
+        ]
+
+    def hash(self, values: Mapping[str, Any]) -> bytes:
+        """hashStruct of the struct whose members' values `values` holds by attribute."""
+        encoded: list[Any] = [self.type_hash]
+        for m in self.members:
+            value = values[m.attribute]
+            if m.encode is not None:
+                value = m.encode(value)
+            if m.type == "address":
+                value = to_checksum_address(value)
+            elif m.type == "string":
+                value = keccak(text=value)
+            elif m.type == "bytes":
+                value = keccak(value)
+            encoded.append(value)
+        return keccak(abi_encode(self._abi_types, encoded))
+
+    def digest(self, domain: Domain, values: Mapping[str, Any]) -> bytes:
+        """What a signer signs: the typed digest of this struct in `domain`."""
+        return typed_digest(domain, self.hash(values))
+
+
+def text_hash(text: str) -> bytes:
+    """The 32 bytes a string stands for in a bytes32 member (keccak of its UTF-8)."""
+    return keccak(text=text)
+
+
+def hex_bytes(value: str) -> bytes:
+    """Hex (with or without 0x) as the bytes of a bytesN member."""
+    return bytes.fromhex(value.removeprefix("0x"))
+
+
+def micros(value: float, name: str) -> int:
+    """``value`` in integer millionths, as a float (temperature, top-p) is signed: EIP-712
+    has no floats, and a value on that grid survives the round trip exactly. ValueError
+    unless it lies on the grid."""
+    scaled = round(value * MICROS)
+    if not 0 <= scaled <= MAX_UINT32 or scaled / MICROS != value:
+        raise ValueError(f"{name} {value} must be a multiple of 0.000001 below 4294")
+    return scaled
+
+
+class Signed(Strict):
+    """A message that is an EIP-712 struct (`STRUCT`, over its fields) and carries its
+    signer's signature."""
+
+    STRUCT: ClassVar[Struct]
+
+    signature: HexSignature = UNSIGNED
+
+    def digest(self, domain: Domain) -> bytes:
+        return self.STRUCT.digest(domain, dict(self))
+
+    def signed_by(self, account: LocalAccount, domain: Domain) -> Self:
+        """This message with `account`'s signature."""
+        signature = sign_digest(account, self.digest(domain)).hex()
+        return self.model_copy(update={"signature": signature})
+
+    def signer(self, domain: Domain) -> str | None:
+        """The checksummed address that signed this message; None if the signature is
+        malformed or a value has no signed form (a float off the grid)."""
+        try:
+            digest = self.digest(domain)
+        except ValueError:
+            return None
+        return signer_of(digest, self.signature)
+
+    def check_signer(self, domain: Domain, expected: str, what: str) -> None:
+        """ValueError unless `expected` signed this message."""
+        signer = self.signer(domain)
+        if signer is None or signer != to_checksum_address(expected):
+            raise ValueError(f"the {what} is not signed by {to_checksum_address(expected)}")
+
+
+@dataclass(frozen=True)
 class NodeConsent:
     """A node's consent to be run by `provider`; `nonce` is the registry's consentNonce."""
+
+    STRUCT: ClassVar[Struct] = Struct(
+        "NodeConsent",
+        Member("provider", "address", "provider"),
+        Member("node", "address", "node"),
+        Member("nonce", "uint256", "nonce"),
+        Member("deadline", "uint256", "deadline"),
+    )
 
     provider: str
     node: str
     nonce: int
     deadline: int
 
-    def struct_hash(self) -> bytes:
-        return keccak(
-            abi_encode(
-                ["bytes32", "address", "address", "uint256", "uint256"],
-                [
-                    keccak(text=NODE_CONSENT_TYPE),
-                    to_checksum_address(self.provider),
-                    to_checksum_address(self.node),
-                    self.nonce,
-                    self.deadline,
-                ],
-            )
-        )
-
     def digest(self, domain: Domain) -> bytes:
-        return typed_digest(domain, self.struct_hash())
+        return self.STRUCT.digest(domain, vars(self))
 
 
 @dataclass(frozen=True)
 class Submission:
     """What a node signs for one rollout file: run, node, policy step, file digest."""
+
+    STRUCT: ClassVar[Struct] = Struct(
+        "Submission",
+        Member("runId", "bytes32", "run_id"),
+        Member("node", "address", "node"),
+        Member("step", "uint64", "step"),
+        Member("rolloutDigest", "bytes32", "rollout_digest"),
+    )
 
     run_id: bytes
     node: str
@@ -111,22 +230,8 @@ class Submission:
         if not 0 <= self.step < 2**64:
             raise ValueError(f"step {self.step} does not fit in uint64")
 
-    def struct_hash(self) -> bytes:
-        return keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "address", "uint64", "bytes32"],
-                [
-                    keccak(text=SUBMISSION_TYPE),
-                    self.run_id,
-                    to_checksum_address(self.node),
-                    self.step,
-                    self.rollout_digest,
-                ],
-            )
-        )
-
     def digest(self, domain: Domain) -> bytes:
-        return typed_digest(domain, self.struct_hash())
+        return self.STRUCT.digest(domain, vars(self))
 
     def as_tuple(self) -> tuple[bytes, str, int, bytes]:
         """The ABI tuple IComputePool.Submission, for contract calls."""
@@ -141,6 +246,15 @@ def sign_digest(account: LocalAccount, digest: bytes) -> bytes:
 def recover(digest: bytes, signature: bytes) -> str:
     """The address that signed `digest`."""
     return Account._recover_hash(digest, signature=signature)
+
+
+def signer_of(digest: bytes, signature: str) -> str | None:
+    """The checksummed address that signed `digest`, the signature as hex (as messages
+    carry it); None if it is malformed."""
+    try:
+        return recover(digest, bytes.fromhex(signature))
+    except Exception:  # eth-keys raises several types for a malformed signature
+        return None
 
 
 def sign_consent(account: LocalAccount, consent: NodeConsent, domain: Domain) -> bytes:
@@ -222,12 +336,18 @@ class MerkleTree:
         return proof
 
 
-PERMIT_TYPE = "Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)"
-
-
 @dataclass(frozen=True)
 class Permit:
     """An ERC-2612 permit; its domain is the token's (name from `name()`, version "1")."""
+
+    STRUCT: ClassVar[Struct] = Struct(
+        "Permit",
+        Member("owner", "address", "owner"),
+        Member("spender", "address", "spender"),
+        Member("value", "uint256", "value"),
+        Member("nonce", "uint256", "nonce"),
+        Member("deadline", "uint256", "deadline"),
+    )
 
     owner: str
     spender: str
@@ -235,20 +355,5 @@ class Permit:
     nonce: int
     deadline: int
 
-    def struct_hash(self) -> bytes:
-        return keccak(
-            abi_encode(
-                ["bytes32", "address", "address", "uint256", "uint256", "uint256"],
-                [
-                    keccak(text=PERMIT_TYPE),
-                    to_checksum_address(self.owner),
-                    to_checksum_address(self.spender),
-                    self.value,
-                    self.nonce,
-                    self.deadline,
-                ],
-            )
-        )
-
     def digest(self, domain: Domain) -> bytes:
-        return typed_digest(domain, self.struct_hash())
+        return self.STRUCT.digest(domain, vars(self))

@@ -24,13 +24,14 @@ import typer
 
 from swarmrl.chain.errors import os_error_reason
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+from swarmrl.p2p.events import Event, SwarmEventKind
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
     from swarmrl.chain.eip712 import Domain
     from swarmrl.p2p.store import Version
-    from swarmrl.p2p.swarm import Event, SwarmNode
+    from swarmrl.p2p.swarm import SwarmNode
 
 weights_app = typer.Typer(
     help="Peer-to-peer weight broadcast: serve a checkpoint, or pull one.", no_args_is_help=True
@@ -79,7 +80,7 @@ class _ProgressLine:
         self._quarter = -1
 
     def __call__(self, event: Event) -> None:
-        if event.kind == "progress" and event.progress is not None:
+        if event.kind is SwarmEventKind.PROGRESS and event.progress is not None:
             p = event.progress
             rate = p.bytes_done / max(p.seconds, 1e-9) / 1e6
             text = f"step {p.step}: {p.held}/{p.total} shards, {rate:.0f} MB/s"
@@ -91,7 +92,7 @@ class _ProgressLine:
             elif (q := 4 * p.held // p.total) != self._quarter:
                 self._quarter = q
                 typer.echo(text, err=True)
-        elif event.kind == "ready" and self.tty:
+        elif event.kind is SwarmEventKind.READY and self.tty:
             sys.stderr.write("\n")
 
 
@@ -156,7 +157,7 @@ def _os_errors_in_words() -> Iterator[None]:
 def _context(deployment: Path | None) -> tuple[Domain, str, list[str]]:
     """The swarm domain, run id and recorders of the deployment file."""
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.chain.eip712 import swarm_domain
 
     d = load_deployment(deployment)
     return swarm_domain(d.chain_id, d.contracts.compute_pool), d.run_id, list(d.recorders)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import Field, StringConstraints
 
-from swarmrl.p2p.records import Hex32, PeerRecord
+from swarmrl.p2p.records import PeerRecord
 from swarmrl.p2p.wire import protocol_id
+from swarmrl.schema import Hex32, Multiaddr, Strict
 from swarmrl.shards import MAX_MANIFEST_BYTES
 
 MANIFEST_PROTOCOL = protocol_id("manifest")
@@ -32,7 +33,6 @@ MAX_MANIFEST_REPLY_BYTES = MAX_MANIFEST_BYTES + MAX_ANNOUNCEMENT_BYTES
 MAX_DIALBACK_REQUEST_BYTES = 256
 MAX_DIALBACK_REPLY_BYTES = 512
 
-Multiaddr = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 HexBits = Annotated[
     str, StringConstraints(pattern=r"^([0-9a-f]{2})*$", max_length=MAX_BITFIELD_HEX)
 ]
@@ -48,23 +48,19 @@ def peers_topic(run: str) -> str:
     return f"swarmrl/{run}/peers"
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-
-class ManifestRequest(_Message):
+class ManifestRequest(Strict):
     """Asks for one manifest by hash, or for the newest one the peer knows (None)."""
 
     manifest_hash: Hex32 | None = None
 
 
-class Holding(_Message):
+class Holding(Strict):
     manifest_hash: Hex32
     step: int = Field(ge=0)
     shards: HexBits  # Version.bitfield, hex
 
 
-class Advert(_Message):
+class Advert(Strict):
     """Who a peer is, where it serves shard bytes, which shards it holds, and which
     other peers it knows (peer exchange: how nodes that joined through one
     bootstrap peer find each other)."""
@@ -77,13 +73,13 @@ class Advert(_Message):
     peers: list[Multiaddr] = Field(default_factory=list, max_length=MAX_EXCHANGED_PEERS)
 
 
-class HaveRequest(_Message):
+class HaveRequest(Strict):
     """Asks a peer for its advert, telling it the asker's own."""
 
     advert: Advert | None = None
 
 
-class DialbackRequest(_Message):
+class DialbackRequest(Strict):
     """Asks a peer to probe the asker's data port, at the address it connects from
     (:mod:`swarmrl.p2p.dialback`)."""
 
@@ -91,6 +87,6 @@ class DialbackRequest(_Message):
     nonce: Hex32
 
 
-class DialbackReply(_Message):
+class DialbackReply(Strict):
     reached: bool
     endpoint: str | None = Field(default=None, max_length=300)  # host:port dialled

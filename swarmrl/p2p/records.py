@@ -18,71 +18,48 @@ protocol:
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import ClassVar
 
-from eth_abi import encode as abi_encode
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import Field
 
-from swarmrl.chain.eip712 import Domain, recover, sign_digest, typed_digest
+from swarmrl.chain.eip712 import Domain, Member, Struct, hex_bytes, sign_digest, signer_of
+from swarmrl.schema import MAX_UINT64, Hex32, HexAddress, HexSignature, Strict
 from swarmrl.shards import Manifest
-
-SWARM_DOMAIN_NAME = "SwarmRL Swarm"
-PEER_RECORD_TYPE = "PeerRecord(bytes peerId,address account,uint64 issuedAt)"
-CHECKPOINT_TYPE = "Checkpoint(string model,uint64 step,bytes32 manifestHash)"
-_MAX_UINT64 = 2**64 - 1
-
-Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-HexSignature = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{130}$")]
-HexAddress = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
 
 
 class SignatureError(ValueError):
     """A record's signature is malformed or not by the key it must be by."""
 
 
-def swarm_domain(chain_id: int, pool: str) -> Domain:
-    """The domain of every swarm signature of one run: its chain and ComputePool."""
-    return Domain(SWARM_DOMAIN_NAME, chain_id, pool)
+def _signer(digest: bytes, signature: str) -> str:
+    if (signer := signer_of(digest, signature)) is None:
+        raise SignatureError("the signature is malformed")
+    return signer
 
 
-def _recover(digest: bytes, signature_hex: str) -> str:
-    try:
-        return recover(digest, bytes.fromhex(signature_hex))
-    except Exception:  # eth-keys raises several types for a malformed signature
-        raise SignatureError("the signature is malformed") from None
-
-
-class PeerRecord(BaseModel):
+class PeerRecord(Strict):
     """A libp2p peer id bound to the Ethereum account that signed this record."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    STRUCT: ClassVar[Struct] = Struct(
+        "PeerRecord",
+        Member("peerId", "bytes", "peer_id", str.encode),
+        Member("account", "address", "account"),
+        Member("issuedAt", "uint64", "issued_at"),
+    )
 
     peer_id: str = Field(min_length=1, max_length=128)  # base58, as libp2p prints it
     account: HexAddress
-    issued_at: int = Field(ge=0, le=_MAX_UINT64)
+    issued_at: int = Field(ge=0, le=MAX_UINT64)
     signature: HexSignature
-
-    @staticmethod
-    def _digest(domain: Domain, peer_id: bytes, account: str, issued_at: int) -> bytes:
-        struct = keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "address", "uint64"],
-                [
-                    keccak(text=PEER_RECORD_TYPE),
-                    keccak(peer_id),
-                    to_checksum_address(account),
-                    issued_at,
-                ],
-            )
-        )
-        return typed_digest(domain, struct)
 
     @classmethod
     def sign(cls, account: LocalAccount, peer_id: str, domain: Domain) -> PeerRecord:
         issued_at = int(time.time())
-        digest = cls._digest(domain, peer_id.encode(), account.address, issued_at)
+        digest = cls.STRUCT.digest(
+            domain, {"peer_id": peer_id, "account": account.address, "issued_at": issued_at}
+        )
         return cls(
             peer_id=peer_id,
             account=account.address,
@@ -95,8 +72,7 @@ class PeerRecord(BaseModel):
         (the peer it arrived from); SignatureError otherwise."""
         if self.peer_id != peer_id:
             raise SignatureError(f"record names peer {self.peer_id}, but came from {peer_id}")
-        digest = self._digest(domain, self.peer_id.encode(), self.account, self.issued_at)
-        signer = _recover(digest, self.signature)
+        signer = _signer(self.STRUCT.digest(domain, dict(self)), self.signature)
         if signer != to_checksum_address(self.account):
             raise SignatureError(f"record for {self.account} is signed by {signer}")
         return signer
@@ -107,31 +83,28 @@ def manifest_hash(manifest: Manifest) -> str:
     return keccak(manifest.to_json()).hex()
 
 
-class Announcement(BaseModel):
+class Announcement(Strict):
     """A signed "checkpoint `step` of `model` is the manifest with this hash"."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    STRUCT: ClassVar[Struct] = Struct(
+        "Checkpoint",
+        Member("model", "string", "model"),
+        Member("step", "uint64", "step"),
+        Member("manifestHash", "bytes32", "manifest_hash", hex_bytes),
+    )
 
     model: str = Field(min_length=1, max_length=256)
-    step: int = Field(ge=0, le=_MAX_UINT64)
+    step: int = Field(ge=0, le=MAX_UINT64)
     manifest_hash: Hex32
     signer: HexAddress
     signature: HexSignature
 
-    @staticmethod
-    def _digest(domain: Domain, model: str, step: int, mhash: str) -> bytes:
-        struct = keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "uint64", "bytes32"],
-                [keccak(text=CHECKPOINT_TYPE), keccak(text=model), step, bytes.fromhex(mhash)],
-            )
-        )
-        return typed_digest(domain, struct)
-
     @classmethod
     def sign(cls, account: LocalAccount, manifest: Manifest, domain: Domain) -> Announcement:
         mhash = manifest_hash(manifest)
-        digest = cls._digest(domain, manifest.model, manifest.step, mhash)
+        digest = cls.STRUCT.digest(
+            domain, {"model": manifest.model, "step": manifest.step, "manifest_hash": mhash}
+        )
         return cls(
             model=manifest.model,
             step=manifest.step,
@@ -142,8 +115,7 @@ class Announcement(BaseModel):
 
     def verify(self, domain: Domain, trusted: frozenset[str]) -> None:
         """SignatureError unless signed by one of the `trusted` (checksummed) accounts."""
-        digest = self._digest(domain, self.model, self.step, self.manifest_hash)
-        signer = _recover(digest, self.signature)
+        signer = _signer(self.STRUCT.digest(domain, dict(self)), self.signature)
         if signer != to_checksum_address(self.signer):
             raise SignatureError(f"checkpoint claims signer {self.signer} but {signer} signed it")
         if signer not in trusted:

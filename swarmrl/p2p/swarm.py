@@ -22,8 +22,8 @@ for control (who is who, what is new, who holds what), a
   known to be reachable advertises its data endpoint only after another peer
   dialled it back, so a node behind NAT never sends downloaders into timeouts.
 
-Events (announced, progress, banned, ready, rejected, reachable) go to one callback, for
-progress bars and the TUI.
+Events (:mod:`swarmrl.p2p.events`: announced, progress, banned, ready, rejected,
+reachable) go to one callback, for progress bars and the TUI.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
@@ -47,7 +46,8 @@ from swarmrl import shards
 from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.datapath import IO_TIMEOUT, Endpoint, ShardServer
-from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook, Progress
+from swarmrl.p2p.events import Event, SwarmEventKind
+from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook
 from swarmrl.p2p.host import DEFAULT_LISTEN, Host, RemoteError
 from swarmrl.p2p.messages import (
     DIALBACK_PROTOCOL,
@@ -85,21 +85,6 @@ MIN_ADVERT_GAP = 2.0
 # check and no log line.
 MAX_REMEMBERED_REJECTIONS = 256
 MAX_PEERS = 32
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something a person watching the node wants to see.
-
-    kind is one of: ``announced``, ``progress``, ``ready``, ``banned``, ``rejected``,
-    ``reachable`` (a peer dialled this one back; detail: the data endpoint).
-    """
-
-    kind: str
-    step: int | None = None
-    detail: str = ""
-    progress: Progress | None = None
-    path: Path | None = None
 
 
 class SwarmNode:
@@ -272,7 +257,7 @@ class SwarmNode:
         own = self.server.endpoint
         self._data = reached if _unspecified(own) else own
         log.info("peer %s dialled back %s: serving shards", peer, self._data)
-        self._on_event(Event("reachable", detail=str(self._data)))
+        self._on_event(Event(SwarmEventKind.REACHABLE, detail=str(self._data)))
         self._send_advert(force=True)
 
     def _retry_dial_back(self) -> None:
@@ -357,7 +342,7 @@ class SwarmNode:
         if len(self._rejected) > MAX_REMEMBERED_REJECTIONS:
             del self._rejected[next(iter(self._rejected))]
         log.warning("rejected checkpoint step %d: %s", announcement.step, reason)
-        self._on_event(Event("rejected", announcement.step, reason))
+        self._on_event(Event(SwarmEventKind.REJECTED, announcement.step, reason))
 
     def _on_announcement(self, peer: str, data: bytes) -> None:
         if len(data) > MAX_ANNOUNCEMENT_BYTES:
@@ -369,7 +354,7 @@ class SwarmNode:
     ) -> None:
         if not self._still_wanted(announcement, first_look=True):
             return
-        self._on_event(Event("announced", announcement.step, announcement.model))
+        self._on_event(Event(SwarmEventKind.ANNOUNCED, announcement.step, announcement.model))
         if manifest is None:
             # Outside the lock: a slow peer delays this announcement, nothing else.
             manifest = self._find_manifest(announcement, peer)
@@ -390,8 +375,12 @@ class SwarmNode:
                 version,
                 self.book,
                 workers=self.workers,
-                on_progress=lambda p: self._on_event(Event("progress", p.step, progress=p)),
-                on_ban=lambda peer_id, why: self._on_event(Event("banned", version.step, why)),
+                on_progress=lambda p: self._on_event(
+                    Event(SwarmEventKind.PROGRESS, p.step, progress=p)
+                ),
+                on_ban=lambda peer_id, why: self._on_event(
+                    Event(SwarmEventKind.BANNED, version.step, why)
+                ),
             )
             # Only the newest checkpoint is worth fetching: older downloads stop and
             # are dropped (their threads see the newer step).
@@ -471,7 +460,7 @@ class SwarmNode:
         self._send_advert(force=True)
         with self._ready:
             self._ready.notify_all()
-        self._on_event(Event("ready", version.step, path=version.unpacked or path))
+        self._on_event(Event(SwarmEventKind.READY, version.step, path=version.unpacked or path))
 
     def _fetch_until_done(self, download: Download) -> bool:
         """True once every shard is held; False if the node closed or a newer step

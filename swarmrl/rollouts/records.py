@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eth_utils import keccak
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from swarmrl.files import check_input_file, replacing
 from swarmrl.rollouts.signing import FileSignature
+from swarmrl.schema import MAX_UINT64, HexAddress, Strict
 from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType, first_error
 
 SCHEMA_VERSION = 1
@@ -37,23 +38,19 @@ _MAX_SIGNATURE_BYTES = 4096
 MAX_TOKENS = 1 << 17
 MAX_PROOFS = MAX_TOKENS // 32 + 1
 
-_U64 = (1 << 64) - 1
 
-
-class Rollout(BaseModel):
+class Rollout(Strict):
     """One proven, scored completion."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     version: Literal[1] = SCHEMA_VERSION
     run: str = Field(min_length=1, max_length=128)
-    policy_step: int = Field(ge=0, le=_U64)
-    node: str = Field(pattern=r"^0x[0-9a-fA-F]{40}$")
+    policy_step: int = Field(ge=0, le=MAX_UINT64)
+    node: HexAddress
     problem_id: str = Field(min_length=1, max_length=256)
     task_type: TaskType
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     verification_info: str  # canonical JSON, as in task files
-    seed: int = Field(ge=0, le=_U64)
+    seed: int = Field(ge=0, le=MAX_UINT64)
     sample: int = Field(ge=0, le=1 << 20)
     temperature: float = Field(ge=0.0, le=100.0)
     top_p: float = Field(gt=0.0, le=1.0)

@@ -14,44 +14,47 @@ and a setting on that grid survives the round trip exactly.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import ClassVar
 
-from eth_abi import encode as abi_encode
 from eth_account.signers.local import LocalAccount
-from eth_utils import keccak, to_checksum_address
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import Field
 
-from swarmrl.chain.eip712 import Domain, recover, sign_digest, typed_digest
-
-ROLLOUT_FILE_TYPE = (
-    "RolloutFile(bytes32 runId,address node,uint64 step,bytes32 fileDigest,uint32 groupSize,"
-    "uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros)"
+from swarmrl.chain.eip712 import (
+    UNSIGNED,
+    Domain,
+    Member,
+    Struct,
+    hex_bytes,
+    micros,
+    sign_digest,
+    signer_of,
 )
-MICROS = 1_000_000
-_U32 = 2**32 - 1
+from swarmrl.schema import MAX_UINT32, MAX_UINT64, HexAddress, HexSignature, RunId, Strict
 
 
-def micros(value: float, name: str) -> int:
-    """``value`` in integer millionths; ValueError unless it lies exactly on that grid."""
-    scaled = round(value * MICROS)
-    if not 0 <= scaled <= _U32 or scaled / MICROS != value:
-        raise ValueError(f"{name} {value} must be a multiple of 0.000001 below 4294")
-    return scaled
-
-
-class FileSignature(BaseModel):
+class FileSignature(Strict):
     """A node's signed statement about one rollout file; kept in the file's metadata."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    STRUCT: ClassVar[Struct] = Struct(
+        "RolloutFile",
+        Member("runId", "bytes32", "run", hex_bytes),
+        Member("node", "address", "node"),
+        Member("step", "uint64", "step"),
+        Member("fileDigest", "bytes32", "file_digest"),
+        Member("groupSize", "uint32", "group_size"),
+        Member("maxTokens", "uint32", "max_tokens"),
+        Member("temperatureMicros", "uint32", "temperature", lambda t: micros(t, "temperature")),
+        Member("topPMicros", "uint32", "top_p", lambda p: micros(p, "top_p")),
+    )
 
-    run: Annotated[str, StringConstraints(pattern=r"^0x[0-9a-f]{64}$")]
-    node: Annotated[str, StringConstraints(pattern=r"^0x[0-9a-fA-F]{40}$")]
-    step: int = Field(ge=0, le=2**64 - 1)
-    group_size: int = Field(ge=1, le=_U32)
-    max_tokens: int = Field(ge=1, le=_U32)
+    run: RunId
+    node: HexAddress
+    step: int = Field(ge=0, le=MAX_UINT64)
+    group_size: int = Field(ge=1, le=MAX_UINT32)
+    max_tokens: int = Field(ge=1, le=MAX_UINT32)
     temperature: float = Field(ge=0.0)
     top_p: float = Field(gt=0.0, le=1.0)
-    signature: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{130}$")]
+    signature: HexSignature
 
     @classmethod
     def sign(
@@ -76,45 +79,30 @@ class FileSignature(BaseModel):
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
-            signature="0" * 130,
+            signature=UNSIGNED,
         )
         signature = sign_digest(account, unsigned.digest(domain, file_digest))
         return unsigned.model_copy(update={"signature": signature.hex()})
 
     def digest(self, domain: Domain, file_digest: bytes) -> bytes:
         """The EIP-712 digest the node signs for the file with ``file_digest``."""
-        struct = keccak(
-            abi_encode(
-                ["bytes32", "bytes32", "address", "uint64", "bytes32", *["uint32"] * 4],
-                [
-                    keccak(text=ROLLOUT_FILE_TYPE),
-                    bytes.fromhex(self.run[2:]),
-                    to_checksum_address(self.node),
-                    self.step,
-                    file_digest,
-                    self.group_size,
-                    self.max_tokens,
-                    micros(self.temperature, "temperature"),
-                    micros(self.top_p, "top_p"),
-                ],
-            )
-        )
-        return typed_digest(domain, struct)
+        return self.STRUCT.digest(domain, {**dict(self), "file_digest": file_digest})
 
     def signer(self, domain: Domain, file_digest: bytes) -> str | None:
         """The checksummed address that signed this for ``file_digest``; None if the
         signature is malformed or the settings are off the signable grid."""
         try:
-            return recover(self.digest(domain, file_digest), bytes.fromhex(self.signature))
-        except Exception:  # eth-keys raises several types for a malformed signature
+            digest = self.digest(domain, file_digest)
+        except ValueError:
             return None
+        return signer_of(digest, self.signature)
 
 
 def run_domain(deployment: Path | None) -> tuple[Domain, str]:
     """The swarm domain rollout files of a deployment are signed under, and its run id;
     ``deployment`` defaults as every chain command's does."""
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.chain.eip712 import swarm_domain
 
     d = load_deployment(deployment)
     return swarm_domain(d.chain_id, d.contracts.compute_pool), d.run_id

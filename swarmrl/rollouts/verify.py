@@ -3,7 +3,9 @@
 What each record is checked against comes from the validator: the task from its
 own task set (looked up by ``problem_id``), and the run, node, policy step, group
 size and sampling settings from an ``Assignment`` (in the swarm, what the node
-was assigned; by hand, what the node signed). Per record:
+was assigned; by hand, what the node signed). Per record (the checks that need
+no model run are :mod:`swarmrl.rollouts.checks`, shared with intake and the
+trainer):
 
 - its provenance and sampling settings are the assignment's;
 - its copy of the task is the task set's, and its prompt ids are that task's
@@ -30,6 +32,8 @@ from dataclasses import dataclass, replace
 
 from swarmrl import toploc
 from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend, Prefill
+from swarmrl.rollouts import checks
+from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import prompt_ids
 from swarmrl.rollouts.records import Rollout
 from swarmrl.tasks import Task, length_penalty
@@ -43,19 +47,6 @@ REWARD_TOLERANCE = 1e-9
 # less than this probability. Honest groups are then wrongly rejected at most about
 # this often, and a rejection costs the node that group's reward, never stake.
 REPEAT_PLAUSIBILITY = 1e-4
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """What a node was asked to produce; every record must say the same."""
-
-    run: str
-    node: str
-    step: int
-    group_size: int
-    max_tokens: int
-    temperature: float
-    top_p: float
 
 
 @dataclass(frozen=True)
@@ -81,54 +72,6 @@ class Verdict:
 
 def _evidence(reason: str, chunks: int = 0, passed: int = 0) -> Verdict:
     return Verdict(False, reason, chunks, passed, slashable=True)
-
-
-def _provenance_error(rollout: Rollout, asked: Assignment) -> str | None:
-    for field, claimed, expected in (
-        ("run", rollout.run, asked.run),
-        ("node", rollout.node, asked.node),
-        ("policy step", rollout.policy_step, asked.step),
-        ("max_tokens", rollout.max_tokens, asked.max_tokens),
-        ("temperature", rollout.temperature, asked.temperature),
-        ("top_p", rollout.top_p, asked.top_p),
-    ):
-        same = claimed.lower() == expected.lower() if field == "node" else claimed == expected
-        if not same:
-            return f"its {field} is {claimed}, not the {expected} asked for"
-    return None
-
-
-def _task_error(rollout: Rollout, task: Task) -> str | None:
-    theirs = {
-        "task type": rollout.task_type,
-        "prompt": rollout.prompt,
-        "verification info": rollout.verification_info,
-    }
-    row = task.row()
-    ours = {
-        "task type": row["task_type"],
-        "prompt": row["prompt"],
-        "verification info": row["verification_info"],
-    }
-    for field, value in theirs.items():
-        if value != ours[field]:
-            return f"its {field} differs from the task set's {task.problem_id}"
-    return None
-
-
-def _finish_error(rollout: Rollout, eos_ids: frozenset[int]) -> str | None:
-    output, n = rollout.output_ids, len(rollout.output_ids)
-    if any(t in eos_ids for t in output[:-1]):
-        return "its output goes on past an end-of-sequence token"
-    if output[-1] in eos_ids:
-        actual = "eos"
-    elif n == rollout.max_tokens:
-        actual = "length"
-    else:
-        return f"its output stops at {n} of {rollout.max_tokens} tokens with no end-of-sequence"
-    if rollout.finish_reason != actual:
-        return f"its finish reason is {rollout.finish_reason}, but its tokens say {actual}"
-    return None
 
 
 def verify_rollout(
@@ -157,22 +100,16 @@ def _unprefilled_verdict(
 ) -> Verdict | None:
     """The checks that need no model run (`expected`: the task's prompt ids with the
     record's budget): a rejection, or None when all pass."""
-    for error in (_provenance_error(rollout, asked), _task_error(rollout, task)):
-        if error:
-            return _evidence(error)
-    if rollout.prompt_ids != expected:
-        return _evidence("its prompt ids are not the task's prompt with its budget")
-    n = len(rollout.output_ids)
-    if n > rollout.max_tokens:
-        return _evidence(f"{n} output tokens exceed its max_tokens {rollout.max_tokens}")
-    if len(rollout.logprobs) != n:
-        return _evidence(f"{len(rollout.logprobs)} logprobs for {n} output tokens")
-    chunks = math.ceil(n / PROOF_CHUNK)
-    if len(rollout.proofs) != chunks:
-        return _evidence(f"{len(rollout.proofs)} proofs for {chunks} chunks of output")
-    if error := _finish_error(rollout, backend.eos_ids):
-        return _evidence(error)
-    return None
+    error = (
+        checks.provenance(rollout, asked)
+        or checks.same_task(rollout, task)
+        or checks.prompt(rollout, expected)
+        or checks.within_max_tokens(rollout)
+        or checks.logprobs_per_token(rollout)
+        or checks.proofs_per_chunk(rollout)
+        or checks.finish(rollout, backend.eos_ids)
+    )
+    return None if error is None else _evidence(error)
 
 
 def _prefill_one(backend: Backend, rollout: Rollout) -> Prefill | ValueError:
@@ -285,15 +222,8 @@ def _group_error(
     """The verdict on a group that fails its checks: evidence when the group is not
     what was asked for, a plain rejection for an implausible repeat (which an honest
     sampler makes, rarely)."""
-    members = [rollouts[i] for i in group]
-    samples = sorted(r.sample for r in members)
-    if samples != list(range(n)):
-        shown = ", ".join(map(str, samples[:8])) + (" ..." if len(samples) > 8 else "")
-        return _evidence(
-            f"its group holds samples {shown}, where {n} (0 to {n - 1}) were asked for"
-        )
-    if len({tuple(r.prompt_ids) for r in members}) > 1:
-        return _evidence("its group's samples were not given one prompt")
+    if error := checks.group([rollouts[i] for i in group], n):
+        return _evidence(error)
     first: dict[tuple[int, ...], int] = {}
     copies: dict[tuple[int, ...], list[int]] = {}
     for i in group:
@@ -334,10 +264,10 @@ def verify_rollouts(
     # A group shares its prompt: tokenised once, not once per sample.
     expected: dict[tuple[str, int], list[int]] = {}
     for i, rollout in enumerate(rollouts):
-        task = tasks.get(rollout.problem_id)
-        if task is None:
-            verdicts[i] = _evidence("its problem_id is not in the validator's task set")
+        if error := checks.known_task(rollout, tasks):
+            verdicts[i] = _evidence(error)
             continue
+        task = tasks[rollout.problem_id]
         key = (rollout.problem_id, rollout.target_len)
         if key not in expected:
             expected[key] = prompt_ids(backend.tokenizer, task.prompt, rollout.target_len)

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from swarmrl.files import check_input_file, check_output_path, replacing
+from swarmrl.schema import Strict
 
 TaskType = Literal["math", "code", "verifiable_math", "prime_rl_code", "reasoning_gym"]
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)
@@ -43,10 +44,8 @@ MAX_PROMPT_CHARS = 64_000
 MAX_VERIFICATION_INFO_CHARS = 4_000_000
 
 
-class Task(BaseModel):
+class Task(Strict):
     """One problem: what the policy sees and what its verifier checks."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     problem_id: str = Field(min_length=1, max_length=256)
     task_type: TaskType

@@ -1,5 +1,5 @@
 """The work protocol between nodes and the orchestrator: join, heartbeat, work, submit.
 
 Each protocol is one module with its id, request and response models, size
-limits and deadline; :mod:`swarmrl.work.signed` holds what they sign.
+limits and deadline; what they sign is an EIP-712 struct (:class:`swarmrl.chain.eip712.Signed`).
 """

@@ -10,24 +10,15 @@ against the order, never against what the records say of themselves.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import pydantic_core
 from pydantic import Field, StringConstraints
 
+from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, micros, text_hash
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.rollouts.signing import micros
-from swarmrl.work.signed import (
-    MAX_UINT32,
-    MAX_UINT64,
-    HexAddress,
-    Message,
-    RunId,
-    Signed,
-    address,
-    id_bytes,
-    run_bytes,
-)
+from swarmrl.rollouts.checks import Assignment
+from swarmrl.schema import MAX_UINT32, MAX_UINT64, HexAddress, Reason, RunId, Strict
 
 PROTOCOL = protocol_id("work")
 REQUEST_LIMIT = 1024
@@ -35,38 +26,39 @@ RESPONSE_LIMIT = 64 * 1024
 DEADLINE = 10.0
 MAX_TASKS = 64
 
-_ABI_TYPES = [
-    "bytes32",
-    "address",
-    "uint64",
-    "uint64",
-    "uint64",
-    "uint32",
-    "uint32",
-    "uint32",
-    "uint32",
-    "bytes32",
-    "uint64",
-]
 ProblemId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
-class WorkRequest(Message):
+class WorkRequest(Strict):
     """Asks for the node's open order, or a new one."""
 
 
-class Slot(Message):
+class Slot(Strict):
     """One task of an order and the thinking budget its prompt states."""
 
     problem_id: ProblemId
     budget: int = Field(ge=1, le=MAX_UINT32)
 
 
+def tasks_hash(tasks: list[Slot]) -> bytes:
+    """What an order signs of its tasks: the hash of its (problem id, budget) pairs in order."""
+    return text_hash(pydantic_core.to_json([[s.problem_id, s.budget] for s in tasks]).decode())
+
+
 class WorkOrder(Signed):
-    EIP712_TYPE = (
-        "WorkOrder(bytes32 runId,address node,uint64 counter,uint64 minStep,uint64 seed,"
-        "uint32 groupSize,uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros,"
-        "bytes32 tasks,uint64 deadline)"
+    STRUCT = Struct(
+        "WorkOrder",
+        Member("runId", "bytes32", "run", hex_bytes),
+        Member("node", "address", "node"),
+        Member("counter", "uint64", "counter"),
+        Member("minStep", "uint64", "min_step"),
+        Member("seed", "uint64", "seed"),
+        Member("groupSize", "uint32", "group_size"),
+        Member("maxTokens", "uint32", "max_tokens"),
+        Member("temperatureMicros", "uint32", "temperature", lambda t: micros(t, "temperature")),
+        Member("topPMicros", "uint32", "top_p", lambda p: micros(p, "top_p")),
+        Member("tasks", "bytes32", "tasks", tasks_hash),
+        Member("deadline", "uint64", "deadline"),
     )
 
     run: RunId
@@ -82,31 +74,27 @@ class WorkOrder(Signed):
     deadline: int = Field(ge=0, le=MAX_UINT64)
 
     def tasks_hash(self) -> bytes:
-        pairs = [[s.problem_id, s.budget] for s in self.tasks]
-        return id_bytes(pydantic_core.to_json(pairs).decode())
+        return tasks_hash(self.tasks)
 
-    def abi_fields(self) -> tuple[list[str], list[Any]]:
-        return (
-            _ABI_TYPES,
-            [
-                run_bytes(self.run),
-                address(self.node),
-                self.counter,
-                self.min_step,
-                self.seed,
-                self.group_size,
-                self.max_tokens,
-                micros(self.temperature, "temperature"),
-                micros(self.top_p, "top_p"),
-                self.tasks_hash(),
-                self.deadline,
-            ],
+    def assignment(self, step: int) -> Assignment:
+        """What this order asks of records generated with policy `step`: what intake and
+        the validator check them against."""
+        return Assignment(
+            run=self.run,
+            node=self.node,
+            step=step,
+            group_size=self.group_size,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            budgets={s.problem_id: s.budget for s in self.tasks},
         )
 
 
-class WorkResponse(Message):
+class WorkResponse(Strict):
     """An order, or none yet (no published policy, node not active) and when to ask again."""
 
     order: WorkOrder | None = None
     retry_after: float = Field(default=0.0, ge=0, le=3600)
-    reason: Annotated[str, StringConstraints(max_length=300)] = ""
+    reason: Reason = ""

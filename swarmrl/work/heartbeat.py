@@ -9,12 +9,11 @@ reject later, and this is how the node hears it).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.work.signed import MAX_UINT64, Hex32, Message
+from swarmrl.schema import MAX_UINT64, Hex32, Reason, Strict
+from swarmrl.work.states import NodeState, SubmissionStatus
 
 PROTOCOL = protocol_id("heartbeat")
 REQUEST_LIMIT = 1024
@@ -23,23 +22,23 @@ DEADLINE = 10.0
 MAX_OUTCOMES = 32
 
 
-class HeartbeatRequest(Message):
+class HeartbeatRequest(Strict):
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     tokens_per_second: float | None = Field(default=None, ge=0, le=1e9)
     paused: bool = False
 
 
-class Outcome(Message):
+class Outcome(Strict):
     """How validation ended for one submission."""
 
     digest: Hex32
-    status: Literal["received", "accepted", "rejected"]
+    status: SubmissionStatus = Field(strict=False)  # strict takes only members, not values
     units: int = Field(ge=0)
-    reason: Annotated[str, StringConstraints(max_length=300)] = ""
+    reason: Reason = ""
 
 
-class HeartbeatResponse(Message):
-    state: Literal["joined", "active", "silent", "gone", "banned"]
+class HeartbeatResponse(Strict):
+    state: NodeState = Field(strict=False)
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     epoch: int = Field(ge=0, le=MAX_UINT64)
     outcomes: list[Outcome] = Field(default_factory=list, max_length=MAX_OUTCOMES)

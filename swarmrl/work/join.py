@@ -10,22 +10,15 @@ is registered, staked enough and the node joined the pool.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import pydantic_core
 from pydantic import Field, StringConstraints
 
+from swarmrl.chain.eip712 import Member, Signed, Struct, text_hash
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.work.signed import (
-    MAX_UINT64,
-    HexAddress,
-    Message,
-    PeerId,
-    RunId,
-    Signed,
-    address,
-    id_bytes,
-)
+from swarmrl.schema import MAX_UINT64, HexAddress, Multiaddr, PeerId, RunId, Strict
+from swarmrl.work.states import NodeState
 
 PROTOCOL = protocol_id("join")
 REQUEST_LIMIT = 4 * 1024
@@ -35,10 +28,9 @@ DEADLINE = 20.0
 MAX_CLOCK_SKEW = 600
 
 Short = Annotated[str, StringConstraints(max_length=128)]
-Multiaddr = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
-class NodeReport(Message):
+class NodeReport(Strict):
     """What a node says about itself: shown to the coordinator, never trusted for
     anything but scheduling (a slow report only earns smaller assignments)."""
 
@@ -50,12 +42,17 @@ class NodeReport(Message):
     version: Short
 
     def hash(self) -> bytes:
-        return id_bytes(pydantic_core.to_json(self.model_dump(), by_alias=True).decode())
+        return text_hash(pydantic_core.to_json(self.model_dump(), by_alias=True).decode())
 
 
 class JoinClaim(Signed):
-    EIP712_TYPE = (
-        "JoinClaim(address node,address provider,bytes32 peerId,bytes32 report,uint64 issuedAt)"
+    STRUCT = Struct(
+        "JoinClaim",
+        Member("node", "address", "node"),
+        Member("provider", "address", "provider"),
+        Member("peerId", "bytes32", "peer_id", text_hash),
+        Member("report", "bytes32", "report", NodeReport.hash),
+        Member("issuedAt", "uint64", "issued_at"),
     )
 
     node: HexAddress
@@ -64,24 +61,12 @@ class JoinClaim(Signed):
     report: NodeReport
     issued_at: int = Field(ge=0, le=MAX_UINT64)
 
-    def abi_fields(self) -> tuple[list[str], list[Any]]:
-        return (
-            ["address", "address", "bytes32", "bytes32", "uint64"],
-            [
-                address(self.node),
-                address(self.provider),
-                id_bytes(self.peer_id),
-                self.report.hash(),
-                self.issued_at,
-            ],
-        )
 
-
-class JoinResponse(Message):
+class JoinResponse(Strict):
     """The node's standing in the run, and what it needs to take part."""
 
     run: RunId
-    state: Literal["joined", "active", "silent", "gone", "banned"]
+    state: NodeState = Field(strict=False)  # strict takes only members; the wire has values
     heartbeat_seconds: float = Field(gt=0, le=3600)
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     # Where the newest weights can be fetched: the orchestrator's own swarm peer.

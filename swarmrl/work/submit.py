@@ -14,24 +14,21 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any
 
 from eth_utils import keccak
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
+from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, text_hash
 from swarmrl.p2p.wire import protocol_id
-from swarmrl.work.signed import (
+from swarmrl.schema import (
     MAX_UINT32,
     MAX_UINT64,
     Hex32,
     HexAddress,
     HexSignature,
-    Message,
+    Reason,
     RunId,
-    Signed,
-    address,
-    id_bytes,
-    run_bytes,
+    Strict,
 )
 
 PROTOCOL = protocol_id("submit")
@@ -42,7 +39,7 @@ DEADLINE = 300.0
 _READ = 1 << 20
 
 
-class SubmitHeader(Message):
+class SubmitHeader(Strict):
     order_id: Hex32
     node: HexAddress
     step: int = Field(ge=0, le=MAX_UINT64)
@@ -71,9 +68,15 @@ class Receipt(Signed):
     """The orchestrator's signed acknowledgement of one submission: accepted at intake
     with ``units`` work units, or rejected (units 0) for ``reason``."""
 
-    EIP712_TYPE = (
-        "Receipt(bytes32 runId,address node,bytes32 submission,uint64 epoch,uint32 units,"
-        "bytes32 reason)"
+    STRUCT = Struct(
+        "Receipt",
+        Member("runId", "bytes32", "run", hex_bytes),
+        Member("node", "address", "node"),
+        Member("submission", "bytes32", "submission", hex_bytes),
+        Member("epoch", "uint64", "epoch"),
+        Member("units", "uint32", "units"),
+        # An acceptance states no reason: zero bytes, not the hash of "".
+        Member("reason", "bytes32", "reason", lambda r: text_hash(r) if r else bytes(32)),
     )
 
     run: RunId
@@ -81,21 +84,8 @@ class Receipt(Signed):
     submission: Hex32
     epoch: int = Field(ge=0, le=MAX_UINT64)
     units: int = Field(ge=0, le=MAX_UINT32)
-    reason: Annotated[str, StringConstraints(max_length=300)] = ""
-
-    def abi_fields(self) -> tuple[list[str], list[Any]]:
-        return (
-            ["bytes32", "address", "bytes32", "uint64", "uint32", "bytes32"],
-            [
-                run_bytes(self.run),
-                address(self.node),
-                bytes.fromhex(self.submission),
-                self.epoch,
-                self.units,
-                id_bytes(self.reason) if self.reason else b"\0" * 32,
-            ],
-        )
+    reason: Reason = ""
 
 
-class SubmitResponse(Message):
+class SubmitResponse(Strict):
     receipt: Receipt

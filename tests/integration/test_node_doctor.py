@@ -19,11 +19,11 @@ from client.node.settings import NodeSettings
 from client.node.setup import init_node
 from swarmrl import keystore
 from swarmrl.chain.deploy import TOKEN, write_deployment
+from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
 from swarmrl.p2p.messages import DIALBACK_PROTOCOL, MAX_DIALBACK_REQUEST_BYTES
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.work import join
 from tests.integration.conftest import PROVIDER_A
 

@@ -17,8 +17,10 @@ import pytest
 from eth_account import Account
 from libp2p.crypto.ed25519 import create_new_key_pair
 
+from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
+from swarmrl.p2p.events import SwarmEventKind
 from swarmrl.p2p.host import RemoteError
 from swarmrl.p2p.messages import (
     DIALBACK_PROTOCOL,
@@ -30,7 +32,6 @@ from swarmrl.p2p.messages import (
     checkpoints_topic,
     peers_topic,
 )
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.p2p.store import WeightStore
 from swarmrl.p2p.swarm import SwarmNode
 
@@ -136,7 +137,7 @@ def test_a_peer_killed_mid_transfer_is_routed_around(swarm, origin_key, checkpoi
     killed = threading.Event()
 
     def kill_seeder_once(event):
-        if event.kind == "progress" and not killed.is_set():
+        if event.kind is SwarmEventKind.PROGRESS and not killed.is_set():
             killed.set()
             seeder.close()
 
@@ -183,7 +184,7 @@ def test_a_peer_serving_corrupt_bytes_is_banned_and_nothing_corrupt_is_kept(
     with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
         node = swarm("node", bootstrap=liar.addrs, on_event=record)
         deadline = time.monotonic() + WAIT
-        while not (banned := [e for e in seen if e.kind == "banned"]):
+        while not (banned := [e for e in seen if e.kind is SwarmEventKind.BANNED]):
             assert time.monotonic() < deadline, "the liar was never caught"
             time.sleep(0.05)
         with pytest.raises(TimeoutError):  # the liar is all it knows, and it is banned
@@ -260,7 +261,8 @@ def test_a_restarted_node_resumes_from_the_shards_on_disk(swarm, origin_key, che
         holder["node"].close()
 
     def crash_after_some(event):
-        if event.kind == "progress" and event.progress.held >= 6 and not crashed.is_set():
+        enough = event.kind is SwarmEventKind.PROGRESS and event.progress.held >= 6
+        if enough and not crashed.is_set():
             crashed.set()
             threading.Thread(target=close_when_known).start()
 

@@ -145,7 +145,7 @@ def test_a_seeder_killed_mid_transfer_is_routed_around(
 ):
     from libp2p.crypto.ed25519 import create_new_key_pair
 
-    from swarmrl.p2p.records import swarm_domain
+    from swarmrl.chain.eip712 import swarm_domain
     from swarmrl.p2p.store import WeightStore
     from swarmrl.p2p.swarm import SwarmNode
 

@@ -18,9 +18,8 @@ from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import Submission, pool_domain
+from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
 from swarmrl.p2p import wire
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
@@ -267,15 +266,21 @@ def test_a_banned_node_cannot_rejoin(orchestrator):
     assert (row.state, row.peer_id) == ("banned", PEERS[NODE.address])
 
 
+def gone(orchestrator, node=NODE) -> None:
+    """The node falls silent, then is gone (the daemon's sweep, at once)."""
+    orchestrator.ledger.set_state(node.address, "silent", "missed heartbeats", time.time())
+    orchestrator.ledger.set_state(node.address, "gone", "silent for 300 s", time.time())
+
+
 def test_a_gone_node_rejoins(orchestrator):
     orchestrator.active()
-    orchestrator.ledger.set_state(NODE.address, "gone", "silent for 300 s", time.time())
+    gone(orchestrator)
     assert orchestrator.session().join(REPORT).state == "joined"
 
 
 def test_a_heartbeat_answers_the_state_the_ledger_holds(orchestrator):
     session = orchestrator.active()
-    orchestrator.ledger.set_state(NODE.address, "gone", "silent for 300 s", time.time())
+    gone(orchestrator)
     answer = session.heartbeat(None, None)
     assert answer.state == orchestrator.ledger.node(NODE.address).state
 
@@ -298,7 +303,7 @@ def test_no_published_step_means_no_order_yet(orchestrator):
     assert answer.order is None
     assert answer.retry_after > 0
     assert "no policy" in answer.reason
-    assert orchestrator.ledger.open_assignment(NODE.address) is None
+    assert orchestrator.ledger.open_order(NODE.address) is None
 
 
 def test_a_full_backlog_means_no_order(orchestrator):
@@ -307,7 +312,7 @@ def test_a_full_backlog_means_no_order(orchestrator):
     answer = session.work()
     assert answer.order is None
     assert answer.retry_after > 0
-    assert orchestrator.ledger.open_assignment(NODE.address) is None
+    assert orchestrator.ledger.open_order(NODE.address) is None
     orchestrator.backlog -= 1
     assert session.work().order is not None
 
@@ -343,8 +348,8 @@ def test_an_order_is_drawn_signed_and_recorded(orchestrator):
         budget=s.target_len,
     )
     assert (order.tasks, order.seed) == (drawn.tasks, drawn.seed)
-    row = orchestrator.ledger.assignment(order.digest(SWARM).hex())
-    assert (row.state, row.node, row.signature) == ("open", NODE.address, order.signature)
+    issued = orchestrator.ledger.order(order.digest(SWARM).hex())
+    assert (issued.state, issued.order) == ("open", order)
 
 
 def test_asking_again_before_the_deadline_gets_the_same_order(orchestrator):
@@ -458,7 +463,7 @@ def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, 
     assert (row.signature, row.slashable) == (header.signature, False)
     assert submit.file_sha256(Path(row.file)) == header.file_sha256
     assert Receipt.model_validate_json(row.receipt) == receipt
-    assert orchestrator.ledger.assignment(header.order_id).state == "answered"
+    assert orchestrator.ledger.order(header.order_id).state == "answered"
     assert orchestrator.ledger.node(NODE.address).state == "active"
 
 
@@ -482,7 +487,7 @@ def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
     with pytest.raises(wire.WireError, match="sha256"):
         session.submit(header, written(other, tmp_path / "other.parquet"))
     assert orchestrator.ledger.submissions() == []
-    assert orchestrator.ledger.assignment(header.order_id).state == "open"
+    assert orchestrator.ledger.order(header.order_id).state == "open"
     assert list((orchestrator.settings.data_dir / "submissions").iterdir()) == []
 
 
@@ -622,7 +627,7 @@ LIES = {
     "a wrong max_tokens": (changed(3, max_tokens=64), "max_tokens is 64"),
     "another node's records": (
         changed(0, node=OTHER.address),
-        f"node is {OTHER.address.lower()}",
+        f"node is {OTHER.address}",
     ),
     "another run": (changed(0, run="0x" + "5b" * 32), "run is 0x5b"),
     "a step other than signed": (changed(4, policy_step=PUBLISHED - 1), "policy step is 2"),
@@ -715,31 +720,31 @@ def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
 ):
     session, order, path = ordered
     order_id = order.digest(SWARM).hex()
-    orchestrator.ledger.expire_assignments(order.deadline + 1)
+    orchestrator.ledger.expire_orders(order.deadline + 1)
     assert orchestrator.ledger.node(NODE.address).abandoned == 1
     # Not to the node that dropped it: its next order is a fresh draw.
     own = session.work().order
     assert own.counter == 1
-    assert orchestrator.ledger.assignment(order_id).state == "expired"
+    assert orchestrator.ledger.order(order_id).state == "expired"
 
     theirs = orchestrator.active(OTHER).work().order
     assert [s.problem_id for s in theirs.tasks] == [s.problem_id for s in order.tasks]
     assert theirs.seed != order.seed  # the new order's own seed, drawn as always
-    assert orchestrator.ledger.assignment(order_id).state == "reassigned"
+    assert orchestrator.ledger.order(order_id).state == "reassigned"
     with pytest.raises(wire.WireError, match="already reassigned"):
         orchestrator.intake.check_submission(
             PEERS[NODE.address], wire.dump(session.sign(order, PUBLISHED, path))
         )
     # Taken over once: left now are the two later orders, each for the other node.
-    orchestrator.ledger.expire_assignments(theirs.deadline + 1)
-    assert orchestrator.ledger.orphaned(excluding=NODE.address).node == OTHER.address
+    orchestrator.ledger.expire_orders(theirs.deadline + 1)
+    assert orchestrator.ledger.orphaned(excluding=NODE.address).order.node == OTHER.address
     left = orchestrator.ledger.orphaned(excluding=OTHER.address)
     assert left.order_id == own.digest(SWARM).hex()
 
 
 def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator):
     order = orchestrator.active(NODE).work().order
-    orchestrator.ledger.expire_assignments(order.deadline + 1)
+    orchestrator.ledger.expire_orders(order.deadline + 1)
     orchestrator.intake.tasks.pop(order.tasks[0].problem_id)  # a restart with another file
     theirs = orchestrator.active(OTHER).work().order
     drawn = draw_order(
@@ -752,4 +757,4 @@ def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator)
         budget=orchestrator.settings.target_len,
     )
     assert theirs.tasks == drawn.tasks
-    assert orchestrator.ledger.assignment(order.digest(SWARM).hex()).state == "dropped"
+    assert orchestrator.ledger.order(order.digest(SWARM).hex()).state == "dropped"

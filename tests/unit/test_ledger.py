@@ -15,12 +15,17 @@ from pathlib import Path
 import pytest
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import AssignmentRow, Ledger, SubmissionRow
+from orchestrator.service.ledger import TRANSITIONS, Ledger, OrderRow, SubmissionRow
+from swarmrl.chain.anvil import dev_accounts
+from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.work.assign import Slot, WorkOrder
 
 NODE = "0x" + "ab" * 20
 OTHER = "0x" + "cd" * 20
 NODE_CHECKSUM, OTHER_CHECKSUM = to_checksum_address(NODE), to_checksum_address(OTHER)
 PROVIDER = "0x" + "12" * 20
+RUN = "0x" + "5a" * 32
+ORCHESTRATOR = dev_accounts(2)[1]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -40,9 +45,9 @@ def submission(n: int, *, node: str = NODE, epoch: int = 0, received_at: float =
     )
 
 
-def assignment(order: int, *, node: str = NODE, deadline: float = 500.0, counter: int = 0):
-    return AssignmentRow(
-        order_id=f"{order:064x}",
+def order(*, node: str = NODE, deadline: int = 500, counter: int = 0) -> WorkOrder:
+    return WorkOrder(
+        run=RUN,
         node=node,
         counter=counter,
         min_step=3,
@@ -51,11 +56,17 @@ def assignment(order: int, *, node: str = NODE, deadline: float = 500.0, counter
         max_tokens=128,
         temperature=1.0,
         top_p=0.95,
-        tasks=[("gsm8k/17", 256), ("mbpp/3", 0)],
+        tasks=[Slot(problem_id="gsm8k/17", budget=256), Slot(problem_id="mbpp/3", budget=1)],
         deadline=deadline,
-        issued_at=200.0,
-        signature="0x" + "22" * 65,
+        signature="22" * 65,
     )
+
+
+def add_order(ledger: Ledger, n: int, **fields) -> WorkOrder:
+    """Order `n` (its id is n in hex), issued at 200.0."""
+    issued = order(**fields)
+    ledger.add_order(f"{n:064x}", issued, 200.0)
+    return issued
 
 
 @pytest.fixture
@@ -70,7 +81,7 @@ def test_everything_written_reads_back_after_a_reopen(tmp_path):
         genesis = ledger.genesis()
         ledger.upsert_node(NODE, PROVIDER, "12D3peer", "torch", {"device": "cpu", "gib": 8}, 10.0)
         ledger.touch(NODE, 20.0, 123.5)
-        ledger.add_assignment(assignment(1))
+        issued = add_order(ledger, 1)
         ledger.record_submission(submission(1))
         ledger.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 30.0)
         ledger.record_epoch(0, NODE, 8, "ff" * 32, "0x" + "aa" * 32, now=40.0)
@@ -86,8 +97,9 @@ def test_everything_written_reads_back_after_a_reopen(tmp_path):
         assert (node.joined_at, node.last_seen, node.speed) == (10.0, 20.0, 123.5)
         assert ledger.node_by_peer("12D3peer") == node
         assert ledger.nodes() == [node]
-        assert ledger.assignment(f"{1:064x}") == assignment(1, node=NODE_CHECKSUM)
-        assert ledger.open_assignment(NODE) == assignment(1, node=NODE_CHECKSUM)
+        stored = OrderRow(f"{1:064x}", issued, 200.0, "open")
+        assert ledger.order(f"{1:064x}") == stored
+        assert ledger.open_order(NODE) == stored
         stored = ledger.submission(f"{1:064x}")
         assert stored is not None
         assert (stored.status, stored.units, stored.prefilled) == ("accepted", 8, True)
@@ -106,11 +118,11 @@ def test_everything_written_reads_back_after_a_reopen(tmp_path):
 
 
 def test_recording_a_submission_answers_its_order_in_the_same_write(ledger):
-    ledger.add_assignment(assignment(1007))  # submission(7) answers order 1007
-    assert ledger.open_assignment(NODE).order_id == f"{1007:064x}"
+    add_order(ledger, 1007)  # submission(7) answers order 1007
+    assert ledger.open_order(NODE).order_id == f"{1007:064x}"
     ledger.record_submission(submission(7))
-    assert ledger.assignment(f"{1007:064x}").state == "answered"
-    assert ledger.open_assignment(NODE) is None
+    assert ledger.order(f"{1007:064x}").state == "answered"
+    assert ledger.open_order(NODE) is None
 
 
 def test_a_resent_submission_is_recognised_and_counted_once(ledger):
@@ -217,28 +229,68 @@ def test_state_transitions_are_persisted_in_order(tmp_path):
         assert node.joined_at == 1.0
 
 
-def test_expired_assignments_cost_their_node_standing(ledger):
+def test_states_move_only_as_the_transition_table_allows(ledger):
+    for states, moves in TRANSITIONS.items():
+        assert set(moves) == {None, *states}  # every state says where it may go
+    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    assert not ledger.set_state(NODE, "gone", "quiet", 2.0)  # silent first
+    assert ledger.set_state(NODE, "silent", "missed heartbeats", 3.0)
+    assert ledger.set_state(NODE, "gone", "silent for long", 4.0)
+    assert not ledger.set_state(NODE, "active", "heartbeat", 5.0)  # a gone node joins again
+    assert ledger.set_state(NODE, "joined", "joined again", 6.0)
+    assert ledger.set_state(NODE, "banned", "evidence", 7.0)
+    for state in ("joined", "active", "silent", "gone"):
+        assert not ledger.set_state(NODE, state, "", 8.0)  # banned for good
+    moves = [t.to_state for t in ledger.transitions(NODE)]
+    assert moves == ["joined", "silent", "gone", "joined", "banned"]
+
+    add_order(ledger, 1007, deadline=100)
+    ledger.record_submission(submission(7))  # answers order 1007
+    assert ledger.expire_orders(200.0) == []  # an answered order does not expire
+    assert not ledger.set_order_state(f"{1007:064x}", "open")
+    add_order(ledger, 2, deadline=100)
+    [expired] = ledger.expire_orders(200.0)
+    ledger.add_order(f"{3:064x}", order(counter=1), 300.0, takes_over=expired.order_id)
+    with pytest.raises(ValueError, match="is not expired"):  # taken over once
+        ledger.add_order(f"{4:064x}", order(counter=2), 300.0, takes_over=expired.order_id)
+    assert [ledger.order(f"{n:064x}").state for n in (1007, 2, 3)] == [
+        "answered",
+        "reassigned",
+        "open",
+    ]
+
+    assert ledger.set_outcome(f"{7:064x}", "accepted", 8, "", False, True, 9.0)
+    assert not ledger.set_outcome(f"{7:064x}", "rejected", 0, "again", True, True, 10.0)
+    assert (ledger.submission(f"{7:064x}").status, ledger.submission(f"{7:064x}").units) == (
+        "accepted",
+        8,
+    )  # a verdict stands
+    with pytest.raises(ValueError, match="nothing enters the ledger accepted"):
+        ledger.record_submission(SubmissionRow(**{**submission(8).__dict__, "status": "accepted"}))
+
+
+def test_expired_orders_cost_their_node_standing(ledger):
     ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
     ledger.upsert_node(OTHER, PROVIDER, "peer-b", "torch", {}, 1.0)
-    ledger.add_assignment(assignment(1, deadline=100.0))
-    ledger.add_assignment(assignment(2, node=OTHER, deadline=300.0))
-    ledger.add_assignment(assignment(3, deadline=50.0, counter=1))
-    ledger.add_assignment(assignment(4, node=OTHER, deadline=90.0, counter=1))
-    ledger.set_assignment_state(f"{4:064x}", "answered")
+    add_order(ledger, 1, deadline=100)
+    add_order(ledger, 2, node=OTHER, deadline=300)
+    add_order(ledger, 3, deadline=50, counter=1)
+    add_order(ledger, 4, node=OTHER, deadline=90, counter=1)
+    ledger.set_order_state(f"{4:064x}", "answered")
 
-    expired = ledger.expire_assignments(200.0)
+    expired = ledger.expire_orders(200.0)
     assert [(a.order_id, a.state) for a in expired] == [
         (f"{3:064x}", "expired"),
         (f"{1:064x}", "expired"),
     ]
     assert ledger.node(NODE).abandoned == 2
     assert ledger.node(OTHER).abandoned == 0  # its one late order was answered
-    assert ledger.open_assignment(NODE) is None
-    assert ledger.open_assignment(OTHER).order_id == f"{2:064x}"
-    assert ledger.expire_assignments(200.0) == []  # expiring twice costs nothing more
+    assert ledger.open_order(NODE) is None
+    assert ledger.open_order(OTHER).order_id == f"{2:064x}"
+    assert ledger.expire_orders(200.0) == []  # expiring twice costs nothing more
     assert ledger.node(NODE).abandoned == 2
-    with pytest.raises(ValueError, match="no assignment"):
-        ledger.set_assignment_state("00" * 32, "answered")
+    with pytest.raises(ValueError, match="no work order"):
+        ledger.set_order_state("00" * 32, "answered")
 
 
 def test_counters_are_per_node_and_survive_a_restart(tmp_path):
@@ -306,7 +358,7 @@ def test_the_file_is_wal_with_full_sync_and_a_schema_version(tmp_path):
     Ledger(path).close()  # opening again creates nothing twice
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     db.close()
 
 
@@ -325,9 +377,111 @@ def test_a_file_that_is_not_a_ledger_is_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="newer swarmrl") as caught:
         Ledger(newer)
     assert str(caught.value) == (
-        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 1); "
+        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 2); "
         "upgrade swarmrl"
     )
+
+
+# Schema 1, the ledger before work orders were kept signed: each order's fields had
+# columns of their own, and its run was not kept.
+SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE nodes (
+    address TEXT PRIMARY KEY, provider TEXT NOT NULL, peer_id TEXT NOT NULL,
+    backend TEXT NOT NULL, hardware TEXT NOT NULL, state TEXT NOT NULL,
+    joined_at REAL NOT NULL, last_seen REAL NOT NULL, speed REAL,
+    trusted INTEGER NOT NULL DEFAULT 0, abandoned INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX nodes_by_peer ON nodes (peer_id);
+CREATE TABLE transitions (
+    id INTEGER PRIMARY KEY, address TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+    reason TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX transitions_by_node ON transitions (address, id);
+CREATE TABLE counters (node TEXT PRIMARY KEY, next INTEGER NOT NULL);
+CREATE TABLE assignments (
+    order_id TEXT PRIMARY KEY, node TEXT NOT NULL, counter INTEGER NOT NULL,
+    min_step INTEGER NOT NULL, seed TEXT NOT NULL, group_size INTEGER NOT NULL,
+    max_tokens INTEGER NOT NULL, temperature REAL NOT NULL, top_p REAL NOT NULL,
+    tasks TEXT NOT NULL, deadline REAL NOT NULL, issued_at REAL NOT NULL,
+    signature TEXT NOT NULL, state TEXT NOT NULL
+);
+CREATE INDEX assignments_by_state ON assignments (state, deadline);
+CREATE INDEX assignments_by_node ON assignments (node, state);
+CREATE TABLE submissions (
+    digest TEXT PRIMARY KEY, node TEXT NOT NULL, order_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL, step INTEGER NOT NULL, file TEXT NOT NULL,
+    file_sha256 TEXT NOT NULL, rollout_digest TEXT NOT NULL, signature TEXT NOT NULL,
+    received_at REAL NOT NULL, units INTEGER NOT NULL, status TEXT NOT NULL,
+    reason TEXT NOT NULL, slashable INTEGER NOT NULL, prefilled INTEGER NOT NULL,
+    receipt TEXT NOT NULL, validated_at REAL
+);
+CREATE INDEX submissions_by_epoch ON submissions (epoch, node);
+CREATE INDEX submissions_by_status ON submissions (status, received_at);
+CREATE TABLE epochs (
+    epoch INTEGER NOT NULL, node TEXT NOT NULL, units INTEGER NOT NULL,
+    commitment TEXT NOT NULL, tx_hash TEXT, recorded_at REAL NOT NULL,
+    PRIMARY KEY (epoch, node)
+);
+CREATE TABLE slashes (
+    digest TEXT PRIMARY KEY, epoch INTEGER NOT NULL, node TEXT NOT NULL,
+    tx_hash TEXT, outcome TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX slashes_by_epoch ON slashes (epoch, node);
+"""
+
+
+def test_a_ledger_of_schema_1_is_upgraded_to_the_signed_orders_it_issued(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    domain = swarm_domain(31337, "0x" + "ee" * 20)
+    signed = order(node=NODE_CHECKSUM).signed_by(ORCHESTRATOR, domain)
+    order_id = signed.digest(domain).hex()
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA_1)
+    db.execute("INSERT INTO meta VALUES ('genesis', '12.5')")
+    db.execute(
+        "INSERT INTO assignments VALUES (?, ?, 0, 3, ?, 8, 128, 1.0, 0.95, ?, 500.0, 200.0, ?, "
+        "'open')",
+        (
+            order_id,
+            NODE_CHECKSUM,
+            str(2**64 - 1),
+            '[["gsm8k/17", 256], ["mbpp/3", 1]]',
+            signed.signature,
+        ),
+    )
+    db.execute(
+        "INSERT INTO submissions VALUES (?, ?, ?, 0, 1, 'f', ?, ?, '', 100.0, 0, 'received', "
+        "'', 0, 0, '{}', NULL)",
+        (f"{1:064x}", NODE_CHECKSUM, order_id, "00" * 32, "00" * 32),
+    )
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    # Only who knows the run its orders were issued in can upgrade it.
+    with pytest.raises(ValueError, match="older swarmrl") as caught:
+        Ledger(path)
+    assert str(caught.value) == (
+        f"{path} was written by an older swarmrl (ledger schema 1); "
+        "`swarmrl orchestrator run` upgrades it"
+    )
+
+    with Ledger(path, run=RUN) as ledger:
+        stored = ledger.order(order_id)
+        # The very order the node got: same digest, the orchestrator's signature good.
+        assert stored == OrderRow(order_id, signed, 200.0, "open")
+        assert stored.order.digest(domain).hex() == order_id
+        assert stored.order.signer(domain) == ORCHESTRATOR.address
+        assert ledger.open_order(NODE) == stored
+        assert ledger.genesis() == 12.5
+        assert [s.digest for s in ledger.submissions()] == [f"{1:064x}"]
+    with Ledger(path) as ledger:  # upgraded once; from now on it opens as any other
+        assert [o.order_id for o in ledger.expire_orders(501.0)] == [order_id]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "assignments" not in tables
+    db.close()
 
 
 def test_out_of_range_numbers_are_refused_before_writing(ledger):

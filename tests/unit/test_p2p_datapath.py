@@ -15,6 +15,7 @@ from eth_account import Account
 from eth_utils import keccak
 
 from swarmrl import shards
+from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import datapath
 from swarmrl.p2p.datapath import (
     BAD_REQUEST,
@@ -29,7 +30,7 @@ from swarmrl.p2p.datapath import (
     ShardServer,
     ShardUnavailableError,
 )
-from swarmrl.p2p.records import Announcement, swarm_domain
+from swarmrl.p2p.records import Announcement
 from swarmrl.p2p.store import Version, WeightStore
 
 ORIGIN = Account.from_key(keccak(text="swarmrl datapath origin"))

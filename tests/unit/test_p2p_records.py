@@ -11,14 +11,8 @@ from eth_utils import keccak
 from pydantic import ValidationError
 
 from swarmrl import shards
-from swarmrl.chain.eip712 import pool_domain
-from swarmrl.p2p.records import (
-    Announcement,
-    PeerRecord,
-    SignatureError,
-    manifest_hash,
-    swarm_domain,
-)
+from swarmrl.chain.eip712 import pool_domain, swarm_domain
+from swarmrl.p2p.records import Announcement, PeerRecord, SignatureError, manifest_hash
 from swarmrl.shards import Manifest
 
 ORIGIN = Account.from_key(keccak(text="swarmrl test origin"))
@@ -217,3 +211,13 @@ def test_manifest_hash_is_keccak_of_canonical_json(manifest):
     )
     assert Manifest.from_json(manifest.to_json()) == manifest
     assert manifest_hash(Manifest.from_json(manifest.to_json())) == manifest_hash(manifest)
+
+
+def test_the_type_strings_are_the_protocols():
+    # Declared once as tables of members; the strings every peer signs are pinned here.
+    assert PeerRecord.STRUCT.type_string == (
+        "PeerRecord(bytes peerId,address account,uint64 issuedAt)"
+    )
+    assert Announcement.STRUCT.type_string == (
+        "Checkpoint(string model,uint64 step,bytes32 manifestHash)"
+    )

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmrl import shards
-from swarmrl.p2p.records import Announcement, swarm_domain
+from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.p2p.records import Announcement
 from swarmrl.p2p.store import (
     ANNOUNCEMENT_FILE,
     MANIFEST_FILE,

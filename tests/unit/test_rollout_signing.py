@@ -6,15 +6,14 @@ import pyarrow.parquet as pq
 import pytest
 from eth_account import Account
 
-from swarmrl.chain.eip712 import recover
-from swarmrl.p2p.records import swarm_domain
+from swarmrl.chain.eip712 import micros, recover, swarm_domain
 from swarmrl.rollouts.records import (
     SIGNATURE_KEY,
     file_digest,
     read_rollout_file,
     write_rollouts,
 )
-from swarmrl.rollouts.signing import FileSignature, micros
+from swarmrl.rollouts.signing import FileSignature
 from tests.unit.test_rollout_records import record
 
 NODE = Account.from_key("0x" + "11" * 32)
@@ -91,3 +90,10 @@ def test_a_damaged_signature_block_is_one_sentence(tmp_path, block, error):
     with pytest.raises(ValueError, match=error) as caught:
         read_rollout_file(path)
     assert "\n" not in str(caught.value)
+
+
+def test_the_type_string_is_the_protocols():
+    assert FileSignature.STRUCT.type_string == (
+        "RolloutFile(bytes32 runId,address node,uint64 step,bytes32 fileDigest,uint32 groupSize,"
+        "uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros)"
+    )

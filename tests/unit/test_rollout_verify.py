@@ -10,13 +10,9 @@ import pytest
 
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.torch_backend import TorchBackend
+from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
-from swarmrl.rollouts.verify import (
-    REPEAT_PLAUSIBILITY,
-    Assignment,
-    repeat_plausibility,
-    verify_rollouts,
-)
+from swarmrl.rollouts.verify import REPEAT_PLAUSIBILITY, repeat_plausibility, verify_rollouts
 from swarmrl.tasks import Task, length_penalty
 
 TASKS = [
@@ -157,7 +153,7 @@ def test_a_rewritten_ground_truth_is_rejected_though_the_node_scores_itself_righ
     [
         ({"prompt": "What is 0 + 0? Easy."}, "its prompt differs from the task set's t0"),
         ({"task_type": "code"}, "its task type differs from the task set's t0"),
-        ({"problem_id": "t9"}, "its problem_id is not in the validator's task set"),
+        ({"problem_id": "t9"}, "its problem_id is not in the task set"),
     ],
 )
 def test_task_fields_must_be_the_task_sets(backend, records, change, reason):

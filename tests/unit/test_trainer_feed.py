@@ -147,7 +147,7 @@ def test_a_fault_is_logged_once_however_often_it_recurs(backend, spool, expect, 
         spool.put("w0", counter, _records(backend, TASKS[:1], run="other", seed=counter))
     with caplog.at_level(logging.WARNING, logger="orchestrator.trainer.feed"):
         RolloutFeed(spool, expect).poll(0)
-    assert caplog.text.count("not this run") == 1
+    assert caplog.text.count("its run is other") == 1
 
 
 def test_prompts_made_for_another_budget_are_refused(backend, spool, expect):

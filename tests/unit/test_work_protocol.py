@@ -14,14 +14,12 @@ from pydantic import ValidationError
 
 from client.node.session import Identity, Session
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import Submission, pool_domain, recover
+from swarmrl.chain.eip712 import UNSIGNED, Submission, pool_domain, recover, swarm_domain
 from swarmrl.p2p import wire
-from swarmrl.p2p.records import swarm_domain
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import Slot, WorkOrder
 from swarmrl.work.join import JoinClaim, NodeReport
-from swarmrl.work.signed import UNSIGNED
 from swarmrl.work.submit import Receipt, SubmitHeader
 
 ACCOUNTS = dev_accounts(7)
@@ -207,6 +205,23 @@ def canonical(value) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def test_the_type_strings_are_the_protocols():
+    # Each struct's table of members gives its type string; a member renamed, retyped
+    # or moved is another protocol, so the strings are pinned here.
+    assert JoinClaim.STRUCT.type_string == (
+        "JoinClaim(address node,address provider,bytes32 peerId,bytes32 report,uint64 issuedAt)"
+    )
+    assert WorkOrder.STRUCT.type_string == (
+        "WorkOrder(bytes32 runId,address node,uint64 counter,uint64 minStep,uint64 seed,"
+        "uint32 groupSize,uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros,"
+        "bytes32 tasks,uint64 deadline)"
+    )
+    assert Receipt.STRUCT.type_string == (
+        "Receipt(bytes32 runId,address node,bytes32 submission,uint64 epoch,uint32 units,"
+        "bytes32 reason)"
+    )
+
+
 def test_join_claim_digest_is_eip712():
     values = {
         "node": NODE.address,
@@ -215,7 +230,7 @@ def test_join_claim_digest_is_eip712():
         "report": keccak(text=canonical(REPORT.model_dump())),
         "issuedAt": CLAIM.issued_at,
     }
-    assert CLAIM.digest(SWARM) == eip712_digest(SWARM, JoinClaim.EIP712_TYPE, values)
+    assert CLAIM.digest(SWARM) == eip712_digest(SWARM, JoinClaim.STRUCT.type_string, values)
 
 
 def test_work_order_digest_is_eip712():
@@ -232,7 +247,7 @@ def test_work_order_digest_is_eip712():
         "tasks": keccak(text=canonical([["arith-1", 64], ["arith-2", 128]])),
         "deadline": ORDER.deadline,
     }
-    assert ORDER.digest(SWARM) == eip712_digest(SWARM, WorkOrder.EIP712_TYPE, values)
+    assert ORDER.digest(SWARM) == eip712_digest(SWARM, WorkOrder.STRUCT.type_string, values)
 
 
 @pytest.mark.parametrize("reason", ["", "policy step 1 is stale"])
@@ -247,7 +262,7 @@ def test_receipt_digest_is_eip712(reason):
         # An acceptance states no reason: zero bytes, not the hash of "".
         "reason": keccak(text=reason) if reason else bytes(32),
     }
-    assert receipt.digest(SWARM) == eip712_digest(SWARM, Receipt.EIP712_TYPE, values)
+    assert receipt.digest(SWARM) == eip712_digest(SWARM, Receipt.STRUCT.type_string, values)
 
 
 def test_tasks_hash_changes_with_any_budget_or_the_order_of_tasks():

@@ -1,0 +1,129 @@
+"""The validator judges a submission against the signed order the ledger keeps, with a
+real (randomly initialised) model: records that answer it are accepted and handed to
+the trainer under the order's counter; records claiming other settings than the
+order's are evidence."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator.service.ledger import Ledger, SubmissionRow
+from orchestrator.service.validator import Validator, ValidatorConfig, spool_sampler
+from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.feed import spool_name
+from swarmrl.chain.anvil import dev_accounts
+from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.models.backend import SamplingParams
+from swarmrl.rollouts.generate import Provenance, generate_rollouts
+from swarmrl.rollouts.records import write_rollouts
+from swarmrl.tasks import Task
+from swarmrl.tasks.rewards import task_reward
+from swarmrl.work.assign import Slot, WorkOrder
+
+ACCOUNTS = dev_accounts(6)
+ORCHESTRATOR, NODE = ACCOUNTS[1], ACCOUNTS[5]
+PROVIDER = ACCOUNTS[4].address
+DOMAIN = swarm_domain(31337, "0x" + "ee" * 20)
+RUN = "0x" + "5a" * 32
+STEP = 3
+TASKS = {
+    f"t{i}": Task(
+        problem_id=f"t{i}",
+        task_type="math",
+        prompt=f"What is {i} + {i}?",
+        verification_info={"ground_truth": str(2 * i)},
+    )
+    for i in range(2)
+}
+ORDER = WorkOrder(
+    run=RUN,
+    node=NODE.address,
+    counter=7,
+    min_step=STEP - 1,
+    seed=11,
+    group_size=2,
+    max_tokens=24,
+    temperature=1.0,
+    top_p=1.0,
+    tasks=[Slot(problem_id=p, budget=16) for p in TASKS],
+    deadline=2_000_000_000,
+).signed_by(ORCHESTRATOR, DOMAIN)
+ORDER_ID = ORDER.digest(DOMAIN).hex()
+
+
+@pytest.fixture
+def validator(tmp_path, model_dirs):
+    data_dir = tmp_path / "data"
+    run_dir = data_dir / "run"
+    shutil.copytree(model_dirs[0], ckpt.step_dir(run_dir, STEP))
+    ledger = Ledger(data_dir / "ledger.sqlite3")
+    ledger.upsert_node(NODE.address, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.add_order(ORDER_ID, ORDER, 1.0)
+    config = ValidatorConfig(
+        data_dir=data_dir,
+        run_dir=run_dir,
+        tasks_file=tmp_path / "tasks.jsonl",  # read only by the process body
+        validation_rate=1.0,
+        trust_after=1,
+        code_check_rate=1.0,
+        threads=1,
+        device="cpu",
+        log_to_stderr=False,
+    )
+    yield Validator(config, ledger, TASKS)
+    ledger.close()
+
+
+def submitted(validator: Validator, backend, tmp_path: Path, max_tokens: int) -> str:
+    """A submission answering ORDER, its records generated with `max_tokens`; its digest."""
+    records = generate_rollouts(
+        backend,
+        list(TASKS.values()),
+        n=ORDER.group_size,
+        params=SamplingParams(max_tokens=max_tokens, temperature=1.0, top_p=1.0),
+        provenance=Provenance(run=RUN, policy_step=STEP, node=NODE.address),
+        seed=ORDER.seed,
+        score=task_reward,
+        target_for=lambda _: 16,
+    )
+    path = tmp_path / "submission.parquet"
+    write_rollouts(records, path)
+    digest = "ab" * 32
+    validator.ledger.record_submission(
+        SubmissionRow(
+            digest=digest,
+            node=NODE.address,
+            order_id=ORDER_ID,
+            epoch=0,
+            step=STEP,
+            file=str(path),
+            file_sha256="00" * 32,
+            rollout_digest="00" * 32,
+            signature="",
+            received_at=2.0,
+        )
+    )
+    return digest
+
+
+def test_records_answering_the_order_are_accepted_and_spooled_under_its_counter(
+    validator, backend, tmp_path
+):
+    digest = submitted(validator, backend, tmp_path, ORDER.max_tokens)
+    assert validator.run_once() == 1
+    row = validator.ledger.submission(digest)
+    assert (row.status, row.units, row.reason, row.prefilled) == ("accepted", 4, "", True)
+    spooled = validator.spool.directory / spool_name(spool_sampler(NODE.address), ORDER.counter)
+    assert spooled.is_file()
+
+
+def test_records_claiming_other_settings_than_the_order_are_evidence(validator, backend, tmp_path):
+    digest = submitted(validator, backend, tmp_path, ORDER.max_tokens - 4)
+    assert validator.run_once() == 1
+    row = validator.ledger.submission(digest)
+    assert (row.status, row.units, row.slashable) == ("rejected", 0, True)
+    assert row.reason == "its max_tokens is 20, not the 24 asked for"
+    assert validator.ledger.node(NODE.address).state == "banned"
