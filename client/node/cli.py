@@ -86,9 +86,13 @@ def _run(settings: Any, headless: bool) -> None:
     from client.node.events import log_event
     from client.node.loop import Node, thread_count
     from client.node.metrics import NodeMetrics
+    from client.node.settings import OUTBOUND_ONLY
     from swarmrl import keystore
     from swarmrl.logs import setup_logging
+    from swarmrl.p2p.ports import check_free
 
+    if settings.listen != OUTBOUND_ONLY:
+        check_free(settings.listen)  # before the key's slow unlock and anything started
     account = keystore.unlock(
         settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
     )
