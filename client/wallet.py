@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ import typer
 
 from swarmrl import keystore
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+from swarmrl.times import date_time, duration
 
 if TYPE_CHECKING:
     from swarmrl.chain.protocol import Protocol
@@ -322,23 +322,12 @@ def _check_withdrawable(chain: Protocol) -> None:
         raise ValueError("nothing to withdraw: no stake is unbonding (see `wallet unstake`)")
     first = min(release for _, release in pending)
     due = sum(amount for amount, release in pending if release == first)
-    when = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     left = max(0, first - chain.chain_time())
     raise ValueError(
         f"nothing to withdraw yet: {format_amount(due)} of your "
-        f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {when} "
+        f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {date_time(first)} "
         f"(in {duration(left)}, by the chain's clock)"
     )
-
-
-def duration(seconds: int) -> str:
-    """A span of time in its two largest units, e.g. "2 d 3 h", "59 min 30 s"."""
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if seconds >= size or (unit == "s" and not parts):
-            parts.append(f"{seconds // size} {unit}")
-            seconds %= size
-    return " ".join(parts[:2])
 
 
 @app.command()

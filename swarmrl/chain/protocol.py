@@ -27,7 +27,7 @@ from swarmrl.chain.artifacts import load_artifact
 from swarmrl.chain.deploy import Deployment, decoder
 from swarmrl.chain.errors import ChainConfigError, ChainError
 from swarmrl.chain.revert import revert_data_of
-from swarmrl.chain.tx import TxSender, TxSettings, with_rpc_retries
+from swarmrl.chain.tx import TxSender, TxSettings, chain_time, with_rpc_retries
 
 LOG_CHUNK_BLOCKS = 10_000  # public RPCs cap eth_getLogs ranges
 
@@ -141,7 +141,7 @@ class Protocol:
             data = revert_data_of(e)
             if data is None:
                 raise
-            raise self.decoder.decode(data, contract) from None
+            raise self.decoder.decode(data, contract, now=self.chain_time) from None
 
     # Domains: chain id and contract address of this deployment.
 
@@ -395,9 +395,8 @@ class Protocol:
     # Chain state and history.
 
     def chain_time(self) -> int:
-        """The latest block's timestamp (on anvil it moves with time travel, not the clock)."""
-        block = with_rpc_retries(lambda: self.w3.eth.get_block("latest"), what="latest block")
-        return int(block["timestamp"])
+        """The chain's clock as the next block will read it (see tx.chain_time)."""
+        return chain_time(self.w3)
 
     def history(
         self, account: str, *, from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
