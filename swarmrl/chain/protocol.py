@@ -401,11 +401,8 @@ class Protocol:
     def history(
         self, account: str, *, from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
     ) -> list[ChainEvent]:
-        """Every protocol event naming `account` in any address argument, oldest first.
-
-        Logs are fetched `chunk` blocks at a time from the deploy block (or
-        `from_block`), since public RPCs limit eth_getLogs ranges.
-        """
+        """Every protocol event naming `account` in any address argument, oldest first
+        (from the deploy block, or `from_block`)."""
         account = _cs(account)
         topics: dict[bytes, tuple[str, Any]] = {}
         for name, contract in self.contracts.items():
@@ -414,37 +411,69 @@ class Protocol:
                     continue
                 event = contract.events[item["name"]]()
                 topics[bytes(HexBytes(event.topic))] = (name, event)
+        addresses = [c.address for c in self.contracts.values()]
+        found: list[ChainEvent] = []
+        for log in self._logs({"address": addresses}, from_block, chunk):
+            if not log["topics"] or bytes(log["topics"][0]) not in topics:
+                continue
+            contract, event = topics[bytes(log["topics"][0])]
+            decoded = event.process_log(log)
+            args = dict(decoded["args"])
+            if not any(isinstance(v, str) and v == account for v in args.values()):
+                continue
+            found.append(
+                ChainEvent(
+                    block=log["blockNumber"],
+                    log_index=log["logIndex"],
+                    tx_hash="0x" + bytes(log["transactionHash"]).hex(),
+                    contract=contract,
+                    name=decoded["event"],
+                    args=args,
+                )
+            )
+        return sorted(found, key=lambda e: (e.block, e.log_index))
+
+    def event_types(self, contract: str, event: str) -> dict[str, str]:
+        """The ABI type of each argument of `contract`'s `event`, by name."""
+        for item in self.contracts[contract].abi:
+            if item.get("type") == "event" and item["name"] == event:
+                return {p["name"]: p["type"] for p in item["inputs"]}
+        raise KeyError(f"{contract} has no event {event}")
+
+    def recorded_epochs(self, node: str) -> list[int]:
+        """Every epoch the pool recorded work of `node` in (its WorkSubmitted events), in
+        order; claimed, invalidated or not."""
+        event = self.pool.events.WorkSubmitted()
+        logs = self._logs(
+            {"address": self.pool.address, "topics": [event.topic, None, _topic(node)]}
+        )
+        return sorted({int(event.process_log(log)["args"]["epoch"]) for log in logs})
+
+    def nodes_ever_of(self, provider: str) -> list[str]:
+        """Every node `provider` ever added (its NodeAdded events), in order, removed or not:
+        a removed node's recorded work is still the provider's to claim."""
+        event = self.registry.events.NodeAdded()
+        logs = self._logs(
+            {"address": self.registry.address, "topics": [event.topic, _topic(provider)]}
+        )
+        nodes = [to_checksum_address(event.process_log(log)["args"]["node"]) for log in logs]
+        return list(dict.fromkeys(nodes))
+
+    def _logs(
+        self, query: dict[str, Any], from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
+    ) -> list[Any]:
+        """The logs matching `query` from the deploy block (or `from_block`) to the latest,
+        fetched `chunk` blocks at a time, since public RPCs limit eth_getLogs ranges."""
         start = self.deployment.deploy_block if from_block is None else from_block
         end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
-        found: list[ChainEvent] = []
-        addresses = [c.address for c in self.contracts.values()]
+        logs: list[Any] = []
         for lo in range(start, end + 1, chunk):
             hi = min(end, lo + chunk - 1)
-            logs = with_rpc_retries(
-                lambda lo=lo, hi=hi: self.w3.eth.get_logs(
-                    {"fromBlock": lo, "toBlock": hi, "address": addresses}
-                ),
-                what="eth_getLogs",
+            window = {**query, "fromBlock": lo, "toBlock": hi}
+            logs += with_rpc_retries(
+                lambda window=window: self.w3.eth.get_logs(window), what="eth_getLogs"
             )
-            for log in logs:
-                if not log["topics"] or bytes(log["topics"][0]) not in topics:
-                    continue
-                contract, event = topics[bytes(log["topics"][0])]
-                decoded = event.process_log(log)
-                args = dict(decoded["args"])
-                if not any(isinstance(v, str) and v == account for v in args.values()):
-                    continue
-                found.append(
-                    ChainEvent(
-                        block=log["blockNumber"],
-                        log_index=log["logIndex"],
-                        tx_hash="0x" + bytes(log["transactionHash"]).hex(),
-                        contract=contract,
-                        name=decoded["event"],
-                        args=args,
-                    )
-                )
-        return sorted(found, key=lambda e: (e.block, e.log_index))
+        return logs
 
     def wait_until(self, timestamp: int, *, poll: float = 1.0) -> None:
         """Blocks until the chain's time reaches `timestamp` (real chains only move forward)."""
@@ -474,3 +503,8 @@ def require_contracts(w3: Web3, deployment: Deployment) -> None:
 
 def _cs(address: str) -> str:
     return to_checksum_address(address)
+
+
+def _topic(address: str) -> HexBytes:
+    """An indexed address argument as a log topic: left-padded to 32 bytes."""
+    return HexBytes(bytes(12) + bytes(HexBytes(_cs(address))))

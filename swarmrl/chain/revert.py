@@ -144,7 +144,7 @@ class RevertDecoder:
                 args = dict(zip(spec.names, values, strict=True))
                 clock = _Clock(now)
                 shown = ", ".join(
-                    f"{n}={moment(v, clock()) if _is_unix_time(n, t) else _show(v, t)}"
+                    f"{n}={moment(v, clock()) if is_unix_time(n, t) else _show(v, t)}"
                     for n, v, t in zip(spec.names, values, spec.types, strict=True)
                 )
                 return RevertedError(
@@ -163,9 +163,12 @@ class RevertDecoder:
         )
 
 
-def _is_unix_time(name: str, kind: str) -> bool:
-    """The contracts name their timestamps so: `unlocksAt`, `deadline`."""
-    return kind.startswith("uint") and (name == "deadline" or name.endswith("At"))
+def is_unix_time(name: str, kind: str) -> bool:
+    """Whether a contract's error or event argument is a unix time, as the contracts
+    name them: `unlocksAt`, `effectiveAt`, `deadline`, `until`, `releaseTime`."""
+    return kind.startswith("uint") and (
+        name in ("deadline", "until", "releaseTime") or name.endswith("At")
+    )
 
 
 def _show(value: Any, kind: str) -> str:

@@ -45,14 +45,14 @@ def save_key(directory: Path, name: str, account) -> None:
 @pytest.mark.slow
 def test_up_status_down(tmp_path):
     state = str(tmp_path / "chain")
-    up = run("up", "--state-dir", state, "--invalidation-window", "120")
+    up = run("up", "--state-dir", state, "--invalidation-window", "60")
     try:
         assert up.returncode == 0, up.stderr
         assert "chain up: http://127.0.0.1:" in up.stdout
         deployment = load_deployment(tmp_path / "chain" / "deployment.json")
         assert f"deployment: {tmp_path / 'chain' / 'deployment.json'}" in up.stdout
         assert deployment.chain_id == 31337
-        assert deployment.params.invalidation_window == 120
+        assert deployment.params.invalidation_window == 60
         pid = int((tmp_path / "chain" / "anvil.pid").read_text())
         w3 = connect(deployment.rpc_url)
         assert w3.eth.get_code(deployment.contracts.compute_pool)
@@ -67,11 +67,11 @@ def test_up_status_down(tmp_path):
         # `advance` moves it at once, as the demo does to end an invalidation window.
         env = {**os.environ, "SWARMRL_CHAIN_DIR": state}
         before = w3.eth.get_block("latest")["timestamp"]
-        advanced = run("advance", "3600", env=env)
+        advanced = run("advance", "600", env=env)
         assert advanced.returncode == 0, advanced.stderr
         now = w3.eth.get_block("latest")["timestamp"]
-        assert now >= before + 3600
-        assert advanced.stdout.startswith("moved the chain's clock 1 h ahead: it reads ")
+        assert now >= before + 600
+        assert advanced.stdout.startswith("moved the chain's clock 10 min ahead: it reads ")
 
         status = run("status", "--state-dir", state, "--json")
         assert status.returncode == 0, status.stderr

@@ -200,3 +200,27 @@ def test_weights_serve_on_a_taken_port_fails_and_creates_nothing(tmp_path):
         check_sole_listener(listen, port)
     _refused(done, listen, port)
     assert not (tmp_path / "store").exists()
+
+
+def test_a_second_node_on_the_metrics_port_is_told_before_it_unlocks_its_key(tmp_path):
+    """Two nodes on one machine need their own metrics_port (9465 by default)."""
+    (tmp_path / "keys").mkdir()
+    with _listener() as taken:
+        port = taken.getsockname()[1]
+        config = write_toml(
+            tmp_path / "node2.toml",
+            {
+                "data_dir": tmp_path / "node2",
+                "keystore_dir": tmp_path / "keys",  # no key in it: never unlocked
+                "key": "node2",
+                "orchestrator": ORCHESTRATOR,
+                "metrics_port": port,
+            },
+        )
+        env = {**os.environ, "SWARMRL_PASSWORD": "unused"}
+        done = _swarmrl("node", "run", "--config", config, "--headless", env=env)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot serve metrics on 127.0.0.1:{port} (address already in use); "
+        "set metrics_port to a free port"
+    ]
