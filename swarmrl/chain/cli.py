@@ -3,11 +3,12 @@
 `up` starts anvil detached from this process (its pid file and log live in the
 state directory), deploys every contract with the dev accounts in their roles,
 and writes deployment.json; `down` stops it (and its state is gone); `status`
-says whether it runs. `deploy` puts the protocol on any other chain (Base
-Sepolia) with a key from the keystore and writes the deployment file that every
-other command reads. `mint` and `fund` are a test network's faucet and its
-reward budget. Every check that needs no transaction runs before the first one.
-Heavy imports (web3) happen inside the commands so `swarmrl --help` stays fast.
+says whether it runs; `advance` moves a local anvil's clock. `deploy` puts the
+protocol on any other chain (Base Sepolia) with a key from the keystore and writes
+the deployment file that every other command reads. `mint` and `fund` are a test
+network's faucet and its reward budget. Every check that needs no transaction
+runs before the first one. Heavy imports (web3) happen inside the commands so
+`swarmrl --help` stays fast.
 """
 
 from __future__ import annotations
