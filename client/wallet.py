@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +22,10 @@ import typer
 
 from swarmrl import keystore
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+from swarmrl.times import date_time, duration
 
 if TYPE_CHECKING:
+    from client.node.view import EpochWork
     from swarmrl.chain.protocol import Protocol
 
 app = typer.Typer(
@@ -322,23 +323,12 @@ def _check_withdrawable(chain: Protocol) -> None:
         raise ValueError("nothing to withdraw: no stake is unbonding (see `wallet unstake`)")
     first = min(release for _, release in pending)
     due = sum(amount for amount, release in pending if release == first)
-    when = datetime.fromtimestamp(first, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     left = max(0, first - chain.chain_time())
     raise ValueError(
         f"nothing to withdraw yet: {format_amount(due)} of your "
-        f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {when} "
+        f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {date_time(first)} "
         f"(in {duration(left)}, by the chain's clock)"
     )
-
-
-def duration(seconds: int) -> str:
-    """A span of time in its two largest units, e.g. "2 d 3 h", "59 min 30 s"."""
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if seconds >= size or (unit == "s" and not parts):
-            parts.append(f"{seconds // size} {unit}")
-            seconds %= size
-    return " ".join(parts[:2])
 
 
 @app.command()
@@ -346,17 +336,96 @@ def claim(
     name: str = typer.Argument(..., help="The key's name (the node's provider)."),
     node: str = typer.Option(..., "--node", help="The node whose rewards to claim."),
     epochs: list[int] = typer.Option(
-        ..., "--epoch", min=0, max=MAX_EPOCH, help="An epoch to claim; repeat for more."
+        [],
+        "--epoch",
+        min=0,
+        max=MAX_EPOCH,
+        help="An epoch to claim; repeat for more (none: every claimable epoch).",
     ),
     keystore_dir: Path | None = KeystoreDir,
     password_file: Path | None = PasswordFile,
     deployment: Path | None = DeploymentFile,
     rpc_url: str | None = RpcUrl,
 ) -> None:
-    """Claim a node's rewards for epochs whose invalidation window has passed."""
+    """Claim a node's rewards for epochs whose invalidation window has passed: those
+    given, or without --epoch every one that is claimable (see `wallet claimable`)."""
     _check_address(node, "--node")
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
-        typer.echo(f"claimed {format_amount(chain.claim(node, epochs))}")
+        if not epochs:
+            epochs = _claimable_now(chain, chain.address, node)
+        amount = chain.claim(node, epochs)
+        typer.echo(f"claimed {format_amount(amount)} for epochs {', '.join(map(str, epochs))}")
+
+
+def _claimable_now(chain: Protocol, provider: str, node: str) -> list[int]:
+    """The epochs of `node` that `provider` can claim now; ValueError saying when the
+    first becomes claimable, or that there is none."""
+    from client.node.view import CLAIMABLE, epoch_status
+
+    now = chain.chain_time()
+    unclaimed = _unclaimed(chain, provider, [node])
+    ready = [w.epoch for _, w in unclaimed if epoch_status(w, now) == CLAIMABLE]
+    if ready:
+        return ready
+    if not unclaimed:
+        raise ValueError(f"nothing to claim: no unclaimed work of node {node} is recorded")
+    first = min(unclaimed, key=lambda found: found[1].unlocks_at)[1]
+    raise ValueError(
+        f"nothing to claim yet: epoch {first.epoch} becomes claimable at "
+        f"{date_time(first.unlocks_at)} (in {duration(first.unlocks_at - now)}, by the "
+        "chain's clock)"
+    )
+
+
+@app.command()
+def claimable(
+    name: str = typer.Argument(..., help="The key's name (the provider)."),
+    node: str | None = typer.Option(
+        None, "--node", help="Only this node (default: every node the provider added)."
+    ),
+    keystore_dir: Path | None = KeystoreDir,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """The provider's recorded, unclaimed rewards per node and epoch, claimable now or
+    when (no password needed)."""
+    from client.node.view import CLAIMABLE, epoch_status
+
+    if node is not None:
+        _check_address(node, "--node")
+    provider = keystore.info(_dir(keystore_dir), name).address
+    with _chain_errors():
+        chain = _protocol(deployment, rpc_url)
+        unclaimed = _unclaimed(chain, provider, [node] if node else chain.nodes_ever_of(provider))
+        now = chain.chain_time()
+    if not unclaimed:
+        typer.echo(f"no unclaimed work is recorded for provider {provider}")
+        return
+    ready = 0
+    for address, work in unclaimed:
+        status = epoch_status(work, now)
+        ready += work.reward if status == CLAIMABLE else 0
+        typer.echo(f"node {address}  epoch {work.epoch}  {format_amount(work.reward)}  {status}")
+    typer.echo(
+        f"claimable now: {format_amount(ready)} tokens "
+        f"(`swarmrl wallet claim {name} --node NODE` claims a node's)"
+    )
+
+
+def _unclaimed(chain: Protocol, provider: str, nodes: list[str]) -> list[tuple[str, EpochWork]]:
+    """(node, its epoch's work) for every epoch of `nodes` recorded for `provider` that is
+    neither claimed nor invalidated, in order."""
+    from eth_utils import to_checksum_address
+
+    from client.node.onchain import epoch_work
+
+    found = []
+    for node in nodes:
+        for epoch in chain.recorded_epochs(node):
+            work = chain.work_of(epoch, node)
+            if work.provider == provider and not (work.claimed or work.invalidated):
+                found.append((to_checksum_address(node), epoch_work(epoch, work)))
+    return found
 
 
 @app.command()
@@ -367,13 +436,15 @@ def history(
     rpc_url: str | None = RpcUrl,
 ) -> None:
     """Every protocol event that names the address this key's file records, oldest
-    first (no password needed, so that address is not checked against the key)."""
+    first, amounts in tokens and times as dates (no password needed, so that address
+    is not checked against the key)."""
     account = keystore.info(_dir(keystore_dir), name).address
     with _chain_errors():
         chain = _protocol(deployment, rpc_url)
         roles = _role_names(chain)
         for event in chain.history(account):
-            args = ", ".join(f"{k}={_shown(k, v, roles)}" for k, v in event.args.items())
+            kinds = chain.event_types(event.contract, event.name)
+            args = ", ".join(f"{k}={_shown(k, v, kinds[k], roles)}" for k, v in event.args.items())
             typer.echo(f"block {event.block}  {event.contract}.{event.name}({args})")
 
 
@@ -391,8 +462,17 @@ def _role_names(chain: Protocol) -> dict[bytes, str]:
     return names
 
 
-def _shown(name: str, value: object, roles: dict[bytes, str]) -> str:
-    """An event argument as a person reads it: role names, hex for other bytes."""
+def _shown(name: str, value: object, kind: str, roles: dict[bytes, str]) -> str:
+    """An event argument as a person reads it: token amounts in tokens (the contracts
+    name them amount, value, reward, ...Amount), unix times as dates, role names, hex
+    for other bytes."""
+    from swarmrl.chain.revert import is_unix_time
+
+    if isinstance(value, int) and kind.startswith("uint"):
+        if name in ("amount", "value", "reward") or name.endswith("Amount"):
+            return f"{format_amount(value)} tokens"
+        if is_unix_time(name, kind):
+            return date_time(value)
     if not isinstance(value, bytes):
         return str(value)
     # OpenZeppelin's role events name them role, previousAdminRole and newAdminRole;

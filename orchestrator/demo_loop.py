@@ -110,10 +110,11 @@ def run(config: LoopConfig) -> Report:
     finally:
         with _signals_ignored():  # a second Ctrl-C must not cut the cleanup short
             evaluations.stop()
-            swarm.stop_all()
+            killed = swarm.stop_all()
     report.steps = ckpt.latest_step(work / "orchestrator" / "run") or 0
     report.seconds = time.monotonic() - began
-    report.processes_left = swarm.still_running()
+    # What had to be killed for outliving the bound after SIGTERM, and anything even that left.
+    report.processes_left = sorted({*killed, *swarm.still_running()})
     report.broadcast_seconds = broadcast_seconds(
         work / "orchestrator" / "logs" / "orchestrator.log",
         [work / key / "node.log" for key in HONEST],

@@ -109,7 +109,7 @@ def summary(report: Report) -> str:
     lines.append(
         "every process exited"
         if not report.processes_left
-        else f"still running: {', '.join(report.processes_left)}"
+        else f"did not exit when stopped: {', '.join(report.processes_left)}"
     )
     return "\n".join(lines)
 

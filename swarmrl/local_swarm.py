@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,9 @@ from swarmrl.chain.deploy import (
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 PASSWORD = "correct horse battery staple"
+# How long a stopped process group has to end, every process in it, before it is killed:
+# the orchestrator gives each of its three children 15 s to finish their work.
+STOP_SECONDS = 60.0
 # Providers among the funded dev accounts (4 onwards).
 PROVIDERS = (4, 5, 6, 7)
 # The demo's and the end-to-end test's cast: node key names and their providers' accounts.
@@ -104,40 +107,63 @@ class Swarm:
 
     def still_running(self) -> list[str]:
         """Names of the started processes with anything of their group still alive."""
-        left = set()
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # it exited while we looked
-            state, group = fields[0], int(fields[2])
-            if group in self.groups and state != "Z":
-                left.add(self.groups[group])
-        return sorted(left)
+        return sorted({self.groups[group] for group in _live_groups(self.groups)})
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        process = self.processes.pop(name)
-        os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise AssertionError(f"{name} did not stop within 60 s of signal {sig}") from None
+        """Sends `sig` to the process group of `name` and waits until every process in it
+        has ended; one that outlives STOP_SECONDS is killed (SIGKILL), and an error."""
+        if self._stop({name: self.processes.pop(name)}, sig):
+            raise RuntimeError(f"{name} did not stop within {STOP_SECONDS:.0f} s of signal {sig}")
 
-    def stop_all(self) -> None:
-        for name in list(self.processes):
-            process = self.processes[name]
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for name in list(self.processes):
-            try:
-                self.processes[name].wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.processes[name].pid, signal.SIGKILL)
-                self.processes[name].wait()
-            del self.processes[name]
+    def stop_all(self) -> list[str]:
+        """Stops every process group this swarm started and anvil: SIGTERM, then SIGKILL
+        for any group with a process left after STOP_SECONDS. Returns the names of the
+        groups that had to be killed so."""
+        killed = self._stop(dict(self.processes), signal.SIGTERM)
+        self.processes.clear()
         self.anvil.stop()
+        return killed
+
+    def _stop(self, processes: dict[str, subprocess.Popen], sig: int) -> list[str]:
+        """Signals the process groups led by `processes` (a leader that has ended may
+        have left children in its group) and waits for every process in them, reaping
+        the leaders; at STOP_SECONDS the rest are killed. The names of those killed."""
+        groups = {process.pid: name for name, process in processes.items()}
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):  # nothing of the group is left
+                os.killpg(group, sig)
+        left = _wait_for_groups(groups)
+        for group in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        _wait_for_groups(left)
+        for process in processes.values():
+            process.poll()  # reaped: no zombie left behind
+        return sorted(groups[g] for g in left)
+
+
+def _live_groups(groups: Iterable[int]) -> set[int]:
+    """Those of the process `groups` with a process alive in them (a zombie is not)."""
+    wanted = set(groups)
+    live = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # After the command's name (in parentheses, maybe with spaces): state, ppid, pgrp.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited while we looked
+        state, group = fields[0], int(fields[2])
+        if group in wanted and state not in ("Z", "X"):
+            live.add(group)
+    return live
+
+
+def _wait_for_groups(groups: Iterable[int]) -> set[int]:
+    """Waits up to STOP_SECONDS for every process of `groups` to end; those still alive."""
+    deadline = time.monotonic() + STOP_SECONDS
+    while (left := _live_groups(groups)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def _lower_session_priority(pid: int, nice: int) -> None:

@@ -86,37 +86,43 @@ def _run(settings: Any, headless: bool) -> None:
     from client.node.events import log_event
     from client.node.loop import Node, thread_count
     from client.node.metrics import NodeMetrics
+    from client.node.settings import OUTBOUND_ONLY
     from swarmrl import keystore
     from swarmrl.logs import setup_logging
+    from swarmrl.p2p.ports import check_free
 
-    account = keystore.unlock(
-        settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
-    )
-    threads = thread_count(settings)
-    os.environ["RAYON_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
-    terminal = not headless and sys.stdout.isatty()
-    # Log lines on stderr would tear through the app's screen: then only the file has them.
-    setup_logging(Path(settings.data_dir) / "node.log", stderr=not terminal)
+    # Both ports first, before the key's slow unlock and anything else starts: a second
+    # node on the machine is told at once which one it shares.
+    if settings.listen != OUTBOUND_ONLY:
+        check_free(settings.listen)
     metrics = NodeMetrics(settings.metrics_port)
-    # The app listens too once it exists, and it needs the node first.
-    listeners: list[Any] = [log_event, metrics.on_event]
-    watchers: list[Any] = [metrics.update]
-
-    def on_event(event: Any) -> None:
-        for listener in listeners:
-            listener(event)
-
-    def on_state(state: Any, peers: int) -> None:
-        for watcher in watchers:
-            watcher(state, peers)
-
-    node = Node(settings, account, on_event=on_event, on_state=on_state)
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: node.stop())
     try:
+        account = keystore.unlock(
+            settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
+        )
+        threads = thread_count(settings)
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+        terminal = not headless and sys.stdout.isatty()
+        # Log lines on stderr would tear through the app's screen: then only the file has them.
+        setup_logging(Path(settings.data_dir) / "node.log", stderr=not terminal)
+        # The app listens too once it exists, and it needs the node first.
+        listeners: list[Any] = [log_event, metrics.on_event]
+        watchers: list[Any] = [metrics.update]
+
+        def on_event(event: Any) -> None:
+            for listener in listeners:
+                listener(event)
+
+        def on_state(state: Any, peers: int) -> None:
+            for watcher in watchers:
+                watcher(state, peers)
+
+        node = Node(settings, account, on_event=on_event, on_state=on_state)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, lambda *_: node.stop())
         if terminal:
             from client.node.app import run_until_stopped
 

@@ -13,7 +13,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,22 +360,13 @@ def _inbound(settings: NodeSettings, found: _Found) -> str:
             "ok: outbound only (listen = none): the node pulls weights, gets work and submits, "
             "and serves no shards"
         )
-    import multiaddr
+    from swarmrl.p2p.ports import ListenError, check_free, tcp_endpoint
 
-    parts = multiaddr.Multiaddr(listen)
-    family = socket.AF_INET6 if parts.protocols()[0].name == "ip6" else socket.AF_INET
-    ip = parts.value_for_protocol("ip6" if family == socket.AF_INET6 else "ip4")
-    port = int(parts.value_for_protocol("tcp"))
+    _, ip, port = tcp_endpoint(listen)
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((ip, port))
-    except OSError as e:
-        from swarmrl.chain.errors import os_error_reason
-
-        raise _CheckFailedError(
-            f"cannot listen on {listen} ({os_error_reason(e)}); choose another port, or set "
-            'listen = "none" to work outbound only'
-        ) from None
+        check_free(listen)
+    except ListenError as e:
+        raise _CheckFailedError(f'{e}, or set listen = "none" to work outbound only') from None
     where = "a free port" if port == 0 else f"port {port}"
     if settings.orchestrator is None or found.peer_key is None:
         return f"ok: the node can listen on {ip}, {where} (no dial-back tried: needs orchestrator)"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from client.node.view import ChainFacts, EpochWork
 
 if TYPE_CHECKING:
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.protocol import Protocol, WorkRecord
 
 
 def read_facts(
@@ -26,7 +26,7 @@ def read_facts(
         raise ValueError(f"node {node} has no provider on chain; run `swarmrl node init`")
     work = []
     for epoch in sorted(set(epochs)):
-        known = final.get(epoch) or _epoch_work(chain, epoch, node)
+        known = final.get(epoch) or epoch_work(epoch, chain.work_of(epoch, node))
         if known.final:
             final[epoch] = known
         work.append(known)
@@ -41,8 +41,8 @@ def read_facts(
     )
 
 
-def _epoch_work(chain: Protocol, epoch: int, node: str) -> EpochWork:
-    record = chain.work_of(epoch, node)
+def epoch_work(epoch: int, record: WorkRecord) -> EpochWork:
+    """The chain's record of a node's work in `epoch` as the screen and the wallet show it."""
     return EpochWork(
         epoch,
         units=record.units,

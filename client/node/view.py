@@ -9,7 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from client.node.events import Event, EventKind
-from client.wallet import duration, format_amount
+from client.wallet import format_amount
+from swarmrl.times import duration
 from swarmrl.work.states import SubmissionStatus
 
 LAST_REJECTIONS = 5

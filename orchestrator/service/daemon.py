@@ -346,11 +346,13 @@ class Orchestrator:
 
     def run(self) -> None:
         from orchestrator.service.metrics import OrchestratorMetrics
+        from swarmrl.p2p.ports import check_free
 
         stop = _StopOnSignal(self._stopping)
         try:
             # Cheapest first: a taken port fails before any process or listener starts.
             self.metrics = OrchestratorMetrics(self.settings.metrics_port)
+            check_free(self.settings.listen)
             self._start_children()
             self._start_host()
             log.info(

@@ -145,12 +145,17 @@ class Anvil:
         log_path: Path | None = None,
         detached: bool = False,
         timeout: float = 30.0,
+        block_seconds: int | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> Anvil:
         """Starts anvil on 127.0.0.1 and returns once it answers RPC.
 
         `detached` puts anvil in its own session so it outlives this process
         (for `swarmrl chain up`); otherwise it shares our process group.
+        `block_seconds` adds an empty block every that many seconds to the block of each
+        transaction (anvil's mixed mining): then the latest block's clock, which contracts'
+        views read, follows the wall clock on an idle chain too. Without it, the chain
+        mines only for transactions, and tests move its clock at will.
         """
         binary = find_anvil()
         owns_log = log_path is None
@@ -170,6 +175,11 @@ class Anvil:
             DEV_MNEMONIC,
             "--accounts",
             str(DEV_ACCOUNTS),
+            *(
+                []
+                if block_seconds is None
+                else ["--block-time", str(block_seconds), "--mixed-mining"]
+            ),
             *extra_args,
         ]
         log: IO[bytes]
@@ -290,13 +300,26 @@ def is_anvil_pid(pid: int) -> bool:
     return Path(argv0.decode(errors="replace")).name == "anvil"
 
 
-# Test helpers: anvil's own RPC methods for time travel and state snapshots.
+def is_loopback(rpc_url: str) -> bool:
+    """Whether `rpc_url` is served on this machine (a loopback address)."""
+    return urlsplit(rpc_url).hostname in ("127.0.0.1", "localhost", "::1")
 
 
-def increase_time(w3: Web3, seconds: int) -> int:
-    """Moves the chain clock forward and mines a block; returns its timestamp."""
+def is_anvil(w3: Web3) -> bool:
+    """Whether the node `w3` is connected to is anvil (by its client version)."""
+    version = _rpc(w3, "web3_clientVersion", [])
+    return isinstance(version, str) and version.lower().startswith("anvil/")
+
+
+# Anvil's own RPC methods for time travel and state snapshots (tests, the demo, `chain advance`).
+
+
+def increase_time(w3: Web3, seconds: int, *, mine_block: bool = True) -> int:
+    """Moves the chain clock forward and mines a block (unless `mine_block` is False: the
+    next block carries the new time); returns the latest block's timestamp."""
     _rpc(w3, "evm_increaseTime", [int(seconds)])
-    mine(w3)
+    if mine_block:
+        mine(w3)
     return int(w3.eth.get_block("latest")["timestamp"])
 
 

@@ -3,11 +3,12 @@
 `up` starts anvil detached from this process (its pid file and log live in the
 state directory), deploys every contract with the dev accounts in their roles,
 and writes deployment.json; `down` stops it (and its state is gone); `status`
-says whether it runs. `deploy` puts the protocol on any other chain (Base
-Sepolia) with a key from the keystore and writes the deployment file that every
-other command reads. `mint` and `fund` are a test network's faucet and its
-reward budget. Every check that needs no transaction runs before the first one.
-Heavy imports (web3) happen inside the commands so `swarmrl --help` stays fast.
+says whether it runs; `advance` moves a local anvil's clock. `deploy` puts the
+protocol on any other chain (Base Sepolia) with a key from the keystore and writes
+the deployment file that every other command reads. `mint` and `fund` are a test
+network's faucet and its reward budget. Every check that needs no transaction
+runs before the first one. Heavy imports (web3) happen inside the commands so
+`swarmrl --help` stays fast.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ PID_FILE_BYTES = 64
 # here too because --help is built before web3 (and so swarmrl.chain.deploy) loads.
 MAX_TOKENS_TEXT = "10^59"
 DEV_TOKENS = 10_000
+# deploy.ProtocolParams' defaults, written here too because --help is built before web3
+# (and so swarmrl.chain.deploy) loads; a test holds them equal.
+DEV_INVALIDATION_WINDOW = 600
+DEV_UNBONDING_PERIOD = 3600
+# A year: how far `advance` moves the clock at most.
+MAX_ADVANCE_SECONDS = 365 * 24 * 3600
+# The local chain mines a block at least this often, so that its clock (windows, unbonding)
+# follows the wall clock while no transaction is sent.
+LOCAL_BLOCK_SECONDS = 1
 DEV_POOL_FUNDING = 100_000
 
 StateDir = typer.Option(
@@ -119,6 +129,13 @@ def _check_state_folder(state_dir: Path) -> None:
 def up(
     state_dir: Path | None = StateDir,
     run: str = typer.Option("dev", "--run", help="Run name or 0x-prefixed bytes32 run id."),
+    invalidation_window: int = typer.Option(
+        DEV_INVALIDATION_WINDOW,
+        "--invalidation-window",
+        min=60,
+        max=DEV_UNBONDING_PERIOD,
+        help="Seconds recorded work stays slashable before it can be claimed.",
+    ),
 ) -> None:
     """Start anvil in the background on 127.0.0.1 and deploy the protocol."""
     state_dir = state_dir or default_state_dir()
@@ -130,6 +147,7 @@ def up(
             DEV_TREASURY,
             DEV_VALIDATOR,
             TOKEN,
+            ProtocolParams,
             deploy_dev,
             run_id_from_name,
             write_deployment,
@@ -137,6 +155,9 @@ def up(
         from swarmrl.chain.errors import ChainError
         from swarmrl.chain.paths import exclusive_use
 
+        params = ProtocolParams.checked(
+            unbonding_period=DEV_UNBONDING_PERIOD, invalidation_window=invalidation_window
+        )
         run_id = run_id_from_name(run)
         _check_state_folder(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +167,9 @@ def up(
                     f"a chain is already running from {state_dir} (pid {pid}); "
                     "run `swarmrl chain down` first"
                 )
-            anvil = Anvil.start(log_path=state_dir / LOG_FILE, detached=True)
+            anvil = Anvil.start(
+                log_path=state_dir / LOG_FILE, detached=True, block_seconds=LOCAL_BLOCK_SECONDS
+            )
             try:
                 (state_dir / PID_FILE).write_text(f"{anvil.pid}\n")
                 deployment = deploy_dev(
@@ -154,6 +177,7 @@ def up(
                     run_id=run_id,
                     tokens_each=DEV_TOKENS * TOKEN,
                     pool_funding=DEV_POOL_FUNDING * TOKEN,
+                    params=params,
                 )
                 path = state_dir / DEPLOYMENT_FILE
                 write_deployment(path, deployment)
@@ -231,6 +255,39 @@ def status(
         typer.echo(f"deployment: {state_dir / DEPLOYMENT_FILE}")
         for name, address in deployment.contracts.model_dump().items():
             typer.echo(f"  {name:18} {address}")
+
+
+@chain_app.command()
+def advance(
+    seconds: int = typer.Argument(
+        ..., min=1, max=MAX_ADVANCE_SECONDS, help="How far to move the clock, in seconds."
+    ),
+    deployment: Path | None = DeploymentFile,
+) -> None:
+    """Move a local chain's clock forward, as the demo does to end an invalidation window
+    at once; anvil on this machine only (no other chain's clock can be moved)."""
+    with _one_sentence_errors():
+        from swarmrl.chain.anvil import increase_time, is_anvil, is_loopback
+        from swarmrl.chain.deploy import load_deployment
+        from swarmrl.chain.errors import ChainConfigError
+        from swarmrl.chain.protocol import Protocol
+        from swarmrl.times import date_time, duration
+
+        loaded = load_deployment(deployment)
+        refusal = ChainConfigError(
+            f"the chain at {loaded.rpc_url} is not an anvil on this machine; "
+            "only a local chain's clock can be moved"
+        )
+        if not is_loopback(loaded.rpc_url):  # refused before anything is sent there
+            raise refusal
+        chain = Protocol.connect(loaded)
+        if not is_anvil(chain.w3):
+            raise refusal
+        increase_time(chain.w3, seconds)
+        typer.echo(
+            f"moved the chain's clock {duration(seconds)} ahead: "
+            f"it reads {date_time(chain.chain_time())}"
+        )
 
 
 @chain_app.command("deploy")

@@ -27,7 +27,7 @@ from swarmrl.chain.artifacts import load_artifact
 from swarmrl.chain.deploy import Deployment, decoder
 from swarmrl.chain.errors import ChainConfigError, ChainError
 from swarmrl.chain.revert import revert_data_of
-from swarmrl.chain.tx import TxSender, TxSettings, with_rpc_retries
+from swarmrl.chain.tx import TxSender, TxSettings, chain_time, with_rpc_retries
 
 LOG_CHUNK_BLOCKS = 10_000  # public RPCs cap eth_getLogs ranges
 
@@ -141,7 +141,7 @@ class Protocol:
             data = revert_data_of(e)
             if data is None:
                 raise
-            raise self.decoder.decode(data, contract) from None
+            raise self.decoder.decode(data, contract, now=self.chain_time) from None
 
     # Domains: chain id and contract address of this deployment.
 
@@ -395,18 +395,14 @@ class Protocol:
     # Chain state and history.
 
     def chain_time(self) -> int:
-        """The latest block's timestamp (on anvil it moves with time travel, not the clock)."""
-        block = with_rpc_retries(lambda: self.w3.eth.get_block("latest"), what="latest block")
-        return int(block["timestamp"])
+        """The chain's clock as the next block will read it (see tx.chain_time)."""
+        return chain_time(self.w3)
 
     def history(
         self, account: str, *, from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
     ) -> list[ChainEvent]:
-        """Every protocol event naming `account` in any address argument, oldest first.
-
-        Logs are fetched `chunk` blocks at a time from the deploy block (or
-        `from_block`), since public RPCs limit eth_getLogs ranges.
-        """
+        """Every protocol event naming `account` in any address argument, oldest first
+        (from the deploy block, or `from_block`)."""
         account = _cs(account)
         topics: dict[bytes, tuple[str, Any]] = {}
         for name, contract in self.contracts.items():
@@ -415,37 +411,69 @@ class Protocol:
                     continue
                 event = contract.events[item["name"]]()
                 topics[bytes(HexBytes(event.topic))] = (name, event)
+        addresses = [c.address for c in self.contracts.values()]
+        found: list[ChainEvent] = []
+        for log in self._logs({"address": addresses}, from_block, chunk):
+            if not log["topics"] or bytes(log["topics"][0]) not in topics:
+                continue
+            contract, event = topics[bytes(log["topics"][0])]
+            decoded = event.process_log(log)
+            args = dict(decoded["args"])
+            if not any(isinstance(v, str) and v == account for v in args.values()):
+                continue
+            found.append(
+                ChainEvent(
+                    block=log["blockNumber"],
+                    log_index=log["logIndex"],
+                    tx_hash="0x" + bytes(log["transactionHash"]).hex(),
+                    contract=contract,
+                    name=decoded["event"],
+                    args=args,
+                )
+            )
+        return sorted(found, key=lambda e: (e.block, e.log_index))
+
+    def event_types(self, contract: str, event: str) -> dict[str, str]:
+        """The ABI type of each argument of `contract`'s `event`, by name."""
+        for item in self.contracts[contract].abi:
+            if item.get("type") == "event" and item["name"] == event:
+                return {p["name"]: p["type"] for p in item["inputs"]}
+        raise KeyError(f"{contract} has no event {event}")
+
+    def recorded_epochs(self, node: str) -> list[int]:
+        """Every epoch the pool recorded work of `node` in (its WorkSubmitted events), in
+        order; claimed, invalidated or not."""
+        event = self.pool.events.WorkSubmitted()
+        logs = self._logs(
+            {"address": self.pool.address, "topics": [event.topic, None, _topic(node)]}
+        )
+        return sorted({int(event.process_log(log)["args"]["epoch"]) for log in logs})
+
+    def nodes_ever_of(self, provider: str) -> list[str]:
+        """Every node `provider` ever added (its NodeAdded events), in order, removed or not:
+        a removed node's recorded work is still the provider's to claim."""
+        event = self.registry.events.NodeAdded()
+        logs = self._logs(
+            {"address": self.registry.address, "topics": [event.topic, _topic(provider)]}
+        )
+        nodes = [to_checksum_address(event.process_log(log)["args"]["node"]) for log in logs]
+        return list(dict.fromkeys(nodes))
+
+    def _logs(
+        self, query: dict[str, Any], from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
+    ) -> list[Any]:
+        """The logs matching `query` from the deploy block (or `from_block`) to the latest,
+        fetched `chunk` blocks at a time, since public RPCs limit eth_getLogs ranges."""
         start = self.deployment.deploy_block if from_block is None else from_block
         end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
-        found: list[ChainEvent] = []
-        addresses = [c.address for c in self.contracts.values()]
+        logs: list[Any] = []
         for lo in range(start, end + 1, chunk):
             hi = min(end, lo + chunk - 1)
-            logs = with_rpc_retries(
-                lambda lo=lo, hi=hi: self.w3.eth.get_logs(
-                    {"fromBlock": lo, "toBlock": hi, "address": addresses}
-                ),
-                what="eth_getLogs",
+            window = {**query, "fromBlock": lo, "toBlock": hi}
+            logs += with_rpc_retries(
+                lambda window=window: self.w3.eth.get_logs(window), what="eth_getLogs"
             )
-            for log in logs:
-                if not log["topics"] or bytes(log["topics"][0]) not in topics:
-                    continue
-                contract, event = topics[bytes(log["topics"][0])]
-                decoded = event.process_log(log)
-                args = dict(decoded["args"])
-                if not any(isinstance(v, str) and v == account for v in args.values()):
-                    continue
-                found.append(
-                    ChainEvent(
-                        block=log["blockNumber"],
-                        log_index=log["logIndex"],
-                        tx_hash="0x" + bytes(log["transactionHash"]).hex(),
-                        contract=contract,
-                        name=decoded["event"],
-                        args=args,
-                    )
-                )
-        return sorted(found, key=lambda e: (e.block, e.log_index))
+        return logs
 
     def wait_until(self, timestamp: int, *, poll: float = 1.0) -> None:
         """Blocks until the chain's time reaches `timestamp` (real chains only move forward)."""
@@ -475,3 +503,8 @@ def require_contracts(w3: Web3, deployment: Deployment) -> None:
 
 def _cs(address: str) -> str:
     return to_checksum_address(address)
+
+
+def _topic(address: str) -> HexBytes:
+    """An indexed address argument as a log topic: left-padded to 32 bytes."""
+    return HexBytes(bytes(12) + bytes(HexBytes(_cs(address))))

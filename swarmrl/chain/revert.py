@@ -9,7 +9,8 @@ a hex blob. Error(string) and Panic(uint256) are the compiler's built-ins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from eth_abi import decode as abi_decode
 from eth_utils import keccak, to_checksum_address
 
 from swarmrl.chain.errors import RevertedError
+from swarmrl.times import moment
 
 ERROR_STRING_SELECTOR = bytes.fromhex("08c379a0")  # Error(string)
 PANIC_SELECTOR = bytes.fromhex("4e487b71")  # Panic(uint256)
@@ -58,6 +60,27 @@ def selector(signature: str) -> bytes:
     return keccak(text=signature)[:4]
 
 
+def _wall_clock() -> int:
+    return int(time.time())
+
+
+class _Clock:
+    """`now`, asked at most once; the wall clock if asking fails (the decoding of one
+    failure must not become another)."""
+
+    def __init__(self, now: Callable[[], int]) -> None:
+        self._now = now
+        self._read: int | None = None
+
+    def __call__(self) -> int:
+        if self._read is None:
+            try:
+                self._read = int(self._now())
+            except Exception:
+                self._read = _wall_clock()
+        return self._read
+
+
 class RevertDecoder:
     """Maps error selectors to names and argument types, per contract ABI."""
 
@@ -85,8 +108,12 @@ class RevertDecoder:
                 return errors[sel]
         return None
 
-    def decode(self, data: bytes, contract: str | None = None) -> RevertedError:
-        """A RevertedError whose message is one sentence naming the error and arguments."""
+    def decode(
+        self, data: bytes, contract: str | None = None, *, now: Callable[[], int] = _wall_clock
+    ) -> RevertedError:
+        """A RevertedError whose message is one sentence naming the error and arguments;
+        an argument that is a unix time is shown as a date and how far it is from `now`
+        (the chain's clock, asked only then)."""
         who = f"{contract} reverted" if contract else "the call reverted"
         if not data:
             return RevertedError(f"{who} without a reason", contract=contract, data=data)
@@ -115,8 +142,9 @@ class RevertDecoder:
             if spec is not None:
                 values = abi_decode(list(spec.types), body)
                 args = dict(zip(spec.names, values, strict=True))
+                clock = _Clock(now)
                 shown = ", ".join(
-                    f"{n}={_show(v, t)}"
+                    f"{n}={moment(v, clock()) if is_unix_time(n, t) else _show(v, t)}"
                     for n, v, t in zip(spec.names, values, spec.types, strict=True)
                 )
                 return RevertedError(
@@ -133,6 +161,14 @@ class RevertDecoder:
             contract=contract,
             data=data,
         )
+
+
+def is_unix_time(name: str, kind: str) -> bool:
+    """Whether a contract's error or event argument is a unix time, as the contracts
+    name them: `unlocksAt`, `effectiveAt`, `deadline`, `until`, `releaseTime`."""
+    return kind.startswith("uint") and (
+        name in ("deadline", "until", "releaseTime") or name.endswith("At")
+    )
 
 
 def _show(value: Any, kind: str) -> str:

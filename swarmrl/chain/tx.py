@@ -27,7 +27,13 @@ from eth_account.signers.local import LocalAccount
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract.contract import ContractFunction
-from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound, Web3RPCError
+from web3.exceptions import (
+    BlockNotFound,
+    ContractLogicError,
+    TimeExhausted,
+    TransactionNotFound,
+    Web3RPCError,
+)
 from web3.types import TxReceipt
 
 from swarmrl.chain.errors import (
@@ -100,6 +106,18 @@ def with_rpc_retries(
                 ) from None
             time.sleep(backoff * 2**attempt)
     raise AssertionError("unreachable")
+
+
+def chain_time(w3: Web3) -> int:
+    """The chain's clock as the next block will read it, the block a transaction sent
+    now lands in: the pending block's timestamp (an idle anvil mines no block, so its
+    latest one can stand long behind its clock), else the latest block's where the
+    node keeps no pending block."""
+    try:
+        block = with_rpc_retries(lambda: w3.eth.get_block("pending"), what="the pending block")
+    except (BlockNotFound, Web3RPCError):
+        block = with_rpc_retries(lambda: w3.eth.get_block("latest"), what="the latest block")
+    return int(block["timestamp"])
 
 
 def lock_dir() -> Path:
@@ -223,8 +241,12 @@ class TxSender:
         """
         params: dict[str, Any] = {"from": self.address, "value": value}
         if gas is None:
+            # Against the pending block, which the transaction lands in (geth's default;
+            # anvil's is the latest block, whose clock stands still on an idle chain).
             try:
-                estimate = self._retry(lambda: fn.estimate_gas(params), "eth_estimateGas")
+                estimate = self._retry(
+                    lambda: fn.estimate_gas(params, block_identifier="pending"), "eth_estimateGas"
+                )
             except (ContractLogicError, Web3RPCError) as e:
                 raise self._reverted(e, contract) from None
             gas = int(estimate * self.settings.gas_margin)
@@ -296,7 +318,7 @@ class TxSender:
     def _reverted(self, exc: Exception, contract: str) -> ChainError:
         data = revert_data_of(exc)
         if data is not None:
-            return self.decoder.decode(data, contract)
+            return self.decoder.decode(data, contract, now=lambda: chain_time(self.w3))
         if isinstance(exc, Web3RPCError):
             return ChainError(f"{contract}: the node rejected the call: {_rpc_message(exc)}")
         message = getattr(exc, "message", None) or str(exc)

@@ -110,9 +110,12 @@ def _store_folder(folder: Path, flag: str, command: str) -> Iterator[None]:
 
 def _check_multiaddrs(listen: str, bootstrap: list[str]) -> None:
     """One sentence in the user's terms for an address libp2p would refuse in its own
-    words, before anything is created or unlocked."""
+    words, or a listen port another process holds, before anything is created or
+    unlocked."""
     import multiaddr
     from libp2p.peer.peerinfo import info_from_p2p_addr
+
+    from swarmrl.p2p.ports import check_free
 
     try:
         names = [protocol.name for protocol in multiaddr.Multiaddr(listen).protocols()]
@@ -121,6 +124,7 @@ def _check_multiaddrs(listen: str, bootstrap: list[str]) -> None:
     # The shard server listens on the same IP over plain TCP.
     if names[:2] not in (["ip4", "tcp"], ["ip6", "tcp"]):
         raise ValueError(f"--listen {listen[:100]!r} is not a multiaddr like {LISTEN_EXAMPLE}")
+    check_free(listen)
     for peer in bootstrap:
         try:
             info_from_p2p_addr(multiaddr.Multiaddr(peer))

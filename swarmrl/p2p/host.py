@@ -49,7 +49,7 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
-from swarmrl.p2p import wire
+from swarmrl.p2p import ports, wire
 
 log = logging.getLogger("swarmrl.p2p")
 
@@ -122,6 +122,8 @@ class Host:
         topics: Sequence[str] = (),
         start_timeout: float = 30.0,
     ) -> None:
+        if listen is not None:
+            ports.check_free(listen)  # before libp2p, which would share the port or go on without
         self._key_pair = key_pair
         # None: listen nowhere, as a node behind NAT; it still dials out, and peers
         # reach it over the connections it opened.
@@ -135,6 +137,8 @@ class Host:
         self._thread.start()
         if not self._ready.wait(start_timeout):
             raise TimeoutError(f"the libp2p host did not start within {start_timeout:.0f} s")
+        if isinstance(self._failure, ports.ListenError):
+            raise self._failure
         if self._failure is not None:
             raise OSError(f"the libp2p host could not listen on {listen}: {self._failure}")
 
@@ -198,9 +202,24 @@ class Host:
             self._addrs = [
                 a if a.endswith(suffix) else a + suffix for a in map(str, self._host.get_addrs())
             ]
+            self._check_listening()
             self._ready.set()
             await self._stop.wait()
             self._nursery.cancel_scope.cancel()
+
+    def _check_listening(self) -> None:
+        """A host asked to listen listens, and alone on its port: py-libp2p goes on
+        listening nowhere when its bind fails, and shares the port with any process of
+        the same user (SO_REUSEPORT); see swarmrl.p2p.ports."""
+        if not self._listen:
+            return
+        listen = str(self._listen[0])
+        if not self._addrs:
+            ports.check_free(listen)  # the reason, if the port is still refused
+            raise ports.ListenError(f"cannot listen on {listen}")
+        for addr in self._addrs:
+            port = int(multiaddr.Multiaddr(addr).value_for_protocol("tcp"))
+            ports.check_sole_listener(listen, port)
 
     async def _handle_stream(self, stream: INetStream, spec: _Protocol, name: str) -> None:
         peer = str(stream.muxed_conn.peer_id)

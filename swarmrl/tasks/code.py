@@ -43,6 +43,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from swarmrl.tasks.format import answer_text
+
 logger = logging.getLogger(__name__)
 
 # A task may ask for more time than the default, but not for unbounded time.
@@ -108,14 +110,16 @@ class CodeResult:
 
 # --- extraction ---------------------------------------------------------------------------
 
-_THINK_END = "</think>"
 _FENCE = re.compile(r"^```[ \t]*([\w+-]*)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _PYTHON_LANGS = ("python", "python3", "py")
 
 
-def extract_code(text: str) -> str | None:
-    """The last ```python block after the last ``</think>``, else the last bare ``` block."""
-    final = text.rpartition(_THINK_END)[2]  # all of it when there is no </think>
+def extract_code(text: str, layout: Literal["code", "prime_rl_code"] = "code") -> str | None:
+    """The last ```python block after the reasoning, else the last bare ``` block (see
+    ``answer_text`` for where the reasoning ends, by task type)."""
+    final = answer_text(text, layout)
+    if final is None:
+        return None
     python, bare = None, None
     for m in _FENCE.finditer(final):
         lang = m.group(1).lower()
@@ -140,7 +144,7 @@ def verify_code(
     tests, time_limit = code_tests(verification_info, layout)
     if time_limit is not None:
         limits = replace(limits, wall_s=time_limit, cpu_s=max(1, math.ceil(time_limit)))
-    source = extract_code(completion)
+    source = extract_code(completion, layout)
     return source is not None and run_tests(source, tests, limits).passed
 
 

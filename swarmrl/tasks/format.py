@@ -14,6 +14,12 @@ it as a JSON string so that every task type fits one column. The task types:
 - ``reasoning_gym``: ``{"dataset": name, "entry": {...}}``, scored by that
   library's own ``score_answer``.
 
+Where a completion's answer is read depends on the task type (``answer_text``):
+INTELLECT-2's types (``verifiable_math``, ``prime_rl_code``) as INTELLECT-2's
+verifiers read them, after the first ``</think>`` (up to a second), and a
+completion without one, whose reasoning never ended, has no answer; our own
+types after the last ``</think>``, or all of a completion without one.
+
 INTELLECT-2's solve-rate column ``solve_rate_qwen_r1_distill_7b`` is read as
 ``solve_rate``; other extra columns are ignored. Files are parquet
 (``.parquet``) or JSON lines (``.jsonl``), chosen by suffix.
@@ -35,6 +41,11 @@ from swarmrl.schema import Strict
 
 TaskType = Literal["math", "code", "verifiable_math", "prime_rl_code", "reasoning_gym"]
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)
+# The end of a completion's reasoning; its answer follows.
+THINK_END = "</think>"
+# The task types of INTELLECT-2's dataset, whose verifiers read the answer only after
+# the reasoning ended: a completion without THINK_END scores 0 there.
+ENDED_REASONING_TYPES: frozenset[str] = frozenset({"verifiable_math", "prime_rl_code"})
 # Another dataset's name for a column of ours.
 COLUMN_ALIASES = {"solve_rate_qwen_r1_distill_7b": "solve_rate"}
 COLUMNS = ("problem_id", "task_type", "prompt", "verification_info", "solve_rate")
@@ -93,6 +104,17 @@ class Task(Strict):
 
         check_verification_info(task)
         return task
+
+
+def answer_text(completion: str, task_type: TaskType) -> str | None:
+    """The part of a completion its verifier reads the answer from, or None when it has
+    none by its task type's rule: for INTELLECT-2's types, the text after the first
+    ``</think>`` up to a second one (a completion whose reasoning never ended has no
+    answer); for ours, the text after the last ``</think>``, or all of it."""
+    if task_type in ENDED_REASONING_TYPES:
+        parts = completion.split(THINK_END, 2)
+        return parts[1] if len(parts) > 1 else None
+    return completion.rpartition(THINK_END)[2]
 
 
 def first_error(e: Exception) -> str:

@@ -2,9 +2,10 @@
 
 Parsing and comparing answers is HuggingFace's math-verify (LaTeX and plain
 expressions, fractions, decimals, intervals, sets, units, scientific notation).
-What it lacks is ours: the answer is the last ``\\boxed{}`` after the last
-``</think>``; a ground truth may be a number, a string in ``\\boxed{}`` or a list
-of either (any one matches); answers longer than ``MAX_ANSWER_CHARS`` are not
+What it lacks is ours: the answer is the last ``\\boxed{}`` after the reasoning
+(where that ends, by task type: ``swarmrl.tasks.format.answer_text``); a ground
+truth may be a number, a string in ``\\boxed{}`` or a list of either (any one
+matches); answers longer than ``MAX_ANSWER_CHARS`` are not
 read; a division by zero equals nothing; and every comparison runs in a worker
 process that is killed when it overruns its time limit, since sympy can take
 unbounded time and memory on tiny inputs (``9^{9^{9}}``) and math-verify's own
@@ -31,15 +32,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from swarmrl.tasks.format import TaskType, answer_text
+
 # Longer answers are not worth parsing.
 MAX_ANSWER_CHARS = 1000
 
-_THINK_END = "</think>"
+
+def extract_answer(text: str, task_type: TaskType = "math") -> str | None:
+    """The content of the last ``\\boxed{...}`` after the reasoning, or None (see
+    ``answer_text`` for where the reasoning ends, by task type)."""
+    final = answer_text(text, task_type)
+    return None if final is None else last_boxed(final)
 
 
-def extract_answer(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` after the last ``</think>``, or None."""
-    final = text.rpartition(_THINK_END)[2]  # all of it when there is no </think>
+def last_boxed(final: str) -> str | None:
+    """The content of the last complete ``\\boxed{...}`` in `final`, or None."""
     start = final.rfind("\\boxed")
     while start != -1:
         content = _braced_after(final, start + len("\\boxed"))
@@ -94,17 +101,23 @@ def ground_truths(verification_info: Any) -> list[str]:
                 "math verification_info needs a 'ground_truth': a non-empty string, "
                 "a finite number, or a non-empty list of them"
             )
-        boxed = extract_answer(item)
+        boxed = last_boxed(item)
         truths.append(boxed if boxed is not None else item)
     if not truths:
         raise ValueError("math verification_info has an empty 'ground_truth' list")
     return truths
 
 
-def verify_math(completion: str, verification_info: dict[str, Any], timeout_s: float = 2.0) -> bool:
+def verify_math(
+    completion: str,
+    verification_info: dict[str, Any],
+    timeout_s: float = 2.0,
+    *,
+    task_type: TaskType = "math",
+) -> bool:
     """Whether the completion's boxed final answer equals one of the task's ground truths."""
     truths = ground_truths(verification_info)
-    answer = extract_answer(completion)
+    answer = extract_answer(completion, task_type)
     return answer is not None and any(answers_match(answer, t, timeout_s) for t in truths)
 
 

@@ -14,8 +14,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from swarmrl.tasks.format import Task
-from swarmrl.tasks.math import MAX_ANSWER_CHARS, extract_answer
+from swarmrl.tasks.format import Task, answer_text
+from swarmrl.tasks.math import MAX_ANSWER_CHARS, last_boxed
 
 # Small enough for the embedded model's context and skills; simple scorers.
 DATASETS = ("basic_arithmetic", "chain_sum", "letter_counting")
@@ -91,8 +91,8 @@ def score(completion: str, info: dict[str, Any]) -> float:
     import reasoning_gym as rg
 
     check_info(info)
-    final = completion.rpartition("</think>")[2]
-    answer = extract_answer(final) if "\\boxed" in final else final.strip()
+    final = answer_text(completion, "reasoning_gym") or ""
+    answer = last_boxed(final) if "\\boxed" in final else final.strip()
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return 0.0
     value = rg.get_score_answer_fn(info["dataset"])(answer, info["entry"])

@@ -1,7 +1,9 @@
 """Rewards as INTELLECT-2 computes them: a task reward minus a length penalty.
 
 The task reward is the verifier's verdict for the task's type (binary for math
-and code, reasoning-gym's own score otherwise); the length penalty
+and code, reasoning-gym's own score otherwise), on the answer after the reasoning
+as that type reads it (``swarmrl.tasks.format.answer_text``: INTELLECT-2's types
+score a completion whose reasoning never ended 0, as INTELLECT-2 did); the length penalty
 (``swarmrl.tasks.length_penalty``, which nodes compute too) pulls a completion's
 length towards the thinking budget its node was given; ``choose_target_length``
 picks that budget from what the node can actually generate within the
@@ -49,7 +51,8 @@ def task_reward(task: Task, completion: str, *, sandboxed_code_only: bool = Fals
     saying so once. ValueError when the task's verification_info is malformed.
     """
     if task.task_type in MATH_TYPES:
-        return 1.0 if verify_math(completion, task.verification_info) else 0.0
+        verdict = verify_math(completion, task.verification_info, task_type=task.task_type)
+        return 1.0 if verdict else 0.0
     if task.task_type in CODE_TYPES:
         if sandboxed_code_only and code.sandbox_kind() != "bubblewrap":
             _say_code_is_unscored()

@@ -5,13 +5,14 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from eth_account import Account
 
 from swarmrl.chain.anvil import connect, is_anvil_pid, pid_running
-from swarmrl.chain.deploy import load_deployment
+from swarmrl.chain.deploy import load_deployment, write_deployment
 from swarmrl.chain.paths import exclusive_use
 
 from .conftest import ADMIN, VALIDATOR
@@ -44,15 +45,33 @@ def save_key(directory: Path, name: str, account) -> None:
 @pytest.mark.slow
 def test_up_status_down(tmp_path):
     state = str(tmp_path / "chain")
-    up = run("up", "--state-dir", state)
+    up = run("up", "--state-dir", state, "--invalidation-window", "60")
     try:
         assert up.returncode == 0, up.stderr
         assert "chain up: http://127.0.0.1:" in up.stdout
         deployment = load_deployment(tmp_path / "chain" / "deployment.json")
         assert f"deployment: {tmp_path / 'chain' / 'deployment.json'}" in up.stdout
         assert deployment.chain_id == 31337
+        assert deployment.params.invalidation_window == 60
         pid = int((tmp_path / "chain" / "anvil.pid").read_text())
-        assert connect(deployment.rpc_url).eth.get_code(deployment.contracts.compute_pool)
+        w3 = connect(deployment.rpc_url)
+        assert w3.eth.get_code(deployment.contracts.compute_pool)
+
+        # Idle, the local chain still mines, so its latest block's clock keeps up with the
+        # wall clock (contracts' views read it).
+        deployed = w3.eth.get_block("latest")["timestamp"]
+        _wait_until(
+            lambda: w3.eth.get_block("latest")["timestamp"] > deployed, "a later block while idle"
+        )
+
+        # `advance` moves it at once, as the demo does to end an invalidation window.
+        env = {**os.environ, "SWARMRL_CHAIN_DIR": state}
+        before = w3.eth.get_block("latest")["timestamp"]
+        advanced = run("advance", "600", env=env)
+        assert advanced.returncode == 0, advanced.stderr
+        now = w3.eth.get_block("latest")["timestamp"]
+        assert now >= before + 600
+        assert advanced.stdout.startswith("moved the chain's clock 10 min ahead: it reads ")
 
         status = run("status", "--state-dir", state, "--json")
         assert status.returncode == 0, status.stderr
@@ -79,6 +98,34 @@ def test_up_status_down(tmp_path):
     assert status.returncode == 1
     assert "no chain running" in status.stderr
     assert run("down", "--state-dir", state).stdout.startswith("no chain running")
+
+
+def _wait_until(condition, what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {limit:.0f} s"
+        time.sleep(0.1)
+
+
+def test_advance_refuses_a_chain_that_is_not_a_local_anvil(tmp_path, deployment, anvil):
+    remote = deployment.model_copy(update={"rpc_url": "https://sepolia.base.org"})
+    write_deployment(tmp_path / "remote.json", remote)
+    refused = one_error(run("advance", "60", "--deployment", str(tmp_path / "remote.json")))
+    assert refused == (
+        "error: the chain at https://sepolia.base.org is not an anvil on this machine; "
+        "only a local chain's clock can be moved"
+    )
+    # The command line is checked before any chain: exit 2.
+    assert run("advance", "0", "--deployment", str(tmp_path / "remote.json")).returncode == 2
+
+
+def test_chain_up_defaults_are_the_protocol_s():
+    from swarmrl.chain.cli import DEV_INVALIDATION_WINDOW, DEV_UNBONDING_PERIOD
+    from swarmrl.chain.deploy import ProtocolParams
+
+    defaults = ProtocolParams()
+    assert defaults.invalidation_window == DEV_INVALIDATION_WINDOW
+    assert defaults.unbonding_period == DEV_UNBONDING_PERIOD
 
 
 def test_down_ignores_a_stale_pid_file(tmp_path):

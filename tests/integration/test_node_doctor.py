@@ -215,7 +215,8 @@ def test_a_listen_port_in_use_fails_inbound_and_outbound_only_passes(tmp_path):
     assert found["inbound"] == Check(
         "inbound",
         False,
-        f"cannot listen on {listen} (address already in use); choose another port, or set "
+        f"cannot listen on {listen}: another process already listens on port {port} of "
+        "127.0.0.1; choose another port (0: any free one), or stop that process, or set "
         'listen = "none" to work outbound only',
     )
 

@@ -21,17 +21,18 @@ def test_tasks_check_reproduces_each_verdict(tmp_path):
     completions = DATA / "intellect2_completions.jsonl"
     out = swarmrl("tasks", "check", "--tasks", INTELLECT2, "--completions", completions)
     lines = out.stdout.splitlines()
+    # The last two are right but never close their reasoning: INTELLECT-2 scored them 0.
     assert [line.split(": ")[1].split()[0] for line in lines[:-1]] == [
-        "pass", "fail", "pass", "pass", "pass", "pass", "fail", "pass", "fail",
+        "pass", "fail", "pass", "pass", "pass", "pass", "fail", "pass", "fail", "fail", "fail",
     ]  # fmt: skip
-    assert lines[-1] == "6 of 9 completions pass; mean reward 0.6667"
+    assert lines[-1] == "6 of 11 completions pass; mean reward 0.5455"
     as_json = json.loads(
         swarmrl(
             "tasks", "check", "--tasks", INTELLECT2, "--json",
             "--completions", completions,
         ).stdout
     )  # fmt: skip
-    assert as_json["summary"] == {"completions": 9, "passed": 6, "mean_reward": 6 / 9}
+    assert as_json["summary"] == {"completions": 11, "passed": 6, "mean_reward": 6 / 11}
 
     unknown = tmp_path / "c.jsonl"
     unknown.write_text('{"problem_id": "nope", "completion": "x"}\n')

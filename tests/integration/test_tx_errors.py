@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -24,6 +25,20 @@ ABI = [
     },
     {"type": "error", "name": "NotProvider", "inputs": [{"name": "account", "type": "address"}]},
     {"type": "error", "name": "NothingToWithdraw", "inputs": []},
+    {
+        "type": "error",
+        "name": "WindowOpen",
+        "inputs": [
+            {"name": "epoch", "type": "uint64"},
+            {"name": "node", "type": "address"},
+            {"name": "unlocksAt", "type": "uint256"},
+        ],
+    },
+    {
+        "type": "error",
+        "name": "ConsentExpired",
+        "inputs": [{"name": "deadline", "type": "uint256"}],
+    },
 ]
 OTHER = [{"type": "error", "name": "BadSignature", "inputs": []}]
 DECODER = RevertDecoder({"StakeManager": ABI, "ComputePool": OTHER})
@@ -43,6 +58,42 @@ def test_addresses_are_checksummed_and_nested_errors_found():
     data = selector("NotProvider(address)") + encode(["address"], [who])
     assert str(DECODER.decode(data, "ComputePool")) == (
         f"ComputePool reverted: NotProvider(account={Web3.to_checksum_address(who)})"
+    )
+
+
+def test_unix_times_are_dates_and_how_far_from_the_chain_s_clock():
+    window_open = selector("WindowOpen(uint64,address,uint256)")
+    data = window_open + encode(["uint64", "address", "uint256"], [3, ADDRESS, 1795658956])
+    error = DECODER.decode(data, "ComputePool", now=lambda: 1795658956 - 599)
+    assert str(error) == (
+        f"ComputePool reverted: WindowOpen(epoch=3, node={ADDRESS}, "
+        "unlocksAt=2026-11-26 02:09:16 UTC (in 9 min 59 s))"
+    )
+    assert error.args_by_name["unlocksAt"] == 1795658956  # the number itself, for callers
+    expired = selector("ConsentExpired(uint256)") + encode(["uint256"], [1795658956])
+    assert str(DECODER.decode(expired, "X", now=lambda: 1795658956 + 3 * 3600 + 120)) == (
+        "X reverted: ConsentExpired(deadline=2026-11-26 02:09:16 UTC (3 h 2 min ago))"
+    )
+    # Beyond any calendar: the number as it is.
+    beyond = selector("ConsentExpired(uint256)") + encode(["uint256"], [2**255])
+    assert str(DECODER.decode(beyond, "X", now=lambda: 0)) == (
+        f"X reverted: ConsentExpired(deadline={2**255})"
+    )
+    # Amounts are not times, whatever the clock.
+    stake = selector("InsufficientStake(uint256,uint256)") + encode(["uint256"] * 2, [0, 5])
+    assert "available=0, requested=5" in str(DECODER.decode(stake, "StakeManager", now=lambda: 9))
+
+
+def test_a_clock_that_fails_gives_way_to_the_wall_clock():
+    def unreachable() -> int:
+        raise RpcUnavailableError("the RPC endpoint did not answer")
+
+    later = int(time.time()) + 3 * 86400 + 7200 + 30  # 3 d 2 h ahead, give or take a second
+    data = selector("ConsentExpired(uint256)") + encode(["uint256"], [later])
+    assert re.fullmatch(
+        r"X reverted: ConsentExpired\(deadline=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC "
+        r"\(in 3 d 2 h\)\)",
+        str(DECODER.decode(data, "X", now=unreachable)),
     )
 
 

@@ -76,10 +76,15 @@ def test_stake_unstake_withdraw_story(wallet, w3, deployment):
     when = datetime.fromtimestamp(released, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     early = wallet("withdraw", "provider")
     assert early.returncode == 1
-    assert early.stderr.strip() == (
-        f"error: nothing to withdraw yet: 50 of your 50 unbonding becomes withdrawable at "
-        f"{when} (in 1 h, by the chain's clock)"
-    )
+    # The chain's clock is the next block's, which follows the wall clock since the unstake.
+    assert re.fullmatch(
+        re.escape(
+            f"error: nothing to withdraw yet: 50 of your 50 unbonding becomes withdrawable at "
+            f"{when} "
+        )
+        + r"\(in (1 h|59 min \d+ s), by the chain's clock\)",
+        early.stderr.strip(),
+    ), early.stderr
     anvil_mod.increase_time(w3, deployment.params.unbonding_period - 90)
     anvil_mod.mine(w3)
     # Anvil's clock also moves with the wall clock between blocks: seconds vary.
@@ -182,6 +187,65 @@ def test_unstake_says_what_holds_the_stake_back(wallet, protocol, accounts, w3, 
     anvil_mod.increase_time(w3, deployment.params.invalidation_window)
     anvil_mod.mine(w3)
     assert wallet("unstake", "provider", "150").returncode == 0
+
+
+def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
+    wallet, protocol, accounts, w3, deployment
+):
+    """The README's claim commands on an idle local chain: the window ends by the chain's
+    clock with no block mined, and the claim goes through."""
+    assert wallet("stake", "provider", "150").returncode == 0
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = protocol.as_account(provider)
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.join_pool(node.address)
+    recorder = protocol.as_account(accounts[RECORDER])
+    recorder.submit_work(3, node.address, 2, bytes(32))
+    recorder.submit_work(4, node.address, 1, bytes(32))
+    unit = deployment.params.reward_per_unit / 10**18
+
+    listed = wallet("claimable", "provider")
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()
+    assert [r.split("  ")[:3] for r in rows[:2]] == [
+        [f"node {node.address}", "epoch 3", f"{2 * unit:g}"],
+        [f"node {node.address}", "epoch 4", f"{unit:g}"],
+    ]
+    assert all(re.search(r"pending — claimable in (10 min|9 min \d+ s)$", r) for r in rows[:2])
+    assert rows[2].startswith("claimable now: 0 ")
+    early = wallet("claim", "provider", "--node", node.address)
+    assert early.returncode == 1
+    assert re.fullmatch(
+        r"error: nothing to claim yet: epoch 3 becomes claimable at \d{4}-\d\d-\d\d "
+        r"\d\d:\d\d:\d\d UTC \(in (10 min|9 min \d+ s), by the chain's clock\)\n",
+        early.stderr,
+    ), early.stderr
+
+    latest = w3.eth.block_number
+    anvil_mod.increase_time(w3, deployment.params.invalidation_window + 1, mine_block=False)
+    assert w3.eth.block_number == latest  # idle: no block carries the new time yet
+    listed = wallet("claimable", "provider", "--node", node.address).stdout.splitlines()
+    assert [r.rsplit("  ", 1)[1] for r in listed[:2]] == ["claimable", "claimable"]
+    assert listed[2].startswith(f"claimable now: {3 * unit:g} ")
+
+    claimed = wallet("claim", "provider", "--node", node.address)
+    assert claimed.returncode == 0, claimed.stderr
+    assert claimed.stdout.strip() == f"claimed {3 * unit:g} for epochs 3, 4"
+    assert wallet("claimable", "provider").stdout.strip() == (
+        f"no unclaimed work is recorded for provider {provider.address}"
+    )
+    nothing = wallet("claim", "provider", "--node", node.address)
+    assert nothing.stderr.strip() == (
+        f"error: nothing to claim: no unclaimed work of node {node.address} is recorded"
+    )
+    # History in tokens and dates, not wei and unix times.
+    history = wallet("history", "provider").stdout
+    assert "StakeManager.Staked(provider=" in history
+    assert "amount=150 tokens)" in history
+    assert f"ComputePool.RewardClaimed(epoch=3, node={node.address}, " in history
+    assert f"amount={2 * unit:g} tokens)" in history
+    assert re.search(r"StakeLocked\(.*, until=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", history)
 
 
 @pytest.mark.parametrize("epoch", ["-1", str(2**64)])

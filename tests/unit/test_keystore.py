@@ -324,6 +324,15 @@ def test_wallet_without_a_password_source_fails_cleanly(tmp_path):
     assert out.returncode == 1
     assert "no password" in out.stderr
     assert not (tmp_path / "ks" / "node1.json").exists()
+    # `wallet import` in a script (no terminal) too: the README says $SWARMRL_PASSWORD.
+    key_file = tmp_path / "key.hex"
+    key_file.write_text("0x" + KEY.hex() + "\n")
+    out = wallet(tmp_path, "import", "staker", "--private-key-file", str(key_file), password=None)
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        "error: no password: pass --password-file or set SWARMRL_PASSWORD when not on a terminal"
+    )
+    assert not (tmp_path / "ks" / "staker.json").exists()
 
 
 def test_wallet_rejects_a_non_hex_private_key_file(tmp_path):

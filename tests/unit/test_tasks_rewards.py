@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.tasks.generators import demo_solution, demo_tasks
-from swarmrl.tasks import Task
+from swarmrl.tasks import Task, read_tasks
 from swarmrl.tasks.rewards import choose_target_length, task_reward
 
 CODE_TASK = Task(
@@ -31,6 +32,44 @@ def test_math_reward_is_binary():
 def test_code_reward_runs_the_program():
     assert task_reward(CODE_TASK, "```python\nprint(2 * int(input()))\n```") == 1.0
     assert task_reward(CODE_TASK, "```python\nprint(2 + int(input()))\n```") == 0.0
+
+
+# Rows of INTELLECT-2's dataset as published (tests/data).
+INTELLECT2 = {
+    t.problem_id: t
+    for t in read_tasks(Path(__file__).parents[1] / "data" / "intellect2_tasks.jsonl")
+}
+SUM_PROGRAM = "```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```"
+
+
+def test_intellect2_rows_score_0_when_the_reasoning_never_ended():
+    """INTELLECT-2's verifiers read the answer after </think> only: a completion that never
+    closed its reasoning scores 0, however right the answer in it."""
+    math_row, code_row = INTELLECT2["intellect2_math_1"], INTELLECT2["prime_rl_code_1"]
+    assert task_reward(math_row, r"<think>12 + 30 = 42</think> \boxed{42}") == 1.0
+    assert task_reward(math_row, r"<think>12 + 30 = 42, so \boxed{42}") == 0.0
+    assert task_reward(math_row, r"\boxed{42}") == 0.0
+    assert task_reward(code_row, f"<think>sum them</think>\n{SUM_PROGRAM}") == 1.0
+    assert task_reward(code_row, f"<think>sum them\n{SUM_PROGRAM}") == 0.0
+    # Our own types keep reading all of a completion without </think>.
+    ours = math_row.model_copy(update={"task_type": "math"})
+    assert task_reward(ours, r"\boxed{42}") == 1.0
+    our_code = Task(
+        problem_id="sum",
+        task_type="code",
+        prompt=code_row.prompt,
+        verification_info={"tests": [{"stdin": "3\n1 2 3\n", "stdout": "6\n"}]},
+    )
+    assert task_reward(our_code, SUM_PROGRAM) == 1.0
+
+
+def test_intellect2_rows_read_the_answer_before_a_second_think_end():
+    """INTELLECT-2 reads what follows the first </think>, up to a second one; ours reads
+    what follows the last."""
+    row = INTELLECT2["intellect2_math_1"]
+    twice = r"<think>a</think> \boxed{42} </think> \boxed{7}"
+    assert task_reward(row, twice) == 1.0
+    assert task_reward(row.model_copy(update={"task_type": "math"}), twice) == 0.0
 
 
 @pytest.mark.parametrize(
