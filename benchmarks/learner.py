@@ -24,14 +24,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from benchmarks.learner_settings import TARGET_LEN, LearnerSettings, Snapshot
+from benchmarks.learner_settings import LearnerSettings, Snapshot
 from orchestrator.evaluate import evaluate
 from orchestrator.pretrain import build_default_model
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.train_local.metrics import read_metrics
 from orchestrator.train_local.run import LocalRun, train_local
 from orchestrator.trainer import checkpoint as ckpt
-from orchestrator.trainer.loop import TrainerSettings
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
@@ -45,34 +44,18 @@ def run_ours(
 ) -> tuple[list[Snapshot], float]:
     """`swarmrl train local` with the benchmark's settings; its snapshots, and the
     fraction of its time the trainer waited for rollouts."""
-    trainer = TrainerSettings(
-        run="bench",
-        steps=1_000_000,
-        group_size=settings.group_size,
-        prompts_per_step=settings.prompts_per_step,
-        lr=settings.lr,
-        warmup_steps=settings.warmup_steps,
-        weight_decay=settings.weight_decay,
-        max_grad_norm=settings.max_grad_norm,
-        eps_low=settings.eps_low,
-        eps_high=settings.eps_high,
-        delta=settings.delta,
-        max_tokens=settings.max_completion_tokens,
-        temperature=settings.temperature,
-        seed=settings.seed,
-    )
     run = LocalRun(
         model=model_dir,
         tasks=tasks_file,
         out=out,
-        settings=trainer,
+        recipe=settings.recipe,
+        run="bench",
         minutes=max_seconds / 60,
-        target_len=TARGET_LEN,
         device="cpu",
     )
     train_local(run, say=lambda text: None)
     rows = read_metrics(out / "metrics.jsonl")
-    per_step = settings.prompts_per_step * settings.group_size
+    per_step = settings.recipe.prompts_per_step * settings.recipe.group_size
     snapshots = [Snapshot(0, 0.0, 0, ckpt.step_dir(out, 0))]
     snapshots += [
         Snapshot(r["step"], r["elapsed"], r["step"] * per_step, ckpt.step_dir(out, r["step"]))
@@ -86,7 +69,7 @@ def run_ours(
 def held_out_reward(path: Path, tasks: list, settings: LearnerSettings) -> float:
     backend = TorchBackend(path, device="cpu")
     params = SamplingParams(
-        max_tokens=settings.max_completion_tokens, temperature=settings.temperature
+        max_tokens=settings.recipe.max_tokens, temperature=settings.recipe.temperature
     )
     return evaluate(backend, tasks, n=4, params=params, seed=0).mean_reward
 

@@ -6,7 +6,7 @@ reward, loss and optimizer settings as our learner. ``run_trl`` trains and saves
 a snapshot of the policy at step 0 and every ``settings.snapshot_every`` optimizer
 steps; the snapshots are evaluated later, on held-out tasks, by the benchmark.
 
-How each setting is held equal (``LearnerSettings`` field -> TRL argument):
+How each setting is held equal (``LearnerSettings.recipe`` field -> TRL argument):
 
 - prompts: each dataset row holds the conversation ``[{"role": "user", "content":
   budget_prompt(task.prompt, TARGET_LEN)}]``. TRL renders conversational prompts
@@ -35,7 +35,7 @@ How each setting is held equal (``LearnerSettings`` field -> TRL argument):
   bound on the ratio, INTELLECT-2's two-sided clip); ``loss_type="dr_grpo"`` (token
   losses summed and divided by sequences times ``max_completion_length``);
   ``beta=0.0`` (no KL term, no reference model); ``num_iterations=1``.
-- max_completion_tokens -> ``max_completion_length``; temperature -> ``temperature``;
+- max_tokens -> ``max_completion_length``; temperature -> ``temperature``;
   ``top_p=1.0``, ``top_k=0``; generation by ``model.generate`` (``use_vllm=False``).
 - float32 on the CPU (``use_cpu=True``, ``bf16=False``: TRL's default is bf16), no
   activation (gradient) checkpointing (TRL's default is on; our learner does not
@@ -133,19 +133,20 @@ def _check_prompts(trainer: Any, tokenizer: Any, tasks: list[Task], rows: list[d
 def _grpo_config(settings: LearnerSettings, out: Path, max_steps: int) -> Any:
     from trl import GRPOConfig
 
+    recipe = settings.recipe
     return GRPOConfig(
         output_dir=str(out / "trl"),
         # The batch: prompts_per_step groups of group_size, one optimizer step each.
-        num_generations=settings.group_size,
-        per_device_train_batch_size=settings.prompts_per_step * settings.group_size,
+        num_generations=recipe.group_size,
+        per_device_train_batch_size=recipe.prompts_per_step * recipe.group_size,
         gradient_accumulation_steps=1,
         steps_per_generation=1,
         num_iterations=1,
         shuffle_dataset=False,
         max_steps=max_steps,
         # Sampling.
-        max_completion_length=settings.max_completion_tokens,
-        temperature=settings.temperature,
+        max_completion_length=recipe.max_tokens,
+        temperature=recipe.temperature,
         top_p=1.0,
         top_k=0,
         use_vllm=False,
@@ -153,18 +154,18 @@ def _grpo_config(settings: LearnerSettings, out: Path, max_steps: int) -> Any:
         loss_type="dr_grpo",
         scale_rewards="none",
         beta=0.0,
-        epsilon=settings.eps_low,
-        epsilon_high=settings.eps_high,
-        delta=settings.delta,
+        epsilon=recipe.eps_low,
+        epsilon_high=recipe.eps_high,
+        delta=recipe.delta,
         # The optimizer and its schedule.
-        learning_rate=settings.lr,
+        learning_rate=recipe.lr,
         lr_scheduler_type="constant_with_warmup",
-        warmup_steps=settings.warmup_steps,
-        weight_decay=settings.weight_decay,
+        warmup_steps=recipe.warmup_steps,
+        weight_decay=recipe.weight_decay,
         optim="adamw_torch",
         adam_beta1=0.9,
         adam_beta2=0.999,
-        max_grad_norm=settings.max_grad_norm,
+        max_grad_norm=recipe.max_grad_norm,
         # The machine: float32 on the CPU.
         use_cpu=True,
         bf16=False,
@@ -172,7 +173,7 @@ def _grpo_config(settings: LearnerSettings, out: Path, max_steps: int) -> Any:
         activation_checkpointing=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
-        seed=settings.seed,
+        seed=recipe.seed,
         # Nothing but training: no integrations, checkpoints or evaluation.
         report_to="none",
         save_strategy="no",
@@ -205,7 +206,7 @@ def run_trl(
     # The environment variable only counts if huggingface_hub was not imported yet.
     huggingface_hub.constants.HF_HUB_OFFLINE = True
     torch.set_num_threads(os.cpu_count() or 1)
-    groups = settings.prompts_per_step
+    groups = settings.recipe.prompts_per_step
     if len(tasks) < groups:
         raise ValueError(f"{len(tasks)} tasks cannot fill a step of {groups} prompts")
     out.mkdir(parents=True, exist_ok=True)
@@ -237,7 +238,8 @@ def run_trl(
             model.save_pretrained(path)
             model.config.use_cache = training_use_cache
             tokenizer.save_pretrained(path)
-            snapshots.append(Snapshot(step, seconds, step * groups * settings.group_size, path))
+            size = settings.recipe.group_size
+            snapshots.append(Snapshot(step, seconds, step * groups * size, path))
             self.saving += time.perf_counter() - began
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -37,7 +37,9 @@ from typing import Any
 
 from orchestrator.pretrain import build_default_model
 from orchestrator.tasks.generators import demo_tasks
+from orchestrator.train_local.cli import recipe_argv
 from orchestrator.train_local.metrics import read_metrics
+from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.local_swarm import (
     SWARMRL,
     make_swarm,
@@ -51,16 +53,9 @@ from swarmrl.models.files import default_models_dir
 from swarmrl.tasks import write_tasks
 
 NODES = 3
-RECIPE = {
-    "group_size": 8,
-    "prompts_per_step": 4,
-    "max_tokens": 64,
-    "lr": 3e-4,
-    "steps": 100_000,
-}
+RECIPE = GRPORecipe(group_size=8, prompts_per_step=4, max_tokens=64, lr=3e-4, steps=100_000)
 # The orchestrator's default, and one order per step as one batch per step in local.
 PROMPTS_PER_ORDER = 4
-TARGET_LEN = 128
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -110,16 +105,14 @@ def run_local(model: Path, tasks: Path, out: Path, seconds: float) -> float:
 
     args = [
         SWARMRL, "train", "local", "--model", model, "--tasks", tasks, "--out", out,
-        "--workers", NODES, "--group-size", RECIPE["group_size"],
-        "--prompts-per-step", RECIPE["prompts_per_step"], "--max-tokens", RECIPE["max_tokens"],
-        "--lr", RECIPE["lr"], "--steps", RECIPE["steps"], "--minutes", seconds / 60,
+        "--workers", NODES, "--minutes", seconds / 60, *recipe_argv(RECIPE),
     ]  # fmt: skip
     subprocess.run([str(a) for a in args], check=True, capture_output=True, timeout=seconds + 600)
     rows = read_metrics(out / "metrics.jsonl")
     batches = 0
     for stats in (out / "samplers").glob("*.json"):
         batches += json.loads(stats.read_text())["batches"]
-    rollouts = batches * RECIPE["prompts_per_step"] * RECIPE["group_size"]
+    rollouts = batches * RECIPE.prompts_per_step * RECIPE.group_size
     return rollouts / max(rows[-1]["elapsed"], 1e-9)
 
 
@@ -137,8 +130,7 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
             tasks=tasks,
             data_dir=data,
             prompts_per_assignment=PROMPTS_PER_ORDER,
-            target_len=TARGET_LEN,
-            **RECIPE,
+            **RECIPE.model_dump(),
         )
         log = root / "orchestrator.log"
         orchestrator = swarm.start(

@@ -23,9 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 # Block name -> (module, settings class) rendered by swarmrl.settings_toml.reference_markdown.
+# orchestrator.toml's keys are two tables: the service's own, and the training recipe's,
+# which are `train local`'s options too.
 BLOCKS = {
     "node settings": ("client.node.settings", "NodeSettings"),
-    "orchestrator settings": ("orchestrator.service.settings", "OrchestratorSettings"),
+    "orchestrator settings": ("orchestrator.service.settings", "ServiceSettings"),
+    "training recipe": ("orchestrator.trainer.recipe", "GRPORecipe"),
 }
 
 _BLOCK = re.compile(

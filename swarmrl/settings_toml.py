@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -163,7 +163,7 @@ def template(model_cls: type[SwarmrlSettings]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reference_markdown(model_cls: type[SwarmrlSettings]) -> str:
+def reference_markdown(model_cls: type[BaseModel]) -> str:
     """A markdown table: key | default | description, one row per key."""
     rows = ["| key | default | description |", "| --- | --- | --- |"]
     for key, field in model_cls.model_fields.items():
@@ -274,7 +274,7 @@ def _sentence(
     where = _source_of((key,), env, from_file, file)
     if error["type"] == "extra_forbidden":
         return f"{where}: unknown key {key!r}"
-    what = _problem(error, ctx)
+    what = problem(error, ctx)
     value = error["input"]
     return f"{where}: {key} {what}, got {_shown(value, from_env=key in env)}"
 
@@ -288,7 +288,9 @@ def _shown(value: Any, *, from_env: bool) -> str:
     return _cut(_toml_value(value) if _renderable(value) else str(value))
 
 
-def _problem(error: Any, ctx: dict[str, Any]) -> str:
+def problem(error: Any, ctx: dict[str, Any]) -> str:
+    """What is wrong with a value, from pydantic's ``error`` and its ``ctx``, in the words
+    of these sentences ("must be at least 2"), for whoever reports it."""
     kind = error["type"]
     bounds = {
         "greater_than_equal": ("at least", "ge"),

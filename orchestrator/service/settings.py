@@ -1,21 +1,21 @@
 """The orchestrator daemon's settings: ``orchestrator.toml`` and ``SWARMRL_*``.
 
-Every knob of the trainer (``orchestrator.trainer.loop.TrainerSettings``) is a key here
-too, with the same default; ``trainer_settings`` hands them over. Read with
-``swarmrl.settings_toml.load_settings(OrchestratorSettings, path)``.
+The service's own keys (files, keys, network, processes, validation, nodes and epochs)
+and, beside them in the same file, every key of the training recipe
+(``orchestrator.trainer.recipe.GRPORecipe``), which the trainer takes as it is. Read
+with ``swarmrl.settings_toml.load_settings(OrchestratorSettings, path)``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.chain.paths import deployment_path
-from swarmrl.cli_options import MAX_SEED
 from swarmrl.files import data_dir
 from swarmrl.models.files import default_models_dir
 from swarmrl.settings_toml import (
@@ -26,9 +26,6 @@ from swarmrl.settings_toml import (
     heading,
     split_commas,
 )
-
-if TYPE_CHECKING:
-    from orchestrator.trainer.loop import TrainerSettings
 
 DAY = 24 * 3600
 
@@ -43,10 +40,9 @@ def _default_keystore_dir() -> Path:
     return default_dir()
 
 
-class OrchestratorSettings(SwarmrlSettings):
-    """Settings of the swarmrl orchestrator (`swarmrl orchestrator run --config FILE`).
-
-    The defaults run a small swarm on one laptop against `swarmrl chain up`."""
+class ServiceSettings(SwarmrlSettings):
+    """The orchestrator service's own keys; OrchestratorSettings adds the training
+    recipe's."""
 
     # -- files ---------------------------------------------------------------------
     model: Path = Field(
@@ -110,67 +106,13 @@ class OrchestratorSettings(SwarmrlSettings):
         "(in the environment: separated by commas).",
     )
 
-    # -- the recipe (trainer keys included) ------------------------------------------
-    steps: int = Field(
-        100,
-        ge=1,
-        le=10_000_000,
-        description="Policy steps to train.",
-        json_schema_extra=heading("Training run"),
-    )
-    group_size: int = Field(8, ge=2, le=1024, description="Completions sampled per task.")
-    prompts_per_step: int = Field(
-        16, ge=1, le=100_000, description="Tasks (groups) per optimizer step."
-    )
-    prompts_per_assignment: int = Field(
-        4, ge=1, le=10_000, description="Tasks in one assignment given to a node."
-    )
-    async_level: int = Field(
-        2,
-        ge=0,
-        le=1000,
-        description="How many steps behind the trainer a node's policy may be.",
-    )
-    max_tokens: int = Field(128, ge=1, le=65_536, description="Longest completion, in tokens.")
-    target_len: int = Field(
-        128,
-        ge=1,
-        le=65_536,
-        description="Thinking budget of a node whose speed is not known yet; known speeds "
-        "earn budgets that fit the assignment's deadline.",
-    )
-    temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (1: off).")
-    lr: float = Field(1e-4, gt=0, le=1, description="Peak learning rate (AdamW).")
-    warmup_steps: int = Field(
-        5, ge=0, le=10_000_000, description="Steps of linear learning-rate warm-up."
-    )
-    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
-    max_grad_norm: float = Field(0.1, gt=0, description="Gradient norm clip.")
-    eps_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below: ratio >= 1 - eps_low.")
-    eps_high: float = Field(0.2, ge=0, description="PPO clip above: ratio <= 1 + eps_high.")
-    delta: float = Field(
-        4.0,
-        ge=1,
-        description="Dual clip: the ratio's bound where the advantage is negative; "
-        "at least 1 + eps_high.",
-    )
-    advantage_scale: Literal["none", "std"] = Field(
-        "none", description="Advantages divided by the group's std (std) or not (none)."
-    )
-    ratio_against: Literal["sampler", "trainer"] = Field(
-        "sampler",
-        description="The importance ratio's denominator: the sampler's log-probabilities "
-        "or the trainer's recomputed ones.",
-    )
-    kl_coef: float = Field(0.0, ge=0, description="k3 KL penalty to the starting model (0: off).")
-    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: off).")
-    micro_batch: int = Field(
-        32, ge=1, le=65_536, description="Sequences per forward/backward pass."
-    )
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the trainer's random state.")
+    # -- processes -----------------------------------------------------------------
     threads: int = Field(
-        0, ge=0, le=1024, description="CPU threads per process (0: chosen from the cores)."
+        0,
+        ge=0,
+        le=1024,
+        description="CPU threads per process (0: chosen from the cores).",
+        json_schema_extra=heading("Processes"),
     )
     device: str = Field(
         "cpu", description="torch device of the trainer and validator: cpu, cuda:N."
@@ -210,12 +152,18 @@ class OrchestratorSettings(SwarmrlSettings):
     )
 
     # -- nodes and epochs -----------------------------------------------------------
+    prompts_per_assignment: int = Field(
+        4,
+        ge=1,
+        le=10_000,
+        description="Tasks in one assignment given to a node.",
+        json_schema_extra=heading("Nodes and epochs"),
+    )
     assignment_seconds: float = Field(
         300.0,
         gt=0,
         le=7 * DAY,
         description="Deadline of an assignment; unanswered, it goes to another node.",
-        json_schema_extra=heading("Nodes and epochs"),
     )
     heartbeat_seconds: float = Field(
         10.0, gt=0, le=3600, description="How often nodes send a heartbeat."
@@ -242,14 +190,6 @@ class OrchestratorSettings(SwarmrlSettings):
     def _listen(cls, value: str) -> str:
         return check_listen(value)
 
-    @field_validator("temperature", "top_p")
-    @classmethod
-    def _signable(cls, value: float) -> float:
-        # Work orders sign them as integer millionths.
-        if round(value * 1_000_000) / 1_000_000 != value:
-            raise ValueError("must be a multiple of 0.000001")
-        return value
-
     @field_validator("bootstrap", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
@@ -261,12 +201,7 @@ class OrchestratorSettings(SwarmrlSettings):
         return check_peers("bootstrap", value)
 
     @model_validator(mode="after")
-    def _consistent(self) -> OrchestratorSettings:
-        if self.delta < 1 + self.eps_high:
-            raise SettingError(
-                ("delta", "eps_high"),
-                f"delta must be at least 1 + eps_high = {1 + self.eps_high:g}, got {self.delta:g}",
-            )
+    def _heartbeats_before_gone(self) -> ServiceSettings:
         silent = self.silent_after * self.heartbeat_seconds
         if self.gone_after <= silent:
             raise SettingError(
@@ -276,9 +211,15 @@ class OrchestratorSettings(SwarmrlSettings):
             )
         return self
 
-    def trainer_settings(self, run: str) -> TrainerSettings:
-        """The trainer's knobs of this configuration, for the run ``run``."""
-        from orchestrator.trainer.loop import TrainerSettings  # torch
 
-        names = [f.name for f in dataclasses.fields(TrainerSettings) if f.name != "run"]
-        return TrainerSettings(run=run, **{name: getattr(self, name) for name in names})
+# The bases in this order put the service's keys first and the recipe's after them, in
+# the template and wherever else the fields are listed (pydantic lists the fields of the
+# last base first).
+class OrchestratorSettings(GRPORecipe, ServiceSettings):
+    """Settings of the swarmrl orchestrator (`swarmrl orchestrator run --config FILE`).
+
+    The defaults run a small swarm on one laptop against `swarmrl chain up`."""
+
+    def recipe(self) -> GRPORecipe:
+        """The training recipe of this configuration on its own, as the trainer takes it."""
+        return GRPORecipe(**{name: getattr(self, name) for name in GRPORecipe.model_fields})

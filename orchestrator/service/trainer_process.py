@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.train_local.metrics import MetricsLog, plot_metrics, read_metrics
-from orchestrator.trainer.loop import StepReport, TrainerSettings
+from orchestrator.trainer.loop import StepReport
+from orchestrator.trainer.recipe import GRPORecipe
 
 log = logging.getLogger("swarmrl.trainer")
 
@@ -27,7 +28,8 @@ class TrainerProcessConfig:
     run_dir: Path
     model: Path
     tasks_file: Path
-    settings: TrainerSettings
+    run: str
+    recipe: GRPORecipe
     threads: int
     device: str | None
     log_to_stderr: bool  # False while the terminal shows the live view
@@ -53,13 +55,14 @@ def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> Non
         config.run_dir,
         config.model,
         read_tasks(config.tasks_file),
-        config.settings,
+        config.recipe,
+        run=config.run,
         device=config.device or "cpu",
     )
     on_step = StepWriter(
-        config.run_dir, trainer.step, f"swarmrl orchestrator: run {config.settings.run[:10]}"
+        config.run_dir, trainer.step, f"swarmrl orchestrator: run {config.run[:10]}"
     )
-    log.info("trainer at step %d of %d", trainer.step, config.settings.steps)
+    log.info("trainer at step %d of %d", trainer.step, config.recipe.steps)
     try:
         trainer.train(
             should_stop=lambda: stop.is_set() or os.getppid() != parent_pid,

@@ -25,7 +25,8 @@ from orchestrator.train_local.metrics import MetricsLog, plot_metrics, read_metr
 from orchestrator.train_local.sampler import SamplerConfig, run_sampler, stats_path
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
-from orchestrator.trainer.loop import StepReport, Trainer, TrainerSettings
+from orchestrator.trainer.loop import StepReport, Trainer
+from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.files import write_atomically
 from swarmrl.tasks import read_tasks
 
@@ -60,10 +61,10 @@ class LocalRun:
     model: Path
     tasks: Path
     out: Path
-    settings: TrainerSettings
+    recipe: GRPORecipe
+    run: str = "local"  # the run id rollouts are written for
     minutes: float | None = None
     workers: int | None = None
-    target_len: int = 128
     backend: str = "torch"
     device: str | None = None
 
@@ -74,7 +75,9 @@ def check_run_dir(run: LocalRun) -> None:
     mine = _run_identity(run)
     if path.is_file():
         theirs = json.loads(path.read_text())
-        changed = sorted(k for k in mine if theirs.get(k) != mine[k])
+        # A key the recipe gained after the run began: the run had its default.
+        defaults = GRPORecipe().model_dump()
+        changed = sorted(k for k in mine if theirs.get(k, defaults.get(k)) != mine[k])
         if changed:
             raise ValueError(
                 f"{run.out} holds a run with other settings ({', '.join(changed)}); "
@@ -87,12 +90,11 @@ def check_run_dir(run: LocalRun) -> None:
 
 def _run_identity(run: LocalRun) -> dict[str, Any]:
     # steps and the time limit may change between sessions of one run; the recipe may not.
-    settings = {k: v for k, v in dataclasses.asdict(run.settings).items() if k != "steps"}
     return {
         "model": str(run.model.resolve()),
         "tasks": str(run.tasks.resolve()),
-        "target_len": run.target_len,
-        **settings,
+        "run": run.run,
+        **run.recipe.model_dump(exclude={"steps"}),
     }
 
 
@@ -115,7 +117,7 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
         f"threads: trainer {place.trainer_threads}, {place.workers} worker(s) x "
         f"{place.worker_threads}, on {len(os.sched_getaffinity(0))} cores"
     )
-    trainer = Trainer(run.out, run.model, tasks, run.settings, device=device)
+    trainer = Trainer(run.out, run.model, tasks, run.recipe, run=run.run, device=device)
     start_step = trainer.step
     if start_step:
         say(f"continuing {run.out} from step {start_step}")
@@ -185,20 +187,21 @@ class _Workers:
         self.processes: dict[str, Any] = {}
         self.restarts = 0
         self.spool = Spool(run.out / "rollouts")
-        s = run.settings
+        r = run.recipe
         self.configs = {
             name: SamplerConfig(
                 name=name,
                 run_dir=run.out,
                 tasks_file=run.tasks,
-                run=s.run,
-                group_size=s.group_size,
+                run=run.run,
+                group_size=r.group_size,
                 # A step's worth before filtering each, so a batch decodes in one go.
-                prompts_per_batch=s.prompts_per_step,
-                max_tokens=s.max_tokens,
-                temperature=s.temperature,
-                target_len=run.target_len,
-                seed=s.seed,
+                prompts_per_batch=r.prompts_per_step,
+                max_tokens=r.max_tokens,
+                temperature=r.temperature,
+                top_p=r.top_p,
+                target_len=r.target_len,
+                seed=r.seed,
                 start_counter=self.spool.next_counter(name, counters.get(name, -1)),
                 # Two unread batches each, plus the one in the making: with most groups
                 # filtered out a step reads about three batches, and workers that paused
@@ -280,7 +283,7 @@ class _Progress:
         self.tokens, self.generating, self.last = tokens, generating, now
         skipped = "" if report.applied else "  SKIPPED (non-finite loss or gradient)"
         self.say(
-            f"step {report.step:>4}/{self.run.settings.steps}  reward {report.task_reward:.3f}  "
+            f"step {report.step:>4}/{self.run.recipe.steps}  reward {report.task_reward:.3f}  "
             f"len {report.length:5.1f}  stale {report.staleness_mean:.1f}  "
             f"{rate:6.0f} tok/s  wait {report.seconds_waiting:4.1f}s  "
             f"train {report.seconds_training:4.1f}s{skipped}"

@@ -38,6 +38,7 @@ class SamplerConfig:
     prompts_per_batch: int
     max_tokens: int
     temperature: float
+    top_p: float
     target_len: int
     seed: int
     start_counter: int
@@ -98,7 +99,9 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
         time.sleep(0.05)
     model_dir = ckpt.step_dir(config.run_dir, step)
     backend = load_backend(config.backend, model_dir, device=config.device)
-    params = SamplingParams(max_tokens=config.max_tokens, temperature=config.temperature)
+    params = SamplingParams(
+        max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
+    )
     node = node_address(config.name)
     stats_file = stats_path(config.run_dir, config.name)
     stats_file.parent.mkdir(parents=True, exist_ok=True)

@@ -9,5 +9,7 @@
 - ``distributed``: the same step data-parallel with FSDP2 (NCCL or gloo).
 - ``feed``: rollout files from a spool, checked, with the data position.
 - ``checkpoint``: atomic per-step checkpoints with the resumable state.
-- ``loop``: the trainer loop that puts them together.
+- ``recipe``: every knob of the recipe, once (the daemon's settings and ``train local``'s
+  options are made from it).
+- ``loop``: the trainer loop that puts them together, by a recipe.
 """

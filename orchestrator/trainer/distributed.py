@@ -27,13 +27,9 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from orchestrator.trainer.loss import LossConfig
+from orchestrator.trainer.recipe import RatioAgainst
 from orchestrator.trainer.samples import Sample
-from orchestrator.trainer.step import (
-    TOKEN_WEIGHTED,
-    RatioAgainst,
-    StepResult,
-    accumulate_gradients,
-)
+from orchestrator.trainer.step import TOKEN_WEIGHTED, StepResult, accumulate_gradients
 
 
 def shard(model: torch.nn.Module) -> torch.nn.Module:

@@ -18,80 +18,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Expectations, RolloutFeed, Spool
-from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.optim import build_optimizer, lr_at
+from orchestrator.trainer.recipe import GRPORecipe
 from orchestrator.trainer.samples import staleness
-from orchestrator.trainer.step import RatioAgainst, check_ratio_against, train_step
+from orchestrator.trainer.step import train_step
 from swarmrl.models.checkpoint import load_tokenizer
 from swarmrl.tasks import Task
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainerSettings:
-    """The recipe's knobs. Defaults are INTELLECT-2's where it states them (clip 0.2,
-    delta 4, gradient norm 0.1, async level 2) and what the default model learns
-    with for the rest."""
-
-    run: str = "local"
-    steps: int = 100
-    async_level: int = 2
-    group_size: int = 8
-    prompts_per_step: int = 16
-    lr: float = 1e-4
-    warmup_steps: int = 5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 0.1
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    delta: float = 4.0
-    advantage_scale: Literal["none", "std"] = "none"
-    ratio_against: RatioAgainst = "sampler"
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    max_tokens: int = 128
-    temperature: float = 1.0
-    micro_batch: int = 32
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        checks = {
-            "steps": self.steps >= 1,
-            "async_level": self.async_level >= 0,
-            "group_size": self.group_size >= 2,
-            "prompts_per_step": self.prompts_per_step >= 1,
-            "lr": self.lr > 0,
-            "warmup_steps": self.warmup_steps >= 0,
-            "weight_decay": self.weight_decay >= 0,
-            "max_grad_norm": self.max_grad_norm > 0,
-            "max_tokens": self.max_tokens >= 1,
-            "temperature": self.temperature > 0,
-            "micro_batch": self.micro_batch >= 1,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"{name} is out of range: {getattr(self, name)!r}")
-        if self.advantage_scale not in ("none", "std"):
-            raise ValueError(f"advantage_scale must be none or std, not {self.advantage_scale!r}")
-        check_ratio_against(self.ratio_against)
-        self.loss_config()  # eps, delta and the coefficients are checked there
-
-    def loss_config(self) -> LossConfig:
-        # Dr. GRPO: a constant, sequences per step x longest completion allowed.
-        normalizer = self.prompts_per_step * self.group_size * self.max_tokens
-        return LossConfig(
-            normalizer=float(normalizer),
-            eps_low=self.eps_low,
-            eps_high=self.eps_high,
-            delta=self.delta,
-            kl_coef=self.kl_coef,
-            entropy_coef=self.entropy_coef,
-        )
 
 
 @dataclass(frozen=True)
@@ -128,19 +66,23 @@ class StepReport:
 
 
 class Trainer:
-    """The policy, its optimizer and its feed of rollouts, restored from the run directory."""
+    """The policy, its optimizer and its feed of rollouts, restored from the run directory;
+    it trains run ``run`` by ``recipe``."""
 
     def __init__(
         self,
         run_dir: Path,
         base_model: Path,
         tasks: list[Task],
-        settings: TrainerSettings,
+        recipe: GRPORecipe,
         *,
+        run: str,
         device: str = "cpu",
     ) -> None:
         self.run_dir = Path(run_dir)
-        self.settings = settings
+        self.recipe = recipe
+        self.run = run
+        self.loss_config = recipe.loss_config()
         ckpt.sweep_staging(self.run_dir)
         resume = ckpt.latest_step(self.run_dir)
         source = base_model if resume is None else ckpt.step_dir(self.run_dir, resume)
@@ -148,11 +90,9 @@ class Trainer:
         self.model = _load_model(source, device)
         # The KL term measures against the weights the run started from, frozen.
         self.reference = None
-        if settings.kl_coef > 0:
+        if recipe.kl_coef > 0:
             self.reference = _load_model(base_model, device).requires_grad_(False)
-        self.optimizer = build_optimizer(
-            self.model, lr=settings.lr, weight_decay=settings.weight_decay
-        )
+        self.optimizer = build_optimizer(self.model, lr=recipe.lr, weight_decay=recipe.weight_decay)
         state: dict[str, Any] = {}
         if resume is not None:
             state = ckpt.load_state(self.run_dir, resume)
@@ -165,19 +105,19 @@ class Trainer:
         self.feed = RolloutFeed(
             Spool(self.run_dir / "rollouts"),
             Expectations(
-                run=settings.run,
+                run=run,
                 tasks=by_id,
                 tokenizer=self.tokenizer,
                 vocab_size=self.model.config.vocab_size,
-                group_size=settings.group_size,
-                temperature=settings.temperature,
+                group_size=recipe.group_size,
+                temperature=recipe.temperature,
             ),
             position=saved_feed.get("position"),
         )
         self.feed.highest_counter.update(saved_feed.get("highest_counter", {}))
         self.feed.counts.update(saved_feed.get("counts", {}))
         if resume is None:
-            torch.manual_seed(settings.seed)
+            torch.manual_seed(recipe.seed)
             self._checkpoint()  # step 0, the policy samplers start from
 
     def train(
@@ -187,31 +127,31 @@ class Trainer:
         on_step: Callable[[StepReport], None],
         poll_seconds: float = 0.05,
     ) -> None:
-        """Train until ``settings.steps`` or until ``should_stop`` says so."""
-        s = self.settings
-        while self.step < s.steps and not should_stop():
+        """Train until ``recipe.steps`` or until ``should_stop`` says so."""
+        r = self.recipe
+        while self.step < r.steps and not should_stop():
             began = time.perf_counter()
 
             def wait() -> bool:
                 time.sleep(poll_seconds)
                 return not should_stop()
 
-            taken = self.feed.take(s.prompts_per_step, self.step, s.async_level, wait=wait)
+            taken = self.feed.take(r.prompts_per_step, self.step, r.async_level, wait=wait)
             if taken is None:
                 return
             waited = time.perf_counter() - began
-            samples = [x for g in taken.groups for x in g.samples(s.advantage_scale)]
-            lr = lr_at(self.step, base_lr=s.lr, warmup_steps=s.warmup_steps)
+            samples = [x for g in taken.groups for x in g.samples(r.advantage_scale)]
+            lr = lr_at(self.step, base_lr=r.lr, warmup_steps=r.warmup_steps)
             result = train_step(
                 self.model,
                 self.optimizer,
                 samples,
-                s.loss_config(),
+                self.loss_config,
                 lr=lr,
-                max_grad_norm=s.max_grad_norm,
-                temperature=s.temperature,
-                micro_batch=s.micro_batch,
-                ratio_against=s.ratio_against,
+                max_grad_norm=r.max_grad_norm,
+                temperature=r.temperature,
+                micro_batch=r.micro_batch,
+                ratio_against=r.ratio_against,
                 reference=self.reference,
             )
             trained = time.perf_counter() - began - waited
@@ -254,16 +194,14 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),
             "feed": self.feed.state(),
-            "run": self.settings.run,
+            "run": self.run,
         }
         ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
         self.feed.release()
 
     def _check_same_run(self, state: dict[str, Any]) -> None:
-        if state.get("run") != self.settings.run:
-            raise ValueError(
-                f"{self.run_dir} holds run {state.get('run')!r}, not {self.settings.run!r}"
-            )
+        if state.get("run") != self.run:
+            raise ValueError(f"{self.run_dir} holds run {state.get('run')!r}, not {self.run!r}")
 
 
 def _load_model(path: Path, device: str) -> torch.nn.Module:

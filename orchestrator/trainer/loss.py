@@ -18,10 +18,11 @@ tokens of short completions more.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
+
+from orchestrator.trainer.recipe import AdvantageScale
 
 # Keeps a group of identical rewards from dividing by zero when scaling by its std.
 STD_EPSILON = 1e-6
@@ -104,7 +105,7 @@ def grpo_loss(
     return loss, metrics
 
 
-def group_advantages(rewards: Tensor, scale: Literal["none", "std"] = "none") -> Tensor:
+def group_advantages(rewards: Tensor, scale: AdvantageScale = "none") -> Tensor:
     """One group's advantages: each reward minus the group's mean, and with ``scale="std"``
     divided by the group's sample standard deviation (plus a small epsilon), as
     INTELLECT-2 did. ``rewards`` are the full rewards (task reward minus length term)."""

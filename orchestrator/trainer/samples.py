@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from orchestrator.trainer.loss import group_advantages, keeps_group
+from orchestrator.trainer.recipe import AdvantageScale
 from swarmrl.rollouts.records import Rollout
 
 
@@ -51,7 +51,7 @@ class Group:
         failed has zero advantage on every completion once the length term is gone."""
         return keeps_group(torch.tensor(self.task_rewards()))
 
-    def samples(self, scale: Literal["none", "std"]) -> list[Sample]:
+    def samples(self, scale: AdvantageScale) -> list[Sample]:
         """The group's completions with their advantages (full rewards, centred)."""
         rewards = torch.tensor([r.reward for r in self.records], dtype=torch.float64)
         advantages = group_advantages(rewards, scale).tolist()

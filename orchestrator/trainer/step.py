@@ -19,18 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from orchestrator.trainer.batch import completion_logprobs, completion_logprobs_and_entropy
 from orchestrator.trainer.loss import LossConfig, grpo_loss
+from orchestrator.trainer.recipe import RatioAgainst
 from orchestrator.trainer.samples import Sample
 
 # The loss metrics averaged over tokens (an empty batch reports them as 0.0).
 TOKEN_WEIGHTED = ("clip_fraction", "delta_fraction", "ratio_mean")
-
-RatioAgainst = Literal["sampler", "trainer"]
 
 
 def check_ratio_against(value: str) -> None:

@@ -23,7 +23,7 @@ def readme():
     return (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("name", ["node settings", "orchestrator settings"])
+@pytest.mark.parametrize("name", ["node settings", "orchestrator settings", "training recipe"])
 def test_generated_block_matches_the_settings_model(reference, readme, name):
     assert reference.blocks(readme)[name] == reference.generated(name), (
         f"README.md's {name} reference differs from the settings model: run `make readme`"

@@ -2,7 +2,6 @@
 value one sentence naming the key and where it came from, and templates that load back
 to the defaults."""
 
-import dataclasses
 import os
 import re
 import tomllib
@@ -11,7 +10,7 @@ import pytest
 
 from client.node.settings import NodeSettings
 from orchestrator.service.settings import OrchestratorSettings
-from orchestrator.trainer.loop import TrainerSettings
+from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.settings_toml import load_settings, reference_markdown, template
 
 PEER = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
@@ -230,15 +229,13 @@ def test_the_reference_has_a_row_per_key():
 def test_trainer_settings_are_the_trainer_s_knobs(tmp_path):
     # Every knob of the trainer is a key, with the trainer's own default.
     defaults = OrchestratorSettings.model_fields
-    for field in dataclasses.fields(TrainerSettings):
-        if field.name != "run":
-            assert defaults[field.name].default == field.default, field.name
+    for name, field in GRPORecipe.model_fields.items():
+        assert defaults[name].default == field.default, name
 
     path = write(tmp_path, "lr = 0.0003\ngroup_size = 4\nkl_coef = 0.01\nsteps = 9\n")
-    trainer = load_settings(OrchestratorSettings, path).trainer_settings("run-a")
-    assert isinstance(trainer, TrainerSettings)
-    assert (trainer.run, trainer.lr, trainer.group_size, trainer.kl_coef, trainer.steps) == (
-        "run-a",
+    trainer = load_settings(OrchestratorSettings, path).recipe()
+    assert type(trainer) is GRPORecipe
+    assert (trainer.lr, trainer.group_size, trainer.kl_coef, trainer.steps) == (
         0.0003,
         4,
         0.01,

@@ -12,14 +12,15 @@ from orchestrator.service.trainer_process import StepWriter
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.train_local.metrics import read_metrics
 from orchestrator.trainer import checkpoint as ckpt
-from orchestrator.trainer.loop import Trainer, TrainerSettings
+from orchestrator.trainer.loop import Trainer
+from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.checkpoint import read_state_dict
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 
 TASKS = demo_tasks(6, seed=4)
-SETTINGS = TrainerSettings(
-    run="t", steps=2, group_size=4, prompts_per_step=2, max_tokens=8, lr=1e-3, warmup_steps=0
+SETTINGS = GRPORecipe(
+    steps=2, group_size=4, prompts_per_step=2, max_tokens=8, lr=1e-3, warmup_steps=0
 )
 
 
@@ -44,7 +45,7 @@ def _stop_when_idle():
 
 def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, backend):
     run_dir = tmp_path / "run"
-    trainer = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS)
+    trainer = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t")
     assert ckpt.steps_on_disk(run_dir) == [0]  # the policy samplers start from
     _spool_groups(backend, trainer, 0, TASKS[:4], step=0)
     _spool_groups(backend, trainer, 1, TASKS[4:6], step=0)
@@ -77,7 +78,7 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
     # The first file is used up and deleted; the second waits with both its groups.
     assert [p.name for p in trainer.feed.spool.read_files()] == ["w0-00000001.parquet"]
 
-    resumed = Trainer(run_dir, model_dirs[0], TASKS, TrainerSettings(**{**vars(SETTINGS)}))
+    resumed = Trainer(run_dir, model_dirs[0], TASKS, GRPORecipe(**dict(SETTINGS)), run="t")
     assert resumed.step == 2
     assert [(q.file, q.index) for q in resumed.feed.queue] == [
         ("w0-00000001.parquet", 0),
@@ -92,26 +93,25 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
 
 
 def test_a_stop_request_ends_the_loop_without_a_step(tmp_path, model_dirs):
-    trainer = Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS)
+    trainer = Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS, run="t")
     calls = itertools.count()
     trainer.train(should_stop=lambda: next(calls) > 3, on_step=pytest.fail)
     assert trainer.step == 0
 
 
 def test_a_run_directory_continues_only_its_own_run(tmp_path, model_dirs):
-    Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS)
-    other = TrainerSettings(**{**vars(SETTINGS), "run": "another"})
+    Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS, run="t")
     with pytest.raises(ValueError, match="holds run 't'"):
-        Trainer(tmp_path / "run", model_dirs[0], TASKS, other)
+        Trainer(tmp_path / "run", model_dirs[0], TASKS, SETTINGS, run="another")
 
 
 def test_a_half_written_checkpoint_is_never_loaded(tmp_path, model_dirs):
     run_dir = tmp_path / "run"
-    Trainer(run_dir, model_dirs[0], TASKS, SETTINGS)
+    Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t")
     staging = ckpt.checkpoints_dir(run_dir) / ".step_1.staging"
     staging.mkdir()
     (staging / "model.safetensors").write_bytes(b"half")
-    resumed = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS)
+    resumed = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t")
     assert resumed.step == 0
     assert not staging.exists()
 
@@ -130,13 +130,13 @@ def test_a_half_written_checkpoint_is_never_loaded(tmp_path, model_dirs):
 )
 def test_bad_settings_are_refused_in_one_sentence(field, value):
     with pytest.raises(ValueError, match=field if field != "delta" else "delta"):
-        TrainerSettings(**{field: value})
+        GRPORecipe(**{field: value})
 
 
 def test_the_kl_entropy_and_trainer_ratio_options_train(tmp_path, model_dirs, backend):
     options = {"steps": 1, "kl_coef": 0.1, "entropy_coef": 0.01, "ratio_against": "trainer"}
-    settings = TrainerSettings(**{**vars(SETTINGS), **options})
-    trainer = Trainer(tmp_path / "run", model_dirs[0], TASKS, settings)
+    settings = GRPORecipe(**{**dict(SETTINGS), **options})
+    trainer = Trainer(tmp_path / "run", model_dirs[0], TASKS, settings, run="t")
     assert trainer.reference is not None
     assert not any(p.requires_grad for p in trainer.reference.parameters())
     _spool_groups(backend, trainer, 0, TASKS[:2], step=0)
