@@ -12,16 +12,18 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
-from swarmrl.chain.eip712 import Domain, Submission, sign_submission
+from swarmrl.chain.eip712 import UNSIGNED, Domain
 from swarmrl.p2p import wire
+from swarmrl.p2p.protocol import Caller
 from swarmrl.work import assign, heartbeat, join, submit
-from swarmrl.work.assign import WorkOrder
-from swarmrl.work.submit import Receipt, SubmitHeader
+from swarmrl.work.assign import WORK, WorkOrder
+from swarmrl.work.heartbeat import HEARTBEAT
+from swarmrl.work.join import JOIN
+from swarmrl.work.submit import SUBMIT, Receipt, SubmitHeader
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def node_report(backend: str, device: str) -> join.NodeReport:
 class Session:
     """Requests to one orchestrator peer through the node's host."""
 
-    def __init__(self, host: Any, orchestrator_peer: str, me: Identity) -> None:
+    def __init__(self, host: Caller, orchestrator_peer: str, me: Identity) -> None:
         self.host = host
         self.peer = orchestrator_peer
         self.me = me
@@ -70,14 +72,7 @@ class Session:
             report=report,
             issued_at=int(time.time()),
         ).signed_by(self.me.account, self.me.swarm_domain)
-        (body,) = self.host.request(
-            self.peer,
-            join.PROTOCOL,
-            wire.dump(claim),
-            response_limit=join.RESPONSE_LIMIT,
-            timeout=join.DEADLINE,
-        )
-        return wire.parse(join.JoinResponse, body)
+        return self.host.call(JOIN, self.peer, claim)
 
     def heartbeat(
         self, step: int | None, speed: float | None, paused: bool = False
@@ -85,24 +80,10 @@ class Session:
         request = heartbeat.HeartbeatRequest(
             policy_step=step, tokens_per_second=speed, paused=paused
         )
-        (body,) = self.host.request(
-            self.peer,
-            heartbeat.PROTOCOL,
-            wire.dump(request),
-            response_limit=heartbeat.RESPONSE_LIMIT,
-            timeout=heartbeat.DEADLINE,
-        )
-        return wire.parse(heartbeat.HeartbeatResponse, body)
+        return self.host.call(HEARTBEAT, self.peer, request)
 
     def work(self) -> assign.WorkResponse:
-        (body,) = self.host.request(
-            self.peer,
-            assign.PROTOCOL,
-            wire.dump(assign.WorkRequest()),
-            response_limit=assign.RESPONSE_LIMIT,
-            timeout=assign.DEADLINE,
-        )
-        response = wire.parse(assign.WorkResponse, body)
+        response = self.host.call(WORK, self.peer, assign.WorkRequest())
         if response.order is not None:
             self.check_order(response.order)
         return response
@@ -116,47 +97,22 @@ class Session:
 
     def sign(self, order: WorkOrder, step: int, path: Path) -> SubmitHeader:
         """The header of a submission: the contract's Submission, signed by the node."""
-        sha = submit.file_sha256(path)
-        order_id = order.digest(self.me.swarm_domain).hex()
-        submission = Submission(
-            run_id=bytes.fromhex(self.me.run[2:]),
+        header = SubmitHeader(
+            order_id=order.digest(self.me.swarm_domain).hex(),
             node=self.me.account.address,
             step=step,
-            rollout_digest=submit.rollout_digest(order_id, sha),
-        )
-        signature = sign_submission(self.me.account, submission, self.me.pool_domain)
-        return SubmitHeader(
-            order_id=order_id,
-            node=self.me.account.address,
-            step=step,
-            file_sha256=sha,
+            file_sha256=submit.file_sha256(path),
             size=path.stat().st_size,
-            signature=signature.hex(),
+            signature=UNSIGNED,
         )
+        return header.signed_by(self.me.account, self.me.run, self.me.pool_domain)
 
     def digest(self, header: SubmitHeader) -> str:
         """The submission's digest: the ledger's key, and what a receipt names."""
-        return (
-            Submission(
-                run_id=bytes.fromhex(self.me.run[2:]),
-                node=self.me.account.address,
-                step=header.step,
-                rollout_digest=header.rollout_digest(),
-            )
-            .digest(self.me.pool_domain)
-            .hex()
-        )
+        return header.digest(self.me.run, self.me.pool_domain).hex()
 
     def submit(self, header: SubmitHeader, path: Path) -> Receipt:
-        (body,) = self.host.upload(
-            self.peer,
-            submit.PROTOCOL,
-            wire.dump(header),
-            path,
-            response_limit=submit.RESPONSE_LIMIT,
-            timeout=submit.DEADLINE,
-        )
-        receipt = wire.parse(submit.SubmitResponse, body).receipt
+        receipt = self.host.upload(SUBMIT, self.peer, header, path).receipt
         if receipt.submission != self.digest(header) or receipt.run != self.me.run:
             raise wire.WireError("the receipt is for another submission")
         if receipt.signer(self.me.swarm_domain) not in self.me.trusted:

@@ -36,7 +36,6 @@ from orchestrator.service.trainer_process import TrainerProcessConfig, run_train
 from orchestrator.service.validator import ValidatorConfig, run_validator
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.chain.deploy import Deployment
-from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
@@ -278,33 +277,10 @@ class Orchestrator:
             backlog=self._backlog,
             weights_addrs=lambda: self.swarm.addrs,
         )
-        host = self.swarm.host
-        host.handle(
-            join.PROTOCOL, intake.join, request_limit=join.REQUEST_LIMIT, timeout=join.DEADLINE
-        )
-        host.handle(
-            heartbeat.PROTOCOL,
-            intake.heartbeat,
-            request_limit=heartbeat.REQUEST_LIMIT,
-            timeout=heartbeat.DEADLINE,
-        )
-        host.handle(
-            assign.PROTOCOL,
-            intake.work,
-            request_limit=assign.REQUEST_LIMIT,
-            timeout=assign.DEADLINE,
-        )
         incoming = self.data_dir / "incoming"
         for leftover in incoming.glob("upload-*.part"):  # a SIGKILL mid-upload leaves these
             leftover.unlink(missing_ok=True)
-        host.handle_upload(
-            submit.PROTOCOL,
-            intake.uploads(),
-            header_limit=submit.HEADER_LIMIT,
-            body_limit=submit.BODY_LIMIT,
-            timeout=submit.DEADLINE,
-            spool_dir=incoming,
-        )
+        intake.serve(self.swarm.host, incoming)
         for addr in self.swarm.addrs:
             log.info("listening on %s", addr)
 

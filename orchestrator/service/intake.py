@@ -25,14 +25,18 @@ from eth_utils import to_checksum_address
 from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow, allowed
 from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
-from swarmrl.chain.eip712 import Domain, Submission, signer_of
+from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import wire
+from swarmrl.p2p.protocol import Server
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
-from swarmrl.work.assign import WorkOrder
+from swarmrl.work.assign import WORK, WorkOrder
+from swarmrl.work.heartbeat import HEARTBEAT
+from swarmrl.work.join import JOIN
 from swarmrl.work.states import NodeState, OrderState, SubmissionStatus
+from swarmrl.work.submit import SUBMIT
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -117,9 +121,19 @@ class Intake:
         self._order_lock = threading.Lock()
         self._submit_lock = threading.Lock()
 
+    def serve(self, host: Server, spool_dir: Path) -> None:
+        """Serves the four protocols on `host`, every request admitted by the rate limit
+        first; submitted files are spooled into `spool_dir`."""
+        host.serve(JOIN, self.join, admit=self.admit)
+        host.serve(HEARTBEAT, self.heartbeat, admit=self.admit)
+        host.serve(WORK, self.work, admit=self.admit)
+        host.serve_upload(SUBMIT, _Submissions(self), spool_dir=spool_dir, admit=self.admit)
+
     # ---- helpers -----------------------------------------------------------------
 
-    def _limit(self, peer: str) -> None:
+    def admit(self, peer: str) -> None:
+        """Refuses a peer that sends too much, before a byte of its request is parsed
+        (the admit gate of every protocol intake serves)."""
         if not self.limiter.allow(peer):
             raise wire.Refusal("too many requests from this peer; slow down")
 
@@ -133,9 +147,7 @@ class Intake:
 
     # ---- join ----------------------------------------------------------------------
 
-    def join(self, peer: str, body: bytes) -> list[bytes]:
-        self._limit(peer)
-        claim = wire.parse(join.JoinClaim, body)
+    def join(self, peer: str, claim: join.JoinClaim) -> join.JoinResponse:
         if claim.peer_id != peer:
             raise wire.WireError(f"the join claim names peer {claim.peer_id}, not the sender")
         try:
@@ -166,50 +178,40 @@ class Intake:
         state = self.ledger.node(node_address)
         assert state is not None  # just written
         log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
-        return [
-            wire.dump(
-                join.JoinResponse(
-                    run=self.context.run,
-                    state=state.state,
-                    heartbeat_seconds=self.settings.heartbeat_seconds,
-                    policy_step=self.published_step(),
-                    weights=self.weights_addrs()[:8],
-                )
-            )
-        ]
+        return join.JoinResponse(
+            run=self.context.run,
+            state=state.state,
+            heartbeat_seconds=self.settings.heartbeat_seconds,
+            policy_step=self.published_step(),
+            weights=self.weights_addrs()[:8],
+        )
 
     # ---- heartbeat -------------------------------------------------------------------
 
-    def heartbeat(self, peer: str, body: bytes) -> list[bytes]:
-        self._limit(peer)
-        request = wire.parse(heartbeat.HeartbeatRequest, body)
+    def heartbeat(
+        self, peer: str, request: heartbeat.HeartbeatRequest
+    ) -> heartbeat.HeartbeatResponse:
         node = self._node(peer)
         now = time.time()
         self.ledger.touch(node.address, now, request.tokens_per_second)
         if allowed(node.state, NodeState.ACTIVE):
             self.ledger.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
         recent = self.ledger.latest_submissions(node.address, heartbeat.MAX_OUTCOMES)
-        return [
-            wire.dump(
-                heartbeat.HeartbeatResponse(
-                    state=self.ledger.node(node.address).state,
-                    policy_step=self.published_step(),
-                    epoch=self.ledger.epoch_of(now, self.settings.epoch_seconds),
-                    outcomes=[
-                        heartbeat.Outcome(
-                            digest=s.digest, status=s.status, units=s.units, reason=s.reason[:300]
-                        )
-                        for s in recent
-                    ],
+        return heartbeat.HeartbeatResponse(
+            state=self.ledger.node(node.address).state,
+            policy_step=self.published_step(),
+            epoch=self.ledger.epoch_of(now, self.settings.epoch_seconds),
+            outcomes=[
+                heartbeat.Outcome(
+                    digest=s.digest, status=s.status, units=s.units, reason=s.reason[:300]
                 )
-            )
-        ]
+                for s in recent
+            ],
+        )
 
     # ---- work ------------------------------------------------------------------------
 
-    def work(self, peer: str, body: bytes) -> list[bytes]:
-        self._limit(peer)
-        wire.parse(assign.WorkRequest, body)
+    def work(self, peer: str, request: assign.WorkRequest) -> assign.WorkResponse:
         node = self._node(peer)
         if node.state not in (NodeState.ACTIVE, NodeState.JOINED):
             raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
@@ -218,7 +220,7 @@ class Intake:
             # else has changed, rather than have it expire against its standing.
             issued = self.ledger.open_order(node.address)
             if issued is not None and issued.order.deadline > time.time():
-                return [wire.dump(assign.WorkResponse(order=issued.order))]
+                return assign.WorkResponse(order=issued.order)
             step = self.published_step()
             if step is None:
                 return _no_work(2.0, "no policy is published yet")
@@ -227,7 +229,7 @@ class Intake:
             if self.backlog() >= self.settings.max_backlog:
                 return _no_work(2.0, "the validator and trainer are catching up")
             order = self._new_order(node, step)
-        return [wire.dump(assign.WorkResponse(order=order))]
+        return assign.WorkResponse(order=order)
 
     def _new_order(self, node: NodeRow, step: int) -> WorkOrder:
         s = self.settings
@@ -284,14 +286,8 @@ class Intake:
 
     # ---- submit ------------------------------------------------------------------------
 
-    def uploads(self) -> _Submissions:
-        """The submit protocol's upload handler (see ``Host.handle_upload``)."""
-        return _Submissions(self)
-
-    def check_submission(self, peer: str, header_body: bytes) -> None:
+    def check_submission(self, peer: str, header: submit.SubmitHeader) -> None:
         """Refuses from the header alone, before a byte of the file is read."""
-        self._limit(peer)
-        header = wire.parse(submit.SubmitHeader, header_body)
         node = self._node(peer)
         if to_checksum_address(header.node) != node.address:
             raise wire.WireError(f"the submission names node {header.node}, not the sender")
@@ -304,25 +300,15 @@ class Intake:
             raise wire.WireError(f"work order {header.order_id[:12]} is already {issued.state}")
         if why := checks.step_published(header.step, self.published_step()):
             raise wire.WireError(why)
-        if self._signer(header) != node.address:
+        if header.signer(self.context.run, self.context.pool_domain) != node.address:
             raise wire.WireError("the submission is not signed by its node")
 
     def _digest(self, header: submit.SubmitHeader) -> bytes:
-        return self._submission(header).digest(self.context.pool_domain)
+        return header.digest(self.context.run, self.context.pool_domain)
 
-    def _submission(self, header: submit.SubmitHeader) -> Submission:
-        return Submission(
-            run_id=bytes.fromhex(self.context.run[2:]),
-            node=to_checksum_address(header.node),
-            step=header.step,
-            rollout_digest=header.rollout_digest(),
-        )
-
-    def _signer(self, header: submit.SubmitHeader) -> str | None:
-        return signer_of(self._digest(header), header.signature)
-
-    def receive_submission(self, peer: str, header_body: bytes, path: Path) -> list[bytes]:
-        header = wire.parse(submit.SubmitHeader, header_body)
+    def receive_submission(
+        self, peer: str, header: submit.SubmitHeader, path: Path
+    ) -> submit.SubmitResponse:
         node = self._node(peer)
         digest = self._digest(header).hex()
         if (stored := self.ledger.submission(digest)) is not None:
@@ -412,23 +398,24 @@ class Intake:
 
 @dataclass(frozen=True)
 class _Submissions:
+    """The submit protocol's upload handler (see ``Host.serve_upload``)."""
+
     intake: Intake
 
-    def check(self, peer: str, header: bytes) -> None:
+    def check(self, peer: str, header: submit.SubmitHeader) -> None:
         self.intake.check_submission(peer, header)
 
-    def receive(self, peer: str, header: bytes, path: Path) -> list[bytes]:
+    def receive(self, peer: str, header: submit.SubmitHeader, path: Path) -> submit.SubmitResponse:
         return self.intake.receive_submission(peer, header, path)
 
 
-def _receipt_reply(row: SubmissionRow) -> list[bytes]:
+def _receipt_reply(row: SubmissionRow) -> submit.SubmitResponse:
     """The receipt given when the submission was acknowledged, the same on every resend."""
-    receipt = submit.Receipt.model_validate_json(row.receipt)
-    return [wire.dump(submit.SubmitResponse(receipt=receipt))]
+    return submit.SubmitResponse(receipt=submit.Receipt.model_validate_json(row.receipt))
 
 
-def _no_work(retry_after: float, reason: str) -> list[bytes]:
-    return [wire.dump(assign.WorkResponse(order=None, retry_after=retry_after, reason=reason))]
+def _no_work(retry_after: float, reason: str) -> assign.WorkResponse:
+    return assign.WorkResponse(order=None, retry_after=retry_after, reason=reason)
 
 
 def _fsync_dir(path: Path) -> None:

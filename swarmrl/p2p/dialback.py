@@ -11,6 +11,8 @@ The dialling side probes only the IP address the request's connection comes
 from, never an address the asker names, so no peer can aim it at a third
 party; and it dials each asker at most once per MIN_GAP seconds.
 
+The protocol, ``/swarmrl/dialback/1.0.0``, is :data:`DIALBACK`:
+
     request = {"port": u16, "nonce": 32 bytes hex}
     reply   = {"reached": bool, "endpoint": "host:port" dialled, or null}
 """
@@ -23,15 +25,13 @@ import threading
 import time
 from collections import OrderedDict
 
+from pydantic import Field
+
 from swarmrl.p2p import wire
 from swarmrl.p2p.datapath import NONCE_BYTES, Endpoint, ShardServer, probe
 from swarmrl.p2p.host import Host, RemoteError
-from swarmrl.p2p.messages import (
-    DIALBACK_PROTOCOL,
-    MAX_DIALBACK_REPLY_BYTES,
-    DialbackReply,
-    DialbackRequest,
-)
+from swarmrl.p2p.protocol import Json, RequestResponse
+from swarmrl.schema import Hex32, Strict
 
 log = logging.getLogger("swarmrl.p2p")
 
@@ -40,8 +40,33 @@ MIN_GAP = 10.0
 _REMEMBERED_ASKERS = 4096
 
 
+class DialbackRequest(Strict):
+    """Asks a peer to probe the asker's data port, at the address it connects from."""
+
+    port: int = Field(ge=1, le=65535)
+    nonce: Hex32
+
+
+class DialbackReply(Strict):
+    reached: bool
+    endpoint: str | None = Field(default=None, max_length=300)  # host:port dialled
+
+
+DIALBACK = RequestResponse(
+    wire.protocol_id("dialback"),
+    Json(DialbackRequest),
+    Json(DialbackReply),
+    request_limit=256,
+    response_limit=512,
+    deadline=PROBE_TIMEOUT * 2,
+    # The asker waits past the serving side's deadline: probing takes up to that long,
+    # and the reply must still reach it.
+    call_timeout=PROBE_TIMEOUT * 3,
+)
+
+
 class DialbackService:
-    """The dialling side: a request handler for :data:`DIALBACK_PROTOCOL`."""
+    """The dialling side: the request handler of :data:`DIALBACK`."""
 
     def __init__(self, host: Host, *, min_gap: float = MIN_GAP) -> None:
         self._host = host
@@ -49,8 +74,7 @@ class DialbackService:
         self._last: OrderedDict[str, float] = OrderedDict()  # peer -> when dialled
         self._lock = threading.Lock()
 
-    def __call__(self, peer: str, body: bytes) -> list[bytes]:
-        request = wire.parse(DialbackRequest, body)
+    def __call__(self, peer: str, request: DialbackRequest) -> DialbackReply:
         self._check_gap(peer)
         hosts = sorted(self._host.remote_hosts(peer))
         if not hosts:
@@ -59,8 +83,8 @@ class DialbackService:
         for host in hosts:
             endpoint = Endpoint(host, request.port)
             if probe(endpoint, nonce, timeout=PROBE_TIMEOUT):
-                return [wire.dump(DialbackReply(reached=True, endpoint=str(endpoint)))]
-        return [wire.dump(DialbackReply(reached=False))]
+                return DialbackReply(reached=True, endpoint=str(endpoint))
+        return DialbackReply(reached=False)
 
     def _check_gap(self, peer: str) -> None:
         now = time.monotonic()
@@ -81,14 +105,7 @@ def ask(host: Host, server: ShardServer, peer: str) -> Endpoint | None:
     arrived = server.expect_probe(nonce)
     request = DialbackRequest(port=server.endpoint.port, nonce=nonce.hex())
     try:
-        (body,) = host.request(
-            peer,
-            DIALBACK_PROTOCOL,
-            wire.dump(request),
-            response_limit=MAX_DIALBACK_REPLY_BYTES,
-            timeout=PROBE_TIMEOUT * 3,
-        )
-        reply = wire.parse(DialbackReply, body)
+        reply = host.call(DIALBACK, peer, request)
     except (RemoteError, wire.WireError, ConnectionError, TimeoutError, RuntimeError) as e:
         log.debug("dial-back by %s failed: %s", peer, e)
         return None

@@ -3,18 +3,18 @@
 py-libp2p runs only under trio, while the rest of swarmrl is threads, asyncio
 and torch. So the host lives in a daemon thread that runs ``trio.run``, and
 every way in and out is a method of :class:`Host` that hops threads:
-``publish``, ``connect``, ``request`` and ``peers`` run on the trio thread
-through ``trio.from_thread.run``; the request handlers and topic handlers that
-the application registers run in worker threads (``trio.to_thread``), so a slow
-handler never stalls the event loop that carries every other stream.
+``publish``, ``connect``, ``call``, ``upload`` and ``peers`` run on the trio
+thread through ``trio.from_thread.run``; the request handlers and topic handlers
+that the application registers run in worker threads (``trio.to_thread``), so a
+slow handler never stalls the event loop that carries every other stream.
 
 The host speaks TCP with Noise and yamux only (py-libp2p would otherwise also
 offer secio and plaintext, which nothing here may accept), gossipsub with
 strictly signed messages on an allow-list of topics, and request/response
-protocols: one request frame in, response frames out, each bounded in size
-and time (see :mod:`swarmrl.p2p.wire`).
+protocols, each a typed spec (:mod:`swarmrl.p2p.protocol`): one request frame
+in, response frames out, each bounded in size and time (``serve`` / ``call``).
 
-Uploads (``handle_upload`` / ``upload``) carry bodies too big for one frame:
+Uploads (``serve_upload`` / ``upload``) carry bodies too big for one frame:
 a header frame, body frames of bounded size, and an empty frame that ends the
 body. The serving side may refuse from the header before reading any of the
 body, spools the body chunk by chunk into a file (never into memory), and
@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, TypeVar
 
 import multiaddr
 import trio
@@ -50,6 +50,14 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from swarmrl.p2p import ports, wire
+from swarmrl.p2p.protocol import (
+    Admit,
+    RequestResponse,
+    Served,
+    ServedUpload,
+    Upload,
+    UploadHandler,
+)
 
 log = logging.getLogger("swarmrl.p2p")
 
@@ -58,13 +66,14 @@ DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 # A request handler runs in a worker thread; this many at once per host.
 MAX_CONCURRENT_HANDLERS = 16
 ERROR_KEY = "error"
-MiB = 1024 * 1024
 # Spooled upload bodies are named so, in the spool directory of their protocol.
 SPOOL_PREFIX = "upload-"
 SPOOL_SUFFIX = ".part"
 
-Handler = Callable[[str, bytes], Sequence[bytes]]
 TopicHandler = Callable[[str, bytes], None]
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+H = TypeVar("H")
 
 
 class RemoteError(RuntimeError):
@@ -75,36 +84,11 @@ class _LocalReadError(Exception):
     """The local file of an upload could not be read; the message is the reason."""
 
 
-class UploadHandler(Protocol):
-    """Serves one upload protocol. Both calls run in worker threads, like request
-    handlers; a WireError or Refusal they raise goes back as the error reply, any
-    other exception costs that upload only (the peer hears that it failed)."""
-
-    def check(self, peer: str, header: bytes) -> None:
-        """Refuses the upload from its header alone, before any body byte is
-        read, by raising WireError or Refusal; returning accepts it."""
-
-    def receive(self, peer: str, header: bytes, path: Path) -> Sequence[bytes]:
-        """Takes the complete body, spooled to `path` (flushed and fsynced), and
-        returns the response frames. To keep the body, move `path` away (a rename
-        within the spool directory's file system); whatever is left at `path`
-        is deleted once this returns or raises."""
-
-
 @dataclass(frozen=True)
-class _Protocol:
-    handler: Handler
-    request_limit: int
-    timeout: float
+class _Spooled:
+    """An upload protocol served here, with the spool its bodies go to."""
 
-
-@dataclass(frozen=True)
-class _Upload:
-    handler: UploadHandler
-    header_limit: int
-    body_limit: int
-    chunk_limit: int
-    timeout: float
+    served: ServedUpload[Any, Any]
     spool_dir: Path
     # Bounds the memory (chunk buffers) and spool disk (body_limit each) that
     # uploads in flight can hold at once; more are refused, not queued.
@@ -221,13 +205,14 @@ class Host:
             port = int(multiaddr.Multiaddr(addr).value_for_protocol("tcp"))
             ports.check_sole_listener(listen, port)
 
-    async def _handle_stream(self, stream: INetStream, spec: _Protocol, name: str) -> None:
+    async def _handle_stream(self, stream: INetStream, served: Served[Any, Any]) -> None:
         peer = str(stream.muxed_conn.peer_id)
+        spec, name = served.spec, served.spec.id
         try:
-            with trio.fail_after(spec.timeout):
+            with trio.fail_after(spec.deadline):
                 request = await wire.read_frame(stream, spec.request_limit)
                 frames = await trio.to_thread.run_sync(
-                    spec.handler,
+                    served.answer,
                     peer,
                     request,
                     limiter=self._handler_limit,
@@ -241,41 +226,43 @@ class Host:
         except wire.Refusal as e:
             await _try_write_error(stream, str(e))
         except trio.TooSlowError:
-            log.warning("a %s request from %s took over %.0f s; dropped", name, peer, spec.timeout)
+            log.warning("a %s request from %s took over %.0f s; dropped", name, peer, spec.deadline)
         except Exception as e:  # a stream reset or a handler bug costs this stream only
             log.info("a %s request from %s failed: %r", name, peer, e)
             await _try_write_error(stream, "the request failed on the serving peer")
         finally:
             await _close_quietly(stream)
 
-    async def _handle_upload(self, stream: INetStream, spec: _Upload, name: str) -> None:
+    async def _handle_upload(self, stream: INetStream, spooling: _Spooled) -> None:
         peer = str(stream.muxed_conn.peer_id)
+        served, spec = spooling.served, spooling.served.spec
+        name = spec.id
         spooled: Path | None = None
         # Set by the worker that runs receive: from then on that worker, not this
         # side, deletes the spooled file, so an abandoned receive never finds it gone.
         claimed = threading.Event()
         try:
-            spec.slots.acquire_nowait()
+            spooling.slots.acquire_nowait()
         except trio.WouldBlock:
             log.info("refused a %s upload from %s: all upload slots are busy", name, peer)
             await _try_write_error(stream, "the serving peer is busy with other uploads")
             await _close_quietly(stream)
             return
         try:
-            with trio.fail_after(spec.timeout):
-                header = await wire.read_frame(stream, spec.header_limit)
-                await trio.to_thread.run_sync(
-                    spec.handler.check,
+            with trio.fail_after(spec.deadline):
+                head = await wire.read_frame(stream, spec.header_limit)
+                header = await trio.to_thread.run_sync(
+                    served.check,
                     peer,
-                    header,
+                    head,
                     limiter=self._handler_limit,
                     abandon_on_cancel=True,
                 )
-                spooled = _new_spool_file(spec.spool_dir)
+                spooled = _new_spool_file(spooling.spool_dir)
                 await _spool_body(stream, spec, spooled)
                 frames = await trio.to_thread.run_sync(
                     _receive_then_clean,
-                    spec.handler,
+                    served,
                     peer,
                     header,
                     spooled,
@@ -291,15 +278,15 @@ class Host:
         except wire.Refusal as e:
             await _try_write_error(stream, str(e))
         except trio.TooSlowError:
-            log.warning("a %s upload from %s took over %.0f s; dropped", name, peer, spec.timeout)
-            await _try_write_error(stream, f"the upload took over {spec.timeout:.0f} s")
+            log.warning("a %s upload from %s took over %.0f s; dropped", name, peer, spec.deadline)
+            await _try_write_error(stream, f"the upload took over {spec.deadline:.0f} s")
         except Exception as e:  # a stream reset or a handler bug costs this stream only
             log.info("a %s upload from %s failed: %r", name, peer, e)
             await _try_write_error(stream, "the upload failed on the serving peer")
         finally:
             if spooled is not None and not claimed.is_set():
                 spooled.unlink(missing_ok=True)
-            spec.slots.release()
+            spooling.slots.release()
             await _close_quietly(stream)
 
     async def _topic_loop(self, topic: str, handler: TopicHandler) -> None:
@@ -423,125 +410,103 @@ class Host:
 
         return self._call(_sync_async, hosts)
 
-    def handle(
-        self, protocol: str, handler: Handler, *, request_limit: int, timeout: float = 10.0
+    def serve(
+        self,
+        spec: RequestResponse[Req, Resp],
+        handler: Callable[[str, Req], Resp],
+        *,
+        admit: Admit | None = None,
     ) -> None:
-        """Serves `protocol`: `handler(peer, request)` runs in a worker thread and
-        returns the response frames; a WireError it raises goes back as an error."""
-        spec = _Protocol(handler, request_limit, timeout)
+        """Serves `spec`: `handler(peer, request)` runs in a worker thread on the
+        decoded request and returns the response; a WireError or Refusal it raises
+        (or the decoder does) goes back as the error reply. `admit(peer)`, if
+        given, runs first and may refuse the peer before its request is decoded."""
+        served = Served(spec, handler, admit)
 
         async def on_stream(stream: INetStream) -> None:
-            await self._handle_stream(stream, spec, protocol)
+            await self._handle_stream(stream, served)
 
-        self._call(_sync_async, self._host.set_stream_handler, TProtocol(protocol), on_stream)
+        self._call(_sync_async, self._host.set_stream_handler, TProtocol(spec.id), on_stream)
 
-    def handle_upload(
+    def serve_upload(
         self,
-        protocol: str,
-        handler: UploadHandler,
+        spec: Upload[H, Resp],
+        handler: UploadHandler[H, Resp],
         *,
-        header_limit: int,
-        body_limit: int,
-        chunk_limit: int = MiB,
-        timeout: float,
         spool_dir: Path,
+        admit: Admit | None = None,
         max_uploads: int = 8,
     ) -> None:
-        """Serves uploads on `protocol` (see :class:`UploadHandler`): a header of at
-        most `header_limit` bytes, then a body of at most `body_limit` bytes in
-        frames of at most `chunk_limit`, spooled into a new file in `spool_dir`;
-        the whole upload, receive included, within `timeout` seconds. At most
-        `max_uploads` at once; more are refused with an error reply."""
-        for key, value in (
-            ("header_limit", header_limit),
-            ("body_limit", body_limit),
-            ("chunk_limit", chunk_limit),
-            ("max_uploads", max_uploads),
-        ):
-            if value < 1:
-                raise ValueError(f"{key} must be at least 1, got {value}")
+        """Serves uploads of `spec` (see :class:`~swarmrl.p2p.protocol.UploadHandler`):
+        each body spooled into a new file in `spool_dir`, the whole upload, receive
+        included, within the spec's deadline. `admit(peer)`, if given, runs before
+        the header is decoded. At most `max_uploads` at once; more are refused with
+        an error reply."""
+        if max_uploads < 1:
+            raise ValueError(f"max_uploads must be at least 1, got {max_uploads}")
         spool_dir.mkdir(parents=True, exist_ok=True)
-        spec = _Upload(
-            handler,
-            header_limit,
-            body_limit,
-            chunk_limit,
-            timeout,
-            spool_dir,
-            trio.Semaphore(max_uploads),
+        spooling = _Spooled(
+            ServedUpload(spec, handler, admit), spool_dir, trio.Semaphore(max_uploads)
         )
 
         async def on_stream(stream: INetStream) -> None:
-            await self._handle_upload(stream, spec, protocol)
+            await self._handle_upload(stream, spooling)
 
-        self._call(_sync_async, self._host.set_stream_handler, TProtocol(protocol), on_stream)
+        self._call(_sync_async, self._host.set_stream_handler, TProtocol(spec.id), on_stream)
 
-    def upload(
-        self,
-        peer_id: str,
-        protocol: str,
-        header: bytes,
-        path: Path,
-        *,
-        response_limit: int,
-        chunk: int = MiB,
-        timeout: float,
-    ) -> list[bytes]:
-        """Sends `header`, then the file at `path` in frames of `chunk` bytes read
-        from disk one at a time, then the empty frame; returns the one response
-        frame. An error reply, even one sent before the body was through, raises
+    def upload(self, spec: Upload[H, Resp], peer_id: str, header: H, path: Path) -> Resp:
+        """Sends `header`, then the file at `path` in frames of the spec's chunk size
+        read from disk one at a time, then the empty frame; returns the response.
+        An error reply, even one sent before the body was through, raises
         RemoteError with the peer's sentence."""
-        if chunk < 1:
-            raise ValueError(f"the upload chunk must be at least 1 byte, got {chunk}")
+        (head,) = spec.header.encode(header)
         try:
             body = path.open("rb")
         except OSError as e:
             raise OSError(f"cannot read {path}: {e.strerror or e}") from None
 
         async def run() -> bytes:
-            with trio.fail_after(timeout):
-                return await self._upload(peer_id, protocol, header, body, chunk, response_limit)
+            with trio.fail_after(spec.deadline):
+                return await self._upload(
+                    peer_id, spec.id, head, body, spec.chunk_limit, spec.response_limit
+                )
 
         try:
             with body:
-                return [self._call(run)]
+                reply = self._call(run)
         except trio.TooSlowError:
             raise TimeoutError(
-                f"{peer_id} did not take the {protocol} upload within {timeout:.0f} s"
+                f"{peer_id} did not take the {spec.id} upload within {spec.deadline:.0f} s"
             ) from None
         except (wire.WireError, RemoteError):
             raise
         except _LocalReadError as e:
             raise OSError(f"cannot read {path}: {e}") from None
         except Exception as e:
-            raise ConnectionError(f"{protocol} upload to {peer_id} failed: {e}") from None
+            raise ConnectionError(f"{spec.id} upload to {peer_id} failed: {e}") from None
+        return spec.response.decode([reply])
 
-    def request(
-        self,
-        peer_id: str,
-        protocol: str,
-        body: bytes,
-        *,
-        response_limit: int,
-        frames: int = 1,
-        timeout: float = 10.0,
-    ) -> list[bytes]:
-        """Sends one request frame and reads `frames` response frames."""
+    def call(self, spec: RequestResponse[Req, Resp], peer_id: str, request: Req) -> Resp:
+        """Sends `request` and returns the response, decoded in this thread (a big
+        one never stalls the host's event loop)."""
+        (body,) = spec.request.encode(request)
+        wait = spec.wait
 
         async def run() -> list[bytes]:
-            with trio.fail_after(timeout):
-                return await self._request(peer_id, protocol, body, response_limit, frames)
+            with trio.fail_after(wait):
+                return await self._request(
+                    peer_id, spec.id, body, spec.response_limit, spec.response.frames
+                )
 
         try:
-            return self._call(run)
+            frames = self._call(run)
         except trio.TooSlowError:
-            raise TimeoutError(
-                f"{peer_id} did not answer {protocol} within {timeout:.0f} s"
-            ) from None
+            raise TimeoutError(f"{peer_id} did not answer {spec.id} within {wait:.0f} s") from None
         except (wire.WireError, RemoteError):
             raise
         except Exception as e:
-            raise ConnectionError(f"{protocol} request to {peer_id} failed: {e}") from None
+            raise ConnectionError(f"{spec.id} request to {peer_id} failed: {e}") from None
+        return spec.response.decode(frames)
 
     def subscribe(self, topic: str, handler: TopicHandler) -> None:
         """Calls `handler(peer, data)` in a worker thread for each message that
@@ -609,7 +574,7 @@ def _new_spool_file(spool_dir: Path) -> Path:
     return Path(name)
 
 
-async def _spool_body(stream: INetStream, spec: _Upload, path: Path) -> None:
+async def _spool_body(stream: INetStream, spec: Upload[Any, Any], path: Path) -> None:
     """Appends body frames to `path` until the empty frame, refusing each frame by
     its length prefix (chunk limit, then running total) before reading it."""
     total = 0
@@ -628,11 +593,11 @@ async def _spool_body(stream: INetStream, spec: _Upload, path: Path) -> None:
 
 
 def _receive_then_clean(
-    handler: UploadHandler, peer: str, header: bytes, path: Path, claimed: threading.Event
-) -> Sequence[bytes]:
+    served: ServedUpload[H, Any], peer: str, header: H, path: Path, claimed: threading.Event
+) -> list[bytes]:
     claimed.set()
     try:
-        return handler.receive(peer, header, path)
+        return served.receive(peer, header, path)
     finally:
         path.unlink(missing_ok=True)
 

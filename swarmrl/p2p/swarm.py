@@ -13,11 +13,12 @@ for control (who is who, what is new, who holds what), a
 - topic ``swarmrl/<run>/peers``: :class:`Advert` s, sent when a peer joins,
   starts or finishes a version, and every half minute: a few per peer per
   version, far under gossipsub's per-peer rate limits.
-- ``/swarmrl/have/1.0.0``: a peer's current advert on request. A downloading
-  node polls the peers it is connected to twice a second, which is how it
-  learns, shard by shard, that other nodes can serve it.
-- ``/swarmrl/manifest/1.0.0``: a manifest with its announcement, by hash or the
-  newest, which is also how a node that joins late learns what to fetch.
+- ``/swarmrl/have/1.0.0`` (:mod:`swarmrl.p2p.have`): a peer's current advert on
+  request. A downloading node polls the peers it is connected to twice a second,
+  which is how it learns, shard by shard, that other nodes can serve it.
+- ``/swarmrl/manifest/1.0.0`` (:mod:`swarmrl.p2p.manifest`): a manifest with its
+  announcement, by hash or the newest, which is also how a node that joins late
+  learns what to fetch.
 - ``/swarmrl/dialback/1.0.0`` (:mod:`swarmrl.p2p.dialback`): a peer that is not
   known to be reachable advertises its data endpoint only after another peer
   dialled it back, so a node behind NAT never sends downloaders into timeouts.
@@ -48,22 +49,16 @@ from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.datapath import IO_TIMEOUT, Endpoint, ShardServer
 from swarmrl.p2p.events import Event, SwarmEventKind
 from swarmrl.p2p.fetch import DEFAULT_WORKERS, Download, PeerBook
+from swarmrl.p2p.have import HAVE, HaveRequest
 from swarmrl.p2p.host import DEFAULT_LISTEN, Host, RemoteError
+from swarmrl.p2p.manifest import MANIFEST, ManifestReply, ManifestRequest
 from swarmrl.p2p.messages import (
-    DIALBACK_PROTOCOL,
-    HAVE_PROTOCOL,
-    MANIFEST_PROTOCOL,
     MAX_ADVERT_BYTES,
     MAX_ANNOUNCEMENT_BYTES,
-    MAX_DIALBACK_REQUEST_BYTES,
     MAX_EXCHANGED_PEERS,
     MAX_HOLDINGS,
-    MAX_MANIFEST_REPLY_BYTES,
-    MAX_REQUEST_BYTES,
     Advert,
-    HaveRequest,
     Holding,
-    ManifestRequest,
     checkpoints_topic,
     peers_topic,
 )
@@ -74,9 +69,6 @@ from swarmrl.shards import DEFAULT_SHARD_SIZE, Manifest
 log = logging.getLogger("swarmrl.p2p")
 
 POLL_INTERVAL = 0.5
-# A peer that does not answer a poll this fast is skipped until the next round,
-# so one slow peer cannot hold up learning from the others.
-POLL_TIMEOUT = 3.0
 ADVERT_INTERVAL = 30.0
 # How often a peer that no one has dialled back yet asks again.
 DIALBACK_RETRY = 60.0
@@ -143,17 +135,9 @@ class SwarmNode:
             self.record = (
                 PeerRecord.sign(account, self.host.peer_id, domain) if account is not None else None
             )
-            self.host.handle(
-                MANIFEST_PROTOCOL, self._serve_manifest, request_limit=MAX_REQUEST_BYTES
-            )
-            # A have request carries the asker's advert, signed record included.
-            self.host.handle(HAVE_PROTOCOL, self._serve_have, request_limit=MAX_ADVERT_BYTES)
-            self.host.handle(
-                DIALBACK_PROTOCOL,
-                dialback.DialbackService(self.host),
-                request_limit=MAX_DIALBACK_REQUEST_BYTES,
-                timeout=dialback.PROBE_TIMEOUT * 2,
-            )
+            self.host.serve(MANIFEST, self._serve_manifest)
+            self.host.serve(HAVE, self._serve_have)
+            self.host.serve(dialback.DIALBACK, dialback.DialbackService(self.host))
             self.host.subscribe(self._topic_checkpoints, self._on_announcement)
             self.host.subscribe(self._topic_peers, self._on_advert)
             for version in self.store.load():
@@ -199,24 +183,17 @@ class SwarmNode:
         self._poll_peer(peer)
         self._dial_back(peer)
         try:
-            announcement, manifest = self._request_manifest(peer, None)
+            reply = self.host.call(MANIFEST, peer, ManifestRequest())
         except (RemoteError, wire.WireError, ConnectionError, TimeoutError) as e:
             log.info("bootstrap peer %s has no checkpoint yet: %s", peer, e)
             return
-        self._consider(announcement, peer, manifest)
+        self._consider(reply.announcement, peer, reply.manifest)
         self._send_advert(force=True)
 
     def _poll_peer(self, peer: str) -> None:
         """Swaps adverts with `peer`, and dials the peers it knows that this one does not."""
         try:
-            (body,) = self.host.request(
-                peer,
-                HAVE_PROTOCOL,
-                wire.dump(HaveRequest(advert=self.advert())),
-                response_limit=MAX_ADVERT_BYTES,
-                timeout=POLL_TIMEOUT,
-            )
-            advert = wire.parse(Advert, body)
+            advert = self.host.call(HAVE, peer, HaveRequest(advert=self.advert()))
             self._learn(peer, advert)
         except (RemoteError, wire.WireError, SignatureError, ValueError) as e:
             log.warning("peer %s sent a bad advert: %s", peer, e)
@@ -419,7 +396,8 @@ class SwarmNode:
         peers = [first] + [p for p in self.host.peers() if p != first]
         for peer in peers:
             try:
-                _, manifest = self._request_manifest(peer, announcement.manifest_hash)
+                request = ManifestRequest(manifest_hash=announcement.manifest_hash)
+                manifest = self.host.call(MANIFEST, peer, request).manifest
                 announcement.matches(manifest)
                 return manifest
             except (RemoteError, wire.WireError, ValueError, ConnectionError, TimeoutError) as e:
@@ -428,18 +406,6 @@ class SwarmNode:
                 )
         self._reject(announcement, "no peer could give its manifest", remember=False)
         return None
-
-    def _request_manifest(self, peer: str, mhash: str | None) -> tuple[Announcement, Manifest]:
-        body = wire.dump(ManifestRequest(manifest_hash=mhash))
-        ann_bytes, manifest_bytes = self.host.request(
-            peer, MANIFEST_PROTOCOL, body, response_limit=MAX_MANIFEST_REPLY_BYTES, frames=2
-        )
-        announcement = wire.parse(Announcement, ann_bytes)
-        try:
-            manifest = Manifest.from_json(manifest_bytes)
-        except ValueError as e:
-            raise wire.WireError(str(e)) from None
-        return announcement, manifest
 
     def _download(self, download: Download) -> None:
         version = download.version
@@ -474,24 +440,22 @@ class SwarmNode:
                 return False
         return True
 
-    def _serve_manifest(self, peer: str, body: bytes) -> list[bytes]:
-        request = wire.parse(ManifestRequest, body)
+    def _serve_manifest(self, peer: str, request: ManifestRequest) -> ManifestReply:
         if request.manifest_hash is None:
             version = self.store.latest(complete=False)
         else:
             version = self.store.get(request.manifest_hash)
         if version is None:
             raise wire.Refusal("this peer holds no such checkpoint")
-        return [wire.dump(version.announcement), version.manifest.to_json()]
+        return ManifestReply(version.announcement, version.manifest)
 
-    def _serve_have(self, peer: str, body: bytes) -> list[bytes]:
-        request = wire.parse(HaveRequest, body)
+    def _serve_have(self, peer: str, request: HaveRequest) -> Advert:
         if request.advert is not None:
             try:
                 self._learn(peer, request.advert)
             except (SignatureError, ValueError) as e:
                 raise wire.WireError(f"bad advert: {e}") from None
-        return [wire.dump(self.advert())]
+        return self.advert()
 
     # ---- the origin ----------------------------------------------------------------------
 

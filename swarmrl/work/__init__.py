@@ -1,5 +1,7 @@
 """The work protocol between nodes and the orchestrator: join, heartbeat, work, submit.
 
-Each protocol is one module with its id, request and response models, size
-limits and deadline; what they sign is an EIP-712 struct (:class:`swarmrl.chain.eip712.Signed`).
+Each protocol is one module with its request and response models and one typed
+spec (:mod:`swarmrl.p2p.protocol`: id, codecs, size limits, deadline) that both
+sides serve and call through; what they sign is an EIP-712 struct
+(:class:`swarmrl.chain.eip712.Signed`).
 """

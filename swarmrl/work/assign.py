@@ -16,14 +16,11 @@ import pydantic_core
 from pydantic import Field, StringConstraints
 
 from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, micros, text_hash
+from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.schema import MAX_UINT32, MAX_UINT64, HexAddress, Reason, RunId, Strict
 
-PROTOCOL = protocol_id("work")
-REQUEST_LIMIT = 1024
-RESPONSE_LIMIT = 64 * 1024
-DEADLINE = 10.0
 MAX_TASKS = 64
 
 ProblemId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -98,3 +95,13 @@ class WorkResponse(Strict):
     order: WorkOrder | None = None
     retry_after: float = Field(default=0.0, ge=0, le=3600)
     reason: Reason = ""
+
+
+WORK = RequestResponse(
+    protocol_id("work"),
+    Json(WorkRequest),
+    Json(WorkResponse),
+    request_limit=1024,
+    response_limit=64 * 1024,
+    deadline=10.0,
+)

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.schema import MAX_UINT64, Hex32, Reason, Strict
 from swarmrl.work.states import NodeState, SubmissionStatus
 
-PROTOCOL = protocol_id("heartbeat")
-REQUEST_LIMIT = 1024
-RESPONSE_LIMIT = 32 * 1024
-DEADLINE = 10.0
 MAX_OUTCOMES = 32
 
 
@@ -42,3 +39,13 @@ class HeartbeatResponse(Strict):
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     epoch: int = Field(ge=0, le=MAX_UINT64)
     outcomes: list[Outcome] = Field(default_factory=list, max_length=MAX_OUTCOMES)
+
+
+HEARTBEAT = RequestResponse(
+    protocol_id("heartbeat"),
+    Json(HeartbeatRequest),
+    Json(HeartbeatResponse),
+    request_limit=1024,
+    response_limit=32 * 1024,
+    deadline=10.0,
+)

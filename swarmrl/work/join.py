@@ -16,14 +16,11 @@ import pydantic_core
 from pydantic import Field, StringConstraints
 
 from swarmrl.chain.eip712 import Member, Signed, Struct, text_hash
+from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.schema import MAX_UINT64, HexAddress, Multiaddr, PeerId, RunId, Strict
 from swarmrl.work.states import NodeState
 
-PROTOCOL = protocol_id("join")
-REQUEST_LIMIT = 4 * 1024
-RESPONSE_LIMIT = 8 * 1024
-DEADLINE = 20.0
 # How far a claim's issuedAt may be from the orchestrator's clock.
 MAX_CLOCK_SKEW = 600
 
@@ -71,3 +68,13 @@ class JoinResponse(Strict):
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     # Where the newest weights can be fetched: the orchestrator's own swarm peer.
     weights: list[Multiaddr] = Field(default_factory=list, max_length=8)
+
+
+JOIN = RequestResponse(
+    protocol_id("join"),
+    Json(JoinClaim),
+    Json(JoinResponse),
+    request_limit=4 * 1024,
+    response_limit=8 * 1024,
+    deadline=20.0,
+)

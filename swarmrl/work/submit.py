@@ -1,6 +1,6 @@
 """``/swarmrl/submit/1.0.0``: a node hands in the rollouts of one work order.
 
-The request is streamed (see ``Host.upload``): a :class:`SubmitHeader`, then the
+The request is an upload (see ``Host.upload``): a :class:`SubmitHeader`, then the
 rollout file in bounded chunks. The header carries the node's signature over
 the contract's ``Submission(runId, node, step, rolloutDigest)`` in the pool's
 domain, with ``rolloutDigest = keccak(orderId || sha256(file))``: the very
@@ -14,11 +14,24 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Self
 
-from eth_utils import keccak
+from eth_account.signers.local import LocalAccount
+from eth_utils import keccak, to_checksum_address
 from pydantic import Field
 
-from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, text_hash
+from swarmrl.chain.eip712 import (
+    Domain,
+    Member,
+    Signed,
+    Struct,
+    Submission,
+    hex_bytes,
+    sign_submission,
+    signer_of,
+    text_hash,
+)
+from swarmrl.p2p.protocol import Json, Upload
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.schema import (
     MAX_UINT32,
@@ -31,11 +44,7 @@ from swarmrl.schema import (
     Strict,
 )
 
-PROTOCOL = protocol_id("submit")
-HEADER_LIMIT = 2 * 1024
 BODY_LIMIT = 64 * 1024 * 1024
-RESPONSE_LIMIT = 4 * 1024
-DEADLINE = 300.0
 _READ = 1 << 20
 
 
@@ -49,6 +58,29 @@ class SubmitHeader(Strict):
 
     def rollout_digest(self) -> bytes:
         return rollout_digest(self.order_id, self.file_sha256)
+
+    def submission(self, run: str) -> Submission:
+        """The contract's Submission this header stands for in run `run` (0x + 64 hex):
+        what the node signs, what the ledger keys it by, what a slash proves."""
+        return Submission(
+            run_id=hex_bytes(run),
+            node=to_checksum_address(self.node),
+            step=self.step,
+            rollout_digest=self.rollout_digest(),
+        )
+
+    def digest(self, run: str, pool: Domain) -> bytes:
+        """The submission's EIP-712 digest in the pool's domain: its one name."""
+        return self.submission(run).digest(pool)
+
+    def signed_by(self, account: LocalAccount, run: str, pool: Domain) -> Self:
+        """This header with the node's signature over its submission."""
+        signature = sign_submission(account, self.submission(run), pool).hex()
+        return self.model_copy(update={"signature": signature})
+
+    def signer(self, run: str, pool: Domain) -> str | None:
+        """The checksummed address that signed the submission; None if malformed."""
+        return signer_of(self.digest(run, pool), self.signature)
 
 
 def rollout_digest(order_id: str, file_sha256: str) -> bytes:
@@ -89,3 +121,14 @@ class Receipt(Signed):
 
 class SubmitResponse(Strict):
     receipt: Receipt
+
+
+SUBMIT = Upload(
+    protocol_id("submit"),
+    Json(SubmitHeader),
+    Json(SubmitResponse),
+    header_limit=2 * 1024,
+    body_limit=BODY_LIMIT,
+    response_limit=4 * 1024,
+    deadline=300.0,
+)

@@ -23,7 +23,6 @@ from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
-from swarmrl.p2p.messages import DIALBACK_PROTOCOL, MAX_DIALBACK_REQUEST_BYTES
 from swarmrl.work import join
 from tests.integration.conftest import PROVIDER_A
 
@@ -182,12 +181,12 @@ def test_an_orchestrator_nobody_listens_for_fails_with_one_sentence(tmp_path, vo
 def test_an_orchestrator_that_refuses_the_join_is_reachable(tmp_path, volunteer, deployment, w3):
     claims: list[tuple[str, join.JoinClaim]] = []
 
-    def refuse(peer: str, request: bytes) -> list[bytes]:
-        claims.append((peer, wire.parse(join.JoinClaim, request)))
+    def refuse(peer: str, claim: join.JoinClaim) -> join.JoinResponse:
+        claims.append((peer, claim))
         raise wire.Refusal("x")
 
     with Host(create_new_key_pair()) as orchestrator:
-        orchestrator.handle(join.PROTOCOL, refuse, request_limit=join.REQUEST_LIMIT)
+        orchestrator.serve(join.JOIN, refuse)
         address = orchestrator.addrs[0]
 
         found = by_name(run_checks(settings_for(tmp_path, orchestrator=address), PASSWORD))
@@ -227,11 +226,7 @@ def test_a_listen_port_in_use_fails_inbound_and_outbound_only_passes(tmp_path):
 
 def test_inbound_asks_the_orchestrator_to_dial_the_data_port_back(tmp_path, volunteer, w3):
     with Host(create_new_key_pair()) as orchestrator:
-        orchestrator.handle(
-            DIALBACK_PROTOCOL,
-            dialback.DialbackService(orchestrator),
-            request_limit=MAX_DIALBACK_REQUEST_BYTES,
-        )
+        orchestrator.serve(dialback.DIALBACK, dialback.DialbackService(orchestrator))
         settings = settings_for(tmp_path, orchestrator=orchestrator.addrs[0])
         inbound = by_name(run_checks(settings, PASSWORD))["inbound"]
     assert inbound.ok

@@ -1,4 +1,4 @@
-"""Streamed uploads between real libp2p hosts on loopback (Host.handle_upload / Host.upload).
+"""Streamed uploads between real libp2p hosts on loopback (Host.serve_upload / Host.upload).
 
 A real handler keeps what it receives in a store directory; the tests check what
 arrives there byte for byte, what the client is told when the server refuses,
@@ -7,6 +7,7 @@ and that the spool directory is left empty whatever happens to an upload.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import os
@@ -15,20 +16,33 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from swarmrl.p2p import wire
-from swarmrl.p2p.host import Host, MiB, RemoteError
+from swarmrl.p2p.host import Host, RemoteError
+from swarmrl.p2p.protocol import MiB, Upload
+from tests.codecs import Raw
 
 PROTOCOL = wire.protocol_id("test-upload")
 KiB = 1024
 HEADER_LIMIT = 1024
 CHUNK = 256 * KiB
 HANG_GUARD = 30  # seconds; only stops a broken test from hanging, never a claim about speed
+# Headers and replies as raw bytes, so a test can send any header and read any reply.
+SPEC = Upload(
+    PROTOCOL,
+    Raw(),
+    Raw(),
+    header_limit=HEADER_LIMIT,
+    body_limit=64 * MiB,
+    response_limit=1024,
+    deadline=HANG_GUARD,
+    chunk_limit=CHUNK,
+)
 
 
 class Intake:
@@ -48,14 +62,14 @@ class Intake:
         if self.refuse is not None:
             raise wire.Refusal(self.refuse)
 
-    def receive(self, peer: str, header: bytes, path: Path) -> Sequence[bytes]:
+    def receive(self, peer: str, header: bytes, path: Path) -> bytes:
         if self.fail:
             raise RuntimeError("a bug in the handler")
         digest = sha256_of(path)
         self.received.append((peer, header))
         if self.keep:
             path.rename(self.store / digest)
-        return [f"stored {digest}".encode()]
+        return f"stored {digest}".encode()
 
 
 def sha256_of(path: Path) -> str:
@@ -102,26 +116,17 @@ def serve(hosts, tmp_path) -> Callable[..., Path]:
     """Registers an upload protocol on the server; returns its spool directory."""
     server, _ = hosts
 
-    def register(handler: Intake, **limits: object) -> Path:
-        settings: dict[str, object] = {
-            "header_limit": HEADER_LIMIT,
-            "body_limit": 64 * MiB,
-            "chunk_limit": CHUNK,
-            "timeout": HANG_GUARD,
-            "spool_dir": tmp_path / "spool",
-        }
-        settings.update(limits)
-        server.handle_upload(PROTOCOL, handler, **settings)  # type: ignore[arg-type]
+    def register(handler: Intake, max_uploads: int = 8, **limits: object) -> Path:
+        spec = dataclasses.replace(SPEC, **limits)
+        server.serve_upload(spec, handler, spool_dir=tmp_path / "spool", max_uploads=max_uploads)
         return tmp_path / "spool"
 
     return register
 
 
 def upload(client: Host, server: Host, path: Path, header: bytes = b"header", **kw) -> bytes:
-    kw.setdefault("chunk", CHUNK)
-    kw.setdefault("timeout", HANG_GUARD)
-    (reply,) = client.upload(server.peer_id, PROTOCOL, header, path, response_limit=1024, **kw)
-    return reply
+    """Uploads `path` as the client's side of SPEC (with `kw` changed) sees it."""
+    return client.upload(dataclasses.replace(SPEC, **kw), server.peer_id, header, path)
 
 
 class Fifo:
@@ -240,7 +245,7 @@ def test_a_chunk_over_the_chunk_limit_is_refused(hosts, serve, tmp_path):
     intake = Intake(tmp_path / "store")
     spool = serve(intake, chunk_limit=64 * KiB)
     with pytest.raises(RemoteError) as e:
-        upload(client, server, random_file(tmp_path / "body.bin", MiB), chunk=64 * KiB + 1)
+        upload(client, server, random_file(tmp_path / "body.bin", MiB), chunk_limit=64 * KiB + 1)
     assert str(e.value) == f"a {64 * KiB + 1}-byte upload chunk is over the {64 * KiB}-byte limit"
     assert intake.received == []
     wait_until(lambda: spooled(spool) == [], "the refused body's spool file to go")
@@ -313,12 +318,16 @@ import sys
 from pathlib import Path
 from libp2p.crypto.ed25519 import create_new_key_pair
 from swarmrl.p2p.host import Host
+from swarmrl.p2p.protocol import Upload
+from tests.codecs import Raw
 
+spec = Upload(sys.argv[2], Raw(), Raw(), header_limit=1024, body_limit=2**30, response_limit=1024,
+              deadline=60, chunk_limit=65536)
 host = Host(create_new_key_pair())
 server = host.connect(sys.argv[1])
-host.upload(server, sys.argv[2], b"header", Path(sys.argv[3]), response_limit=1024,
-            chunk=65536, timeout=60)
+host.upload(spec, server, b"header", Path(sys.argv[3]))
 """
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_client_killed_mid_body_leaves_no_spool_file(hosts, serve, tmp_path):
@@ -327,7 +336,7 @@ def test_a_client_killed_mid_body_leaves_no_spool_file(hosts, serve, tmp_path):
     spool = serve(intake)
     fifo = Fifo(tmp_path / "body.fifo")
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLIENT_SCRIPT, server.addrs[0], PROTOCOL, str(fifo.path)]
+        [sys.executable, "-c", CLIENT_SCRIPT, server.addrs[0], PROTOCOL, str(fifo.path)], cwd=ROOT
     )
     try:
         fifo.open()
@@ -350,7 +359,7 @@ def test_a_client_killed_mid_body_leaves_no_spool_file(hosts, serve, tmp_path):
 def test_a_stalled_upload_is_dropped_at_the_timeout(hosts, serve, tmp_path):
     server, client = hosts
     intake = Intake(tmp_path / "store")
-    spool = serve(intake, timeout=2)
+    spool = serve(intake, deadline=2)
     fifo = Fifo(tmp_path / "body.fifo")
     stalled = Background(lambda: upload(client, server, fifo.path))
     fifo.open()
@@ -386,7 +395,7 @@ def test_a_server_that_never_answers_costs_the_client_its_timeout(hosts, serve, 
     release = threading.Event()
     original_receive = intake.receive
 
-    def stuck(peer: str, header: bytes, path: Path) -> Sequence[bytes]:
+    def stuck(peer: str, header: bytes, path: Path) -> bytes:
         release.wait(HANG_GUARD)
         return original_receive(peer, header, path)
 
@@ -394,7 +403,7 @@ def test_a_server_that_never_answers_costs_the_client_its_timeout(hosts, serve, 
     spool = serve(intake)
     try:
         with pytest.raises(TimeoutError) as e:
-            upload(client, server, random_file(tmp_path / "body.bin", CHUNK), timeout=1)
+            upload(client, server, random_file(tmp_path / "body.bin", CHUNK), deadline=1)
         assert str(e.value) == f"{server.peer_id} did not take the {PROTOCOL} upload within 1 s"
     finally:
         release.set()
@@ -405,14 +414,14 @@ def test_a_server_that_never_answers_costs_the_client_its_timeout(hosts, serve, 
 def test_limits_below_one_are_refused_at_registration(hosts, tmp_path):
     server, _ = hosts
     with pytest.raises(ValueError, match=r"^body_limit must be at least 1, got 0$"):
-        server.handle_upload(
-            PROTOCOL,
-            Intake(tmp_path / "store"),
-            header_limit=HEADER_LIMIT,
-            body_limit=0,
-            timeout=HANG_GUARD,
-            spool_dir=tmp_path / "spool",
+        dataclasses.replace(SPEC, body_limit=0)
+    with pytest.raises(ValueError, match=r"^chunk_limit must be at least 1, got 0$"):
+        dataclasses.replace(SPEC, chunk_limit=0)
+    with pytest.raises(ValueError, match=r"^max_uploads must be at least 1, got 0$"):
+        server.serve_upload(
+            SPEC, Intake(tmp_path / "store"), spool_dir=tmp_path / "spool", max_uploads=0
         )
+    assert not (tmp_path / "spool").exists()
 
 
 def test_a_missing_file_fails_before_anything_is_sent(hosts, serve, tmp_path):

@@ -20,20 +20,15 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
+from swarmrl.p2p.dialback import DIALBACK, DialbackRequest
 from swarmrl.p2p.events import SwarmEventKind
+from swarmrl.p2p.have import HAVE
 from swarmrl.p2p.host import RemoteError
-from swarmrl.p2p.messages import (
-    DIALBACK_PROTOCOL,
-    HAVE_PROTOCOL,
-    MANIFEST_PROTOCOL,
-    MAX_ADVERT_BYTES,
-    MAX_REQUEST_BYTES,
-    DialbackRequest,
-    checkpoints_topic,
-    peers_topic,
-)
+from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
+from swarmrl.p2p.messages import MAX_ADVERT_BYTES, checkpoints_topic, peers_topic
 from swarmrl.p2p.store import WeightStore
 from swarmrl.p2p.swarm import SwarmNode
+from tests.codecs import raw
 
 SHARD = 256 * 1024
 DOMAIN = swarm_domain(31337, "0x" + "44" * 20)
@@ -328,20 +323,18 @@ def test_garbage_on_every_protocol_is_refused_and_the_host_keeps_serving(
     prober = swarm("prober")
     peer = prober.host.connect(origin.addrs[0])
 
-    for protocol in (MANIFEST_PROTOCOL, HAVE_PROTOCOL):
+    for spec in (MANIFEST, HAVE):
+        # The protocol's id, asked in bytes no spec would encode.
+        garbled = raw(spec, response_limit=MAX_ADVERT_BYTES, call_timeout=10)
         for garbage in (b"", b"\xff\xfe not json", b'{"manifest_hash": 7}', b"[" * 1000):
             with pytest.raises(RemoteError, match=r"invalid|JSON|must be"):
-                prober.host.request(
-                    peer, protocol, garbage, response_limit=MAX_ADVERT_BYTES, timeout=10
-                )
+                prober.host.call(garbled, peer, garbage)
         # A have request carries the asker's advert, so its limit is an advert's.
-        limit = MAX_ADVERT_BYTES if protocol == HAVE_PROTOCOL else MAX_REQUEST_BYTES
+        limit = MAX_ADVERT_BYTES if spec is HAVE else 1024
         with pytest.raises(RemoteError, match=f"over the {limit}-byte limit"):
-            prober.host.request(peer, protocol, b"x" * (limit + 1), response_limit=MAX_ADVERT_BYTES)
+            prober.host.call(garbled, peer, b"x" * (limit + 1))
     with pytest.raises(RemoteError, match="no such checkpoint"):
-        prober.host.request(
-            peer, MANIFEST_PROTOCOL, b'{"manifest_hash":"' + b"0" * 64 + b'"}', response_limit=999
-        )
+        prober.host.call(MANIFEST, peer, ManifestRequest(manifest_hash="0" * 64))
     for topic in (checkpoints_topic(RUN), peers_topic(RUN)):
         prober.host.publish(topic, b"\x00garbage")
         prober.host.publish(topic, wire.dump_json({"model": "x" * 10_000}))
@@ -427,6 +420,6 @@ def test_a_peer_dials_an_asker_back_at_most_once_per_gap(swarm):
     assert asker.serving
     # The asker names only a port: the probe goes to the address its connection
     # comes from; a second request inside the gap is refused.
-    body = wire.dump(DialbackRequest(port=asker.server.endpoint.port, nonce="ab" * 32))
+    request = DialbackRequest(port=asker.server.endpoint.port, nonce="ab" * 32)
     with pytest.raises(RemoteError, match="one dial-back per"):
-        asker.host.request(first.peer_id, DIALBACK_PROTOCOL, body, response_limit=512, timeout=10)
+        asker.host.call(DIALBACK, first.peer_id, request)

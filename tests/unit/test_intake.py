@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,13 +20,15 @@ from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
-from swarmrl.p2p import wire
+from swarmrl.p2p import protocol, wire
+from swarmrl.p2p.protocol import RequestResponse, ServedUpload, Upload
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.tasks import Task
-from swarmrl.work import assign, heartbeat, join, submit
-from swarmrl.work.assign import WorkOrder
-from swarmrl.work.join import JoinClaim, NodeReport
-from swarmrl.work.submit import Receipt, SubmitHeader
+from swarmrl.work import submit
+from swarmrl.work.assign import WORK, WorkOrder
+from swarmrl.work.heartbeat import HEARTBEAT
+from swarmrl.work.join import JOIN, JoinClaim, NodeReport
+from swarmrl.work.submit import SUBMIT, Receipt, SubmitHeader
 
 ACCOUNTS = dev_accounts(8)
 # The recorder key: it signs work orders and receipts.
@@ -77,42 +80,59 @@ class FixedChain:
         return self.refusal
 
 
-class DirectHost:
-    """A node's host, with intake on the other end of the stream: the libp2p part
-    (framing, Noise, streaming; tested in test_p2p_*) is left out, the rest is as the
-    host does it: the sender is the peer id Noise authenticated, sizes are checked
-    against the protocols' limits, an upload is checked from its header before its
-    body is spooled into a new file that intake then owns."""
+class OrchestratorHost:
+    """The orchestrator's host as intake sees it: intake registers its protocols here as
+    on a real host (Intake.serve), and each is answered as the host answers it (the
+    sender admitted first, then its request decoded, handled and the answer
+    encoded), in this process: the libp2p part (framing, Noise, streaming) is
+    test_p2p_*'s and test_work_over_libp2p's."""
 
-    def __init__(self, intake: Intake, peer_id: str, spool: Path) -> None:
-        self.intake, self.peer_id, self.spool = intake, peer_id, spool
-        self.handlers = {
-            join.PROTOCOL: (intake.join, join.REQUEST_LIMIT),
-            heartbeat.PROTOCOL: (intake.heartbeat, heartbeat.REQUEST_LIMIT),
-            assign.PROTOCOL: (intake.work, assign.REQUEST_LIMIT),
-        }
+    def __init__(self) -> None:
+        self.protocols: dict[str, protocol.Served[Any, Any]] = {}
+        self.uploads: dict[str, tuple[ServedUpload[Any, Any], Path]] = {}
+
+    def serve(self, spec, handler, *, admit=None) -> None:
+        self.protocols[spec.id] = protocol.Served(spec, handler, admit)
+
+    def serve_upload(self, spec, handler, *, spool_dir, admit=None) -> None:
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        self.uploads[spec.id] = (ServedUpload(spec, handler, admit), spool_dir)
+
+    def answer(self, spec: RequestResponse[Any, Any], peer: str, body: bytes) -> list[bytes]:
+        """What the host answers a request frame `body` of `spec` from `peer`."""
+        return self.protocols[spec.id].answer(peer, body)
+
+
+class DirectHost:
+    """A node's host, with intake on the other end of the stream: the sender is the
+    peer id Noise authenticated, sizes are checked against the specs' limits, an
+    upload is checked from its header before its body is spooled into a new file
+    that intake then owns."""
+
+    def __init__(self, orchestrator: OrchestratorHost, peer_id: str) -> None:
+        self.orchestrator, self.peer_id = orchestrator, peer_id
         self.uploads = itertools.count()
 
-    def request(self, peer_id, protocol, body, *, response_limit, timeout):
-        handler, request_limit = self.handlers[protocol]
-        assert len(body) <= request_limit
-        frames = handler(self.peer_id, body)
-        assert all(len(f) <= response_limit for f in frames)
-        return frames
+    def call(self, spec: RequestResponse[Any, Any], peer_id: str, request: Any) -> Any:
+        (body,) = spec.request.encode(request)
+        assert len(body) <= spec.request_limit
+        frames = self.orchestrator.answer(spec, self.peer_id, body)
+        assert all(len(f) <= spec.response_limit for f in frames)
+        return spec.response.decode(frames)
 
-    def upload(self, peer_id, protocol, header, path, *, response_limit, timeout):
-        assert protocol == submit.PROTOCOL
-        assert len(header) <= submit.HEADER_LIMIT
-        uploads = self.intake.uploads()
-        uploads.check(self.peer_id, header)
-        spooled = self.spool / f"{self.peer_id}-{next(self.uploads)}.upload"
+    def upload(self, spec: Upload[Any, Any], peer_id: str, header: Any, path: Path) -> Any:
+        (body,) = spec.header.encode(header)
+        assert len(body) <= spec.header_limit
+        served, spool = self.orchestrator.uploads[spec.id]
+        checked = served.check(self.peer_id, body)
+        spooled = spool / f"{self.peer_id}-{next(self.uploads)}.upload"
         shutil.copyfile(path, spooled)
         try:
-            frames = uploads.receive(self.peer_id, header, spooled)
+            frames = served.receive(self.peer_id, checked, spooled)
         finally:
             spooled.unlink(missing_ok=True)  # what the handler did not move away
-        assert all(len(f) <= response_limit for f in frames)
-        return frames
+        assert all(len(f) <= spec.response_limit for f in frames)
+        return spec.response.decode(frames)
 
 
 class Orchestrator:
@@ -154,8 +174,8 @@ class Orchestrator:
             backlog=lambda: self.backlog,
             weights_addrs=lambda: ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"],
         )
-        self.spool = root / "spool"
-        self.spool.mkdir()
+        self.host = OrchestratorHost()
+        self.intake.serve(self.host, root / "spool")
 
     def session(self, account=NODE, peer: str | None = None) -> Session:
         identity = Identity(
@@ -166,7 +186,7 @@ class Orchestrator:
             pool_domain=POOL_DOMAIN,
             trusted=frozenset({ORCHESTRATOR.address}),
         )
-        host = DirectHost(self.intake, peer or PEERS[account.address], self.spool)
+        host = DirectHost(self.host, peer or PEERS[account.address])
         return Session(host, "12D3KooWOrigin", identity)
 
     def active(self, account=NODE) -> Session:
@@ -183,15 +203,15 @@ def orchestrator(tmp_path) -> Orchestrator:
     o.ledger.close()
 
 
-def claim_body(account=NODE, *, peer=None, issued_at=None, signer=None) -> bytes:
-    claim = JoinClaim(
+def claim(account=NODE, *, peer=None, issued_at=None, signer=None) -> JoinClaim:
+    unsigned = JoinClaim(
         node=account.address,
         provider=PROVIDER.address,
         peer_id=peer or PEERS[account.address],
         report=REPORT,
         issued_at=int(time.time()) if issued_at is None else issued_at,
     )
-    return wire.dump(claim.signed_by(signer or account, SWARM))
+    return unsigned.signed_by(signer or account, SWARM)
 
 
 # ---- join ---------------------------------------------------------------------------
@@ -221,29 +241,28 @@ def test_join_then_heartbeat_makes_the_node_active(orchestrator):
 
 
 def test_a_claim_from_another_peer_than_it_names_is_refused(orchestrator):
-    body = claim_body(peer=PEERS[NODE.address])
     with pytest.raises(wire.WireError, match=r"names peer .* not the sender"):
-        orchestrator.intake.join(PEERS[OTHER.address], body)
+        orchestrator.intake.join(PEERS[OTHER.address], claim(peer=PEERS[NODE.address]))
     assert orchestrator.ledger.nodes() == []
 
 
 def test_a_claim_signed_by_another_key_is_refused(orchestrator):
     with pytest.raises(wire.WireError, match=f"not signed by {NODE.address}"):
-        orchestrator.intake.join(PEERS[NODE.address], claim_body(signer=STRANGER))
+        orchestrator.intake.join(PEERS[NODE.address], claim(signer=STRANGER))
     assert orchestrator.ledger.nodes() == []
     assert orchestrator.chain.asked == []  # refused before asking the chain
 
 
 @pytest.mark.parametrize("minutes", [-11, 11])
 def test_a_claim_issued_more_than_10_minutes_off_is_refused(orchestrator, minutes):
-    body = claim_body(issued_at=int(time.time()) - minutes * 60)
+    late = claim(issued_at=int(time.time()) - minutes * 60)
     with pytest.raises(wire.WireError, match="more than 10 minutes off"):
-        orchestrator.intake.join(PEERS[NODE.address], body)
+        orchestrator.intake.join(PEERS[NODE.address], late)
     assert orchestrator.ledger.nodes() == []
 
 
 def test_a_claim_issued_9_minutes_ago_is_accepted(orchestrator):
-    orchestrator.intake.join(PEERS[NODE.address], claim_body(issued_at=int(time.time()) - 540))
+    orchestrator.intake.join(PEERS[NODE.address], claim(issued_at=int(time.time()) - 540))
     assert orchestrator.ledger.node(NODE.address).state == "joined"
 
 
@@ -493,7 +512,7 @@ def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
 
 def refused_header(orchestrator, header: SubmitHeader, match: str, peer=PEERS[NODE.address]):
     with pytest.raises(wire.WireError, match=match):
-        orchestrator.intake.check_submission(peer, wire.dump(header))
+        orchestrator.intake.check_submission(peer, header)
     assert orchestrator.ledger.submissions() == []
 
 
@@ -657,7 +676,7 @@ def test_an_answered_order_cannot_be_answered_again(orchestrator, ordered, tmp_p
     orchestrator.published += 1
     again = session.sign(order, PUBLISHED + 1, path)  # the same records, signed as newer
     with pytest.raises(wire.WireError):
-        orchestrator.intake.check_submission(PEERS[NODE.address], wire.dump(again))
+        orchestrator.intake.check_submission(PEERS[NODE.address], again)
     assert len(orchestrator.ledger.submissions()) == 1
 
 
@@ -701,14 +720,15 @@ def test_intake_refuses_a_flood_from_one_peer_before_reading_it(orchestrator):
     peer = PEERS[NODE.address]
     for _ in range(3):
         with pytest.raises(wire.WireError):
-            orchestrator.intake.heartbeat(peer, b"not json")
-    for handler in (orchestrator.intake.join, orchestrator.intake.work):
+            orchestrator.host.answer(HEARTBEAT, peer, b"not json")
+    for spec in (JOIN, WORK):
         with pytest.raises(wire.Refusal, match="too many requests"):
-            handler(peer, claim_body())
+            orchestrator.host.answer(spec, peer, wire.dump(claim()))
+    submissions, _ = orchestrator.host.uploads[SUBMIT.id]
     with pytest.raises(wire.Refusal, match="too many requests"):
-        orchestrator.intake.check_submission(peer, b"{}")
+        submissions.check(peer, b"{}")
     # Another peer is not held back by this one.
-    orchestrator.intake.join(PEERS[OTHER.address], claim_body(OTHER))
+    orchestrator.host.answer(JOIN, PEERS[OTHER.address], wire.dump(claim(OTHER)))
     assert [n.address for n in orchestrator.ledger.nodes()] == [OTHER.address]
 
 
@@ -733,7 +753,7 @@ def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
     assert orchestrator.ledger.order(order_id).state == "reassigned"
     with pytest.raises(wire.WireError, match="already reassigned"):
         orchestrator.intake.check_submission(
-            PEERS[NODE.address], wire.dump(session.sign(order, PUBLISHED, path))
+            PEERS[NODE.address], session.sign(order, PUBLISHED, path)
         )
     # Taken over once: left now are the two later orders, each for the other node.
     orchestrator.ledger.expire_orders(theirs.deadline + 1)

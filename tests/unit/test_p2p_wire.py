@@ -10,35 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmrl.p2p import messages, wire
-from swarmrl.p2p.messages import Advert, Holding, ManifestRequest
+from swarmrl.p2p.have import HAVE
+from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
+from swarmrl.p2p.messages import Advert, Holding
 from swarmrl.p2p.records import Announcement, PeerRecord
 from swarmrl.p2p.wire import WireError
+from tests.codecs import MemoryStream
 
 HASH = "ab" * 32
 ADDRESS = "0x" + "12" * 20
 SIGNATURE = "cd" * 65
-
-
-class MemoryStream:
-    """An in-memory stream: reads hand out at most `chunk` bytes at a time, writes append."""
-
-    def __init__(self, data: bytes = b"", chunk: int | None = None) -> None:
-        self.data = bytearray(data)
-        self.chunk = chunk
-        self.written = bytearray()
-
-    async def read(self, n: int | None = None) -> bytes:
-        await trio.lowlevel.checkpoint()
-        size = len(self.data) if n is None else n
-        if self.chunk is not None:
-            size = min(size, self.chunk)
-        out = bytes(self.data[:size])
-        del self.data[:size]
-        return out
-
-    async def write(self, data: bytes) -> None:
-        await trio.lowlevel.checkpoint()
-        self.written += data
 
 
 def read_frame(data: bytes, limit: int, chunk: int | None = None) -> bytes:
@@ -345,21 +326,6 @@ def test_parse_fuzz_raw_bytes(body):
     parse_or_wire_error(Announcement, body)
 
 
-@settings(max_examples=300)
-@given(body=st.binary(max_size=200))
-def test_parse_dialback_fuzz_raw_bytes(body):
-    parse_or_wire_error(messages.DialbackRequest, body)
-    parse_or_wire_error(messages.DialbackReply, body)
-
-
-@settings(max_examples=150)
-@given(value=st.dictionaries(st.sampled_from(["port", "nonce", "reached", "endpoint"]), json_values,
-                             max_size=4))  # fmt: skip
-def test_parse_dialback_fuzz_structured(value):
-    parse_or_wire_error(messages.DialbackRequest, as_json(value))
-    parse_or_wire_error(messages.DialbackReply, as_json(value))
-
-
 @settings(max_examples=150)
 @given(value=st.dictionaries(advert_keys, json_values, max_size=5))
 def test_parse_advert_fuzz_structured(value):
@@ -415,9 +381,9 @@ def test_parse_error_refuses_malformed_replies(body, message):
 def test_protocol_ids_are_versioned_under_one_prefix():
     assert wire.protocol_id("manifest") == "/swarmrl/manifest/1.0.0"
     assert wire.protocol_id("have", "2.1.0") == "/swarmrl/have/2.1.0"
-    assert messages.MANIFEST_PROTOCOL == "/swarmrl/manifest/1.0.0"
-    assert messages.HAVE_PROTOCOL == "/swarmrl/have/1.0.0"
-    assert messages.MANIFEST_PROTOCOL != messages.HAVE_PROTOCOL
+    assert MANIFEST.id == "/swarmrl/manifest/1.0.0"
+    assert HAVE.id == "/swarmrl/have/1.0.0"
+    assert MANIFEST.id != HAVE.id
     assert messages.checkpoints_topic("r1") == "swarmrl/r1/checkpoints"
     assert messages.peers_topic("r1") == "swarmrl/r1/peers"
 

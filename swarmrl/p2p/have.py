@@ -1,0 +1,34 @@
+"""``/swarmrl/have/1.0.0``: a peer's current advert, asked for with the asker's own.
+
+A downloading node polls the peers it is connected to twice a second this way,
+which is how it learns, shard by shard, that other nodes can serve it; both
+sides learn each other's signed record, data endpoint and holdings. The advert
+is the one peers also gossip (:class:`~swarmrl.p2p.messages.Advert`).
+"""
+
+from __future__ import annotations
+
+from swarmrl.p2p.messages import MAX_ADVERT_BYTES, Advert
+from swarmrl.p2p.protocol import Json, RequestResponse
+from swarmrl.p2p.wire import protocol_id
+from swarmrl.schema import Strict
+
+
+class HaveRequest(Strict):
+    """Asks a peer for its advert, telling it the asker's own."""
+
+    advert: Advert | None = None
+
+
+HAVE = RequestResponse(
+    protocol_id("have"),
+    Json(HaveRequest),
+    Json(Advert),
+    # The request carries the asker's advert, signed record included.
+    request_limit=MAX_ADVERT_BYTES,
+    response_limit=MAX_ADVERT_BYTES,
+    deadline=10.0,
+    # A peer that does not answer a poll this fast is skipped until the next round,
+    # so one slow peer cannot hold up learning from the others.
+    call_timeout=3.0,
+)
