@@ -29,7 +29,8 @@ from typing import Any
 from eth_account.signers.local import LocalAccount
 
 from orchestrator.service.intake import ChainView, Intake, RunContext
-from orchestrator.service.ledger import Ledger, allowed
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.service.stop import StopFlag
 from orchestrator.service.trainer_process import TrainerProcessConfig, run_trainer
@@ -311,7 +312,7 @@ class Orchestrator:
         """Submissions not yet validated plus rollout files the trainer has not read."""
         spool = self.run_dir / "rollouts"
         unread = sum(1 for p in spool.glob("*.parquet")) if spool.is_dir() else 0
-        return self.ledger.count_with(SubmissionStatus.RECEIVED) + unread
+        return self.ledger.submissions.count(SubmissionStatus.RECEIVED) + unread
 
     def _publish_new(self) -> None:
         step = ckpt.latest_step(self.run_dir)
@@ -327,16 +328,16 @@ class Orchestrator:
     def _sweep_nodes(self, now: float) -> None:
         s = self.settings
         silent, gone = NodeState.SILENT, NodeState.GONE
-        for expired in self.ledger.expire_orders(now):
+        for expired in self.ledger.orders.expire(now):
             log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
-        for node in self.ledger.nodes():
+        for node in self.ledger.nodes.all():
             # Quiet makes a node silent, then gone; the transition table says from which
             # states (a banned node stays banned).
             quiet = now - (node.last_seen or node.joined_at)
             if quiet > s.silent_after * s.heartbeat_seconds and allowed(node.state, silent):
-                self.ledger.set_state(node.address, silent, "missed heartbeats", now)
+                self.ledger.nodes.set_state(node.address, silent, "missed heartbeats", now)
             elif quiet > s.gone_after and allowed(node.state, gone):
-                self.ledger.set_state(node.address, gone, f"silent for {quiet:.0f} s", now)
+                self.ledger.nodes.set_state(node.address, gone, f"silent for {quiet:.0f} s", now)
 
     # ---- the loop -------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.service.ledger import Ledger, SubmissionRow
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from swarmrl.rollouts.records import Rollout, read_rollouts
@@ -89,15 +90,15 @@ class Validator:
 
     def run_once(self) -> int:
         """Validate what is waiting; returns how many submissions were judged."""
-        pending = self.ledger.pending_validation(16)
+        pending = self.ledger.submissions.pending(16)
         # By step: each step's weights are loaded once for the prefills among them.
         for row in sorted(pending, key=lambda r: r.step):
             self.judge(row)
         return len(pending)
 
     def judge(self, row: SubmissionRow) -> None:
-        issued = self.ledger.order(row.order_id)
-        node = self.ledger.node(row.node)
+        issued = self.ledger.orders.get(row.order_id)
+        node = self.ledger.nodes.get(row.node)
         if issued is None or node is None:  # intake checked both; a damaged ledger otherwise
             self._finish(row, [], "its order or node is missing from the ledger", False, False)
             return
@@ -181,13 +182,13 @@ class Validator:
         seconds: float = 0.0,
     ) -> None:
         status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
-        self.ledger.set_outcome(
+        self.ledger.submissions.set_outcome(
             row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
         )
         if prefilled and accepted and not reason:
-            self.ledger.add_trust(row.node)
+            self.ledger.nodes.add_trust(row.node)
         if slashable:
-            self.ledger.set_state(
+            self.ledger.nodes.set_state(
                 row.node, NodeState.BANNED, f"evidence: {reason}"[:300], time.time()
             )
         what = f"{len(accepted)} accepted" if accepted else "rejected"
