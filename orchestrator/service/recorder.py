@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol as Interface
 
 from eth_account import Account
 from hexbytes import HexBytes
@@ -29,6 +28,7 @@ from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.epochs import EpochRow
 from orchestrator.service.ledger.slashes import SlashOutcome, SlashRow
 from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.stop import StopSignal
 from swarmrl.chain import eip712
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
@@ -239,56 +239,47 @@ def chain_failure_sentence(error: BaseException) -> str | None:
     return rpc_failure_sentence(error)
 
 
-class StopSignal(Interface):
-    """A threading or multiprocessing Event."""
+@dataclass(frozen=True)
+class RecorderConfig:
+    """The recorder process's arguments. They pickle: keys are raw private keys (the
+    daemon unlocks the keystores)."""
 
-    def is_set(self) -> bool: ...
+    ledger_path: Path
+    deployment: Deployment
+    recorder_key: bytes
+    validator_key: bytes
+    epoch_seconds: float
+    validation_grace: float
+    poll_seconds: float = 5.0
 
-    def wait(self, timeout: float | None = None) -> bool: ...
 
-
-def run_recorder(
-    ledger_path: Path,
-    deployment: Deployment,
-    recorder_key: bytes,
-    validator_key: bytes,
-    stop: StopSignal,
-    *,
-    epoch_seconds: float,
-    validation_grace: float,
-    poll_seconds: float = 5.0,
-    rpc_url: str | None = None,
-) -> None:
-    """The recorder process: a round every `poll_seconds` until `stop` is set.
-
-    Its arguments pickle, so it can be a `multiprocessing.Process` target under any
-    start method; keys are raw private keys (the daemon unlocks the keystores).
-    An unreachable chain at start is retried like any other chain failure.
-    """
-    ledger = Ledger(ledger_path)
+def main(config: RecorderConfig, stop: StopSignal) -> None:
+    """The child's body (see ``child``): a round every `poll_seconds` until `stop` is
+    set. An unreachable chain at start is retried like any other chain failure."""
+    ledger = Ledger(config.ledger_path)
     recorder: Recorder | None = None
     try:
         while not stop.is_set():
             try:
                 if recorder is None:
                     chain = Protocol.connect(
-                        deployment, Account.from_key(recorder_key), rpc_url=rpc_url
+                        config.deployment, Account.from_key(config.recorder_key)
                     )
-                    validator = chain.as_account(Account.from_key(validator_key))
+                    validator = chain.as_account(Account.from_key(config.validator_key))
                     recorder = Recorder(
                         ledger,
                         chain,
                         validator,
-                        epoch_seconds=epoch_seconds,
-                        validation_grace=validation_grace,
+                        epoch_seconds=config.epoch_seconds,
+                        validation_grace=config.validation_grace,
                     )
                 recorder.run_once(time.time())
             except Exception as e:
                 sentence = chain_failure_sentence(e)
                 if sentence is None:
                     raise
-                log.warning("recorder: %s; retrying in %g s", sentence, poll_seconds)
-            stop.wait(poll_seconds)
+                log.warning("recorder: %s; retrying in %g s", sentence, config.poll_seconds)
+            stop.wait(config.poll_seconds)
     finally:
         ledger.close()
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from swarmrl.rollouts.records import Rollout, read_rollouts
@@ -50,9 +50,7 @@ class ValidatorConfig:
     validation_rate: float
     trust_after: int
     code_check_rate: float
-    threads: int
     device: str | None
-    log_to_stderr: bool  # False while the terminal shows the live view
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -237,26 +235,17 @@ def _with_rewards(record: Rollout, verdict: Verdict) -> Rollout:
     ).sealed()
 
 
-def run_validator(config: ValidatorConfig, stop: Any, parent_pid: int) -> None:
-    """The process body: judge until ``stop`` is set or the parent is gone."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["RAYON_NUM_THREADS"] = str(config.threads)
-    import torch
-
-    torch.set_num_threads(config.threads)
-    from orchestrator.service.logs import setup_process_logging
+def main(config: ValidatorConfig, stop: StopSignal) -> None:
+    """The child's body (see ``child``): judge until ``stop`` is set."""
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.tasks import read_tasks
 
-    setup_process_logging(config.data_dir, "validator", stderr=config.log_to_stderr)
     quiet_transformers()
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
     ledger = Ledger(config.data_dir / "ledger.sqlite3")
     validator = Validator(config, ledger, tasks)
     try:
-        while not stop.is_set() and os.getppid() == parent_pid:
+        while not stop.is_set():
             if validator.run_once() == 0:
                 stop.wait(POLL_SECONDS)
     finally:

@@ -9,16 +9,16 @@ test sleeps for an epoch to pass.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import time
-from pathlib import Path
 
 import pytest
 from eth_utils import keccak
 
+from orchestrator.service import recorder as recorder_process
+from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
-from orchestrator.service.recorder import Recorder, commitment_tree, run_recorder
+from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree
 from swarmrl.chain import eip712
 from swarmrl.chain.anvil import connect
 from swarmrl.chain.deploy import TOKEN
@@ -367,29 +367,36 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
     assert [row.units for row in working.run_once(after(ledger, 0)).sent] == [2]
 
 
-def test_the_recorder_process_records_and_stops_on_its_event(
+def test_the_recorder_process_records_and_stops_on_its_flag(
     tmp_path, protocol, node, accounts, deployment
 ):
+    """Started as the daemon starts it: a spawned child, so its config must pickle."""
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
         Submit(protocol, ledger, node)(0, "accepted", 3)
-    context = multiprocessing.get_context("spawn")  # its arguments must pickle
-    stop = context.Event()
-    process = context.Process(
-        target=run_recorder,
-        args=(Path(path), deployment, accounts[RECORDER].key, accounts[VALIDATOR].key, stop),
-        kwargs={"epoch_seconds": 1.0, "validation_grace": 0.0, "poll_seconds": 0.2},
+    config = RecorderConfig(
+        ledger_path=path,
+        deployment=deployment,
+        recorder_key=accounts[RECORDER].key,
+        validator_key=accounts[VALIDATOR].key,
+        epoch_seconds=1.0,
+        validation_grace=0.0,
+        poll_seconds=0.2,
     )
-    process.start()
+    child = Child(
+        ChildSpec("recorder", recorder_process.main, config, data_dir=tmp_path, log_to_stderr=False)
+    )
+    child.start()
     try:
         with Ledger(path) as ledger:
             give_up = time.monotonic() + 120  # a hang guard, not a measurement
             while ledger.epochs.get(0, node.address) is None and time.monotonic() < give_up:
-                assert process.is_alive()
+                assert child.process.is_alive()
                 time.sleep(0.2)
             assert ledger.epochs.get(0, node.address) is not None
     finally:
-        stop.set()
-        process.join(timeout=60)
-    assert process.exitcode == 0
+        child.shutdown(timeout=60)
+    assert child.process.exitcode == 0
     assert protocol.work_of(0, node.address).units == 3
+    log = (tmp_path / "logs" / "recorder.log").read_text()
+    assert f"recorder: epoch 0 of node {node.address}: 3 units in 0x" in log

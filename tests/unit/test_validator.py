@@ -70,9 +70,7 @@ def validator(tmp_path, model_dirs):
         validation_rate=1.0,
         trust_after=1,
         code_check_rate=1.0,
-        threads=1,
         device="cpu",
-        log_to_stderr=False,
     )
     yield Validator(config, ledger, TASKS)
     ledger.close()
