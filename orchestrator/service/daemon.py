@@ -2,7 +2,8 @@
 
 One process holds the libp2p host (the work protocols and the weight origin),
 intake and scheduling, the publisher and a supervisor loop; the heavy work runs
-in processes of its own, each with its share of the cores:
+in child processes, each a config and a ``main`` that ``child`` starts, restarts
+and stops alike, the heavy ones with their share of the cores:
 
 - the trainer (``trainer_process``): validator's spool in, checkpoints out;
 - the validator (``validator``): prefill and rewards, outcomes to the ledger;
@@ -16,24 +17,22 @@ or a reboot carries on where it stopped, losing nothing it acknowledged.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eth_account.signers.local import LocalAccount
 
+from orchestrator.service import recorder, trainer_process, validator
+from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.intake import ChainView, Intake, RunContext
-from orchestrator.service.ledger import Ledger, allowed
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.settings import OrchestratorSettings
-from orchestrator.service.stop import StopFlag
-from orchestrator.service.trainer_process import TrainerProcessConfig, run_trainer
-from orchestrator.service.validator import ValidatorConfig, run_validator
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.chain.deploy import Deployment
 from swarmrl.work.states import NodeState, SubmissionStatus
@@ -41,8 +40,6 @@ from swarmrl.work.states import NodeState, SubmissionStatus
 log = logging.getLogger("swarmrl.orchestrator")
 
 SUPERVISE_SECONDS = 1.0
-# A child that dies is restarted this many times before the daemon gives up.
-MAX_RESTARTS = 5
 RUN_DIR = "run"
 
 
@@ -50,34 +47,6 @@ RUN_DIR = "run"
 class Keys:
     recorder: LocalAccount  # sends submitWork, signs checkpoints, orders and receipts
     validator: LocalAccount  # votes to slash
-
-
-@dataclass(frozen=True)
-class RecorderConfig:
-    data_dir: Path
-    deployment: Deployment
-    recorder_key: bytes
-    validator_key: bytes
-    epoch_seconds: float
-    validation_grace: float
-    log_to_stderr: bool  # False while the terminal shows the live view
-
-
-def _recorder_process(config: RecorderConfig, stop: Any, parent_pid: int) -> None:
-    from orchestrator.service.logs import setup_process_logging
-    from orchestrator.service.recorder import run_recorder
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    setup_process_logging(config.data_dir, "recorder", stderr=config.log_to_stderr)
-    run_recorder(
-        config.data_dir / "ledger.sqlite3",
-        config.deployment,
-        config.recorder_key,
-        config.validator_key,
-        stop,
-        epoch_seconds=config.epoch_seconds,
-        validation_grace=config.validation_grace,
-    )
 
 
 class ProtocolChainView(ChainView):
@@ -105,50 +74,6 @@ class ProtocolChainView(ChainView):
             log.warning("chain check for %s failed: %r", node, e)
             return "the orchestrator cannot reach the chain right now; try again later"
         return None
-
-
-class Child:
-    """One worker process, restarted when it dies (a few times)."""
-
-    def __init__(self, name: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
-        self.name, self.target, self.args = name, target, args
-        self.context = multiprocessing.get_context("spawn")
-        self.stop = StopFlag(self.context)
-        self.restarts = 0
-        self.process: Any = None
-        self.finished = False
-
-    def start(self) -> None:
-        self.process = self.context.Process(
-            target=self.target, args=(*self.args, self.stop, os.getpid()), name=self.name
-        )
-        self.process.start()
-        log.info("started the %s process (pid %d)", self.name, self.process.pid)
-
-    def check(self) -> None:
-        if self.finished or self.process.is_alive():
-            return
-        code = self.process.exitcode
-        if code == 0 and self.name == "trainer":
-            self.finished = True
-            log.info("the trainer finished its steps")
-            return
-        if self.restarts >= MAX_RESTARTS:
-            raise RuntimeError(
-                f"the {self.name} process died {self.restarts + 1} times (code {code})"
-            )
-        self.restarts += 1
-        log.warning("the %s process exited with code %s; restarting it", self.name, code)
-        self.start()
-
-    def shutdown(self, timeout: float = 15.0) -> None:
-        self.stop.set()
-        if self.process is None:
-            return
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
 
 
 def thread_shares(cores: int) -> tuple[int, int]:
@@ -196,6 +121,14 @@ class Orchestrator:
     # ---- pieces -------------------------------------------------------------------
 
     def _start_children(self) -> None:
+        # The trainer writes step 0 before anything can be published; validator and
+        # recorder only read what others wrote.
+        self.children = [Child(spec) for spec in self._child_specs()]
+        for child in self.children:
+            child.start()
+
+    def _child_specs(self) -> list[ChildSpec[Any]]:
+        """The trainer, the validator and the recorder, each with its share of the cores."""
         s = self.settings
         cores = s.threads or len(os.sched_getaffinity(0))
         trainer_threads, validator_threads = thread_shares(cores)
@@ -205,46 +138,57 @@ class Orchestrator:
             validator_threads,
             cores,
         )
-        trainer = TrainerProcessConfig(
-            data_dir=self.data_dir,
+        trainer_config = trainer_process.TrainerProcessConfig(
             run_dir=self.run_dir,
             model=Path(s.model),
             tasks_file=Path(s.tasks),
             run=self.deployment.run_id,
             recipe=s.recipe(),
-            threads=trainer_threads,
             device=s.device,
-            log_to_stderr=self.log_to_stderr,
         )
-        validator = ValidatorConfig(
+        validator_config = validator.ValidatorConfig(
             data_dir=self.data_dir,
             run_dir=self.run_dir,
             tasks_file=Path(s.tasks),
             validation_rate=s.validation_rate,
             trust_after=s.trust_after,
             code_check_rate=s.code_check_rate,
-            threads=validator_threads,
             device=s.device,
-            log_to_stderr=self.log_to_stderr,
         )
-        recorder = RecorderConfig(
-            data_dir=self.data_dir,
+        recorder_config = recorder.RecorderConfig(
+            ledger_path=self.data_dir / "ledger.sqlite3",
             deployment=self.deployment,
             recorder_key=bytes(self.keys.recorder.key),
             validator_key=bytes(self.keys.validator.key),
             epoch_seconds=s.epoch_seconds,
             validation_grace=s.validation_grace,
-            log_to_stderr=self.log_to_stderr,
         )
-        # The trainer writes step 0 before anything can be published; validator and
-        # recorder only read what others wrote.
-        self.children = [
-            Child("trainer", run_trainer, (trainer,)),
-            Child("validator", run_validator, (validator,)),
-            Child("recorder", _recorder_process, (recorder,)),
+        return [
+            ChildSpec(
+                "trainer",
+                trainer_process.main,
+                trainer_config,
+                data_dir=self.data_dir,
+                log_to_stderr=self.log_to_stderr,
+                threads=trainer_threads,
+                finishes=True,  # once it trained the run's last step
+            ),
+            ChildSpec(
+                "validator",
+                validator.main,
+                validator_config,
+                data_dir=self.data_dir,
+                log_to_stderr=self.log_to_stderr,
+                threads=validator_threads,
+            ),
+            ChildSpec(
+                "recorder",
+                recorder.main,
+                recorder_config,
+                data_dir=self.data_dir,
+                log_to_stderr=self.log_to_stderr,
+            ),
         ]
-        for child in self.children:
-            child.start()
 
     def _start_host(self) -> None:
         from swarmrl.p2p.identity import load_or_create_peer_key
@@ -288,7 +232,7 @@ class Orchestrator:
         """Submissions not yet validated plus rollout files the trainer has not read."""
         spool = self.run_dir / "rollouts"
         unread = sum(1 for p in spool.glob("*.parquet")) if spool.is_dir() else 0
-        return self.ledger.count_with(SubmissionStatus.RECEIVED) + unread
+        return self.ledger.submissions.count(SubmissionStatus.RECEIVED) + unread
 
     def _publish_new(self) -> None:
         step = ckpt.latest_step(self.run_dir)
@@ -304,16 +248,16 @@ class Orchestrator:
     def _sweep_nodes(self, now: float) -> None:
         s = self.settings
         silent, gone = NodeState.SILENT, NodeState.GONE
-        for expired in self.ledger.expire_orders(now):
+        for expired in self.ledger.orders.expire(now):
             log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
-        for node in self.ledger.nodes():
+        for node in self.ledger.nodes.all():
             # Quiet makes a node silent, then gone; the transition table says from which
             # states (a banned node stays banned).
             quiet = now - (node.last_seen or node.joined_at)
             if quiet > s.silent_after * s.heartbeat_seconds and allowed(node.state, silent):
-                self.ledger.set_state(node.address, silent, "missed heartbeats", now)
+                self.ledger.nodes.set_state(node.address, silent, "missed heartbeats", now)
             elif quiet > s.gone_after and allowed(node.state, gone):
-                self.ledger.set_state(node.address, gone, f"silent for {quiet:.0f} s", now)
+                self.ledger.nodes.set_state(node.address, gone, f"silent for {quiet:.0f} s", now)
 
     # ---- the loop -------------------------------------------------------------------
 

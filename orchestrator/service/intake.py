@@ -22,7 +22,10 @@ from pathlib import Path
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import Ledger, NodeRow, SubmissionRow, allowed
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.nodes import NodeRow
+from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.scheduler import budget_for, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain
@@ -138,7 +141,7 @@ class Intake:
             raise wire.Refusal("too many requests from this peer; slow down")
 
     def _node(self, peer: str) -> NodeRow:
-        node = self.ledger.node_by_peer(peer)
+        node = self.ledger.nodes.by_peer(peer)
         if node is None:
             raise wire.Refusal("this peer has not joined; send a join request first")
         if node.state is NodeState.BANNED:
@@ -160,12 +163,12 @@ class Intake:
                 "the join claim's time is more than 10 minutes off; check the clock"
             )
         node_address = to_checksum_address(claim.node)
-        known = self.ledger.node(node_address)
+        known = self.ledger.nodes.get(node_address)
         if known is not None and known.state is NodeState.BANNED:
             raise wire.Refusal(f"node {node_address} is banned from this run")
         if why := self.chain.standing(node_address, to_checksum_address(claim.provider)):
             raise wire.Refusal(why)
-        self.ledger.upsert_node(
+        self.ledger.nodes.join(
             node_address,
             to_checksum_address(claim.provider),
             peer,
@@ -174,8 +177,8 @@ class Intake:
             now,
         )
         if known is not None and allowed(known.state, NodeState.JOINED):  # silent or gone
-            self.ledger.set_state(node_address, NodeState.JOINED, "joined again", now)
-        state = self.ledger.node(node_address)
+            self.ledger.nodes.set_state(node_address, NodeState.JOINED, "joined again", now)
+        state = self.ledger.nodes.get(node_address)
         assert state is not None  # just written
         log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
         return join.JoinResponse(
@@ -193,14 +196,14 @@ class Intake:
     ) -> heartbeat.HeartbeatResponse:
         node = self._node(peer)
         now = time.time()
-        self.ledger.touch(node.address, now, request.tokens_per_second)
+        self.ledger.nodes.touch(node.address, now, request.tokens_per_second)
         if allowed(node.state, NodeState.ACTIVE):
-            self.ledger.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
-        recent = self.ledger.latest_submissions(node.address, heartbeat.MAX_OUTCOMES)
+            self.ledger.nodes.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
+        recent = self.ledger.submissions.latest(node.address, heartbeat.MAX_OUTCOMES)
         return heartbeat.HeartbeatResponse(
-            state=self.ledger.node(node.address).state,
+            state=self.ledger.nodes.get(node.address).state,
             policy_step=self.published_step(),
-            epoch=self.ledger.epoch_of(now, self.settings.epoch_seconds),
+            epoch=self.ledger.epochs.at(now, self.settings.epoch_seconds),
             outcomes=[
                 heartbeat.Outcome(
                     digest=s.digest, status=s.status, units=s.units, reason=s.reason[:300]
@@ -218,7 +221,7 @@ class Intake:
         with self._order_lock:
             # An open order first: a node whose reply was lost gets it again, whatever
             # else has changed, rather than have it expire against its standing.
-            issued = self.ledger.open_order(node.address)
+            issued = self.ledger.orders.open_for(node.address)
             if issued is not None and issued.order.deadline > time.time():
                 return assign.WorkResponse(order=issued.order)
             step = self.published_step()
@@ -233,7 +236,7 @@ class Intake:
 
     def _new_order(self, node: NodeRow, step: int) -> WorkOrder:
         s = self.settings
-        counter = self.ledger.next_counter(node.address)
+        counter = self.ledger.orders.next_counter(node.address)
         sequences = s.prompts_per_assignment * s.group_size
         budget = budget_for(
             node.speed,
@@ -243,11 +246,11 @@ class Intake:
             seconds=s.assignment_seconds,
         )
         # Tasks a node left unanswered go to another node first.
-        orphan = self.ledger.orphaned(excluding=node.address)
+        orphan = self.ledger.orders.orphaned(excluding=node.address)
         if orphan is not None and any(s.problem_id not in self.tasks for s in orphan.order.tasks):
             log.info("expired order %s names tasks no longer in the task set; dropped",
                      orphan.order_id[:12])  # fmt: skip
-            self.ledger.set_order_state(orphan.order_id, OrderState.DROPPED)
+            self.ledger.orders.set_state(orphan.order_id, OrderState.DROPPED)
             orphan = None
         drawn = draw_order(
             self.task_list,
@@ -273,7 +276,7 @@ class Intake:
             tasks=drawn.tasks,
             deadline=int(now + s.assignment_seconds),
         ).signed_by(self.context.signer, self.context.swarm_domain)
-        self.ledger.add_order(
+        self.ledger.orders.add(
             order.digest(self.context.swarm_domain).hex(),
             order,
             now,
@@ -291,9 +294,9 @@ class Intake:
         node = self._node(peer)
         if to_checksum_address(header.node) != node.address:
             raise wire.WireError(f"the submission names node {header.node}, not the sender")
-        if self.ledger.submission(self._digest(header).hex()) is not None:
+        if self.ledger.submissions.get(self._digest(header).hex()) is not None:
             return  # a resend: answered with its receipt
-        issued = self.ledger.order(header.order_id)
+        issued = self.ledger.orders.get(header.order_id)
         if issued is None or to_checksum_address(issued.order.node) != node.address:
             raise wire.WireError("the submission answers no work order of this node")
         if issued.state is not OrderState.OPEN:
@@ -311,18 +314,18 @@ class Intake:
     ) -> submit.SubmitResponse:
         node = self._node(peer)
         digest = self._digest(header).hex()
-        if (stored := self.ledger.submission(digest)) is not None:
+        if (stored := self.ledger.submissions.get(digest)) is not None:
             return _receipt_reply(stored)
         if submit.file_sha256(path) != header.file_sha256:
             raise wire.WireError("the file's sha256 is not the one the submission signs")
-        issued = self.ledger.order(header.order_id)
+        issued = self.ledger.orders.get(header.order_id)
         assert issued is not None  # checked from the header
         units, reason, slashable = self._answers(issued.order, header, path)
         # One answer per order: of two submissions racing for it, the second is refused.
         with self._submit_lock:
-            if (stored := self.ledger.submission(digest)) is not None:
+            if (stored := self.ledger.submissions.get(digest)) is not None:
                 return _receipt_reply(stored)
-            issued = self.ledger.order(header.order_id)
+            issued = self.ledger.orders.get(header.order_id)
             if issued is None or issued.state is not OrderState.OPEN:
                 raise wire.WireError(f"work order {header.order_id[:12]} is already answered")
             row = self._record(node, header, digest, path, units, reason, slashable)
@@ -342,7 +345,7 @@ class Intake:
     ) -> SubmissionRow:
         """The file kept and the submission in the ledger, before any receipt leaves."""
         now = time.time()
-        epoch = self.ledger.epoch_of(now, self.settings.epoch_seconds)
+        epoch = self.ledger.epochs.at(now, self.settings.epoch_seconds)
         kept = self.submissions_dir / f"{digest}.parquet"
         shutil.move(path, kept)
         _fsync_dir(self.submissions_dir)
@@ -354,7 +357,7 @@ class Intake:
             units=units,
             reason=reason,
         ).signed_by(self.context.signer, self.context.swarm_domain)
-        row, _ = self.ledger.record_submission(
+        row, _ = self.ledger.submissions.record(
             SubmissionRow(
                 digest=digest,
                 node=node.address,
@@ -376,7 +379,7 @@ class Intake:
             )
         )
         if slashable:
-            self.ledger.set_state(node.address, NodeState.BANNED, f"evidence: {reason}", now)
+            self.ledger.nodes.set_state(node.address, NodeState.BANNED, f"evidence: {reason}", now)
         return row
 
     def _answers(

@@ -20,12 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol as Interface
 
 from eth_account import Account
 from hexbytes import HexBytes
 
-from orchestrator.service.ledger import EpochRow, Ledger, SlashOutcome, SlashRow, SubmissionRow
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.epochs import EpochRow
+from orchestrator.service.ledger.slashes import SlashOutcome, SlashRow
+from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.stop import StopSignal
 from swarmrl.chain import eip712
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
@@ -83,15 +86,15 @@ class Recorder:
         """One round at time `now`: every closed epoch not yet recorded, then every
         slashable submission of an epoch on chain not yet slashed."""
         report = RecorderReport()
-        current = self.ledger.epoch_of(now, self.epoch_seconds)
-        for epoch, node in self.ledger.unrecorded_epochs(current):
-            submissions = self.ledger.submissions(node=node, epoch=epoch)
+        current = self.ledger.epochs.at(now, self.epoch_seconds)
+        for epoch, node in self.ledger.epochs.unrecorded(current):
+            submissions = self.ledger.submissions.all(node=node, epoch=epoch)
             if not self._closed(epoch, submissions, now):
                 continue
             what = f"recording epoch {epoch} of node {node}"
             self._guarded(report, what, self._record, epoch, node, submissions, now)
         settled: set[tuple[int, str]] = set()
-        for evidence in self.ledger.slash_candidates():
+        for evidence in self.ledger.slashes.candidates():
             # The pool slashes an epoch once: one evidence per (epoch, node) and round.
             if (evidence.epoch, evidence.node) in settled:
                 continue
@@ -101,7 +104,7 @@ class Recorder:
         return report
 
     def epoch_end(self, epoch: int) -> float:
-        return self.ledger.genesis() + (epoch + 1) * self.epoch_seconds
+        return self.ledger.epochs.genesis() + (epoch + 1) * self.epoch_seconds
 
     def _closed(self, epoch: int, submissions: list[SubmissionRow], now: float) -> bool:
         """Ended, and validated or past the grace time (a validator that falls behind
@@ -144,7 +147,7 @@ class Recorder:
             # committed, and the slash invalidates the epoch, so it never pays.
             units = 1
         if units == 0:
-            self.ledger.record_epoch(epoch, node, 0, tree.root.hex(), None, now=now)
+            self.ledger.epochs.record(epoch, node, 0, tree.root.hex(), None, now=now)
             report.empty.append(_recorded(self.ledger, epoch, node))
             return
         on_chain = self.recorder.work_of(epoch, node)
@@ -156,7 +159,7 @@ class Recorder:
                     epoch,
                     node,
                 )
-            self.ledger.record_epoch(
+            self.ledger.epochs.record(
                 epoch, node, on_chain.units, on_chain.commitment.hex(), None, now=now
             )
             report.found.append(_recorded(self.ledger, epoch, node))
@@ -164,7 +167,7 @@ class Recorder:
             return
         receipt = self.recorder.submit_work(epoch, node, units, tree.root)
         tx_hash = _tx_hash(receipt["transactionHash"])
-        self.ledger.record_epoch(epoch, node, units, tree.root.hex(), tx_hash, now=now)
+        self.ledger.epochs.record(epoch, node, units, tree.root.hex(), tx_hash, now=now)
         report.sent.append(_recorded(self.ledger, epoch, node))
         log.info("recorder: epoch %d of node %s: %d units in %s", epoch, node, units, tx_hash)
 
@@ -176,7 +179,7 @@ class Recorder:
             log.error("recorder: submission %s does not match its digest", evidence.digest)
             self._settle(report, evidence, None, SlashOutcome.MISSED, now)
             return
-        submissions = self.ledger.submissions(node=node, epoch=epoch)
+        submissions = self.ledger.submissions.all(node=node, epoch=epoch)
         tree = commitment_tree(submissions)
         on_chain = self.validator.work_of(epoch, node)
         if on_chain.slashed:
@@ -213,7 +216,7 @@ class Recorder:
         outcome: SlashOutcome,
         now: float,
     ) -> None:
-        self.ledger.record_slash(
+        self.ledger.slashes.record(
             evidence.digest, evidence.epoch, evidence.node, tx_hash, now, outcome=outcome
         )
         report.slashes.append(
@@ -236,62 +239,53 @@ def chain_failure_sentence(error: BaseException) -> str | None:
     return rpc_failure_sentence(error)
 
 
-class StopSignal(Interface):
-    """A threading or multiprocessing Event."""
+@dataclass(frozen=True)
+class RecorderConfig:
+    """The recorder process's arguments. They pickle: keys are raw private keys (the
+    daemon unlocks the keystores)."""
 
-    def is_set(self) -> bool: ...
+    ledger_path: Path
+    deployment: Deployment
+    recorder_key: bytes
+    validator_key: bytes
+    epoch_seconds: float
+    validation_grace: float
+    poll_seconds: float = 5.0
 
-    def wait(self, timeout: float | None = None) -> bool: ...
 
-
-def run_recorder(
-    ledger_path: Path,
-    deployment: Deployment,
-    recorder_key: bytes,
-    validator_key: bytes,
-    stop: StopSignal,
-    *,
-    epoch_seconds: float,
-    validation_grace: float,
-    poll_seconds: float = 5.0,
-    rpc_url: str | None = None,
-) -> None:
-    """The recorder process: a round every `poll_seconds` until `stop` is set.
-
-    Its arguments pickle, so it can be a `multiprocessing.Process` target under any
-    start method; keys are raw private keys (the daemon unlocks the keystores).
-    An unreachable chain at start is retried like any other chain failure.
-    """
-    ledger = Ledger(ledger_path)
+def main(config: RecorderConfig, stop: StopSignal) -> None:
+    """The child's body (see ``child``): a round every `poll_seconds` until `stop` is
+    set. An unreachable chain at start is retried like any other chain failure."""
+    ledger = Ledger(config.ledger_path)
     recorder: Recorder | None = None
     try:
         while not stop.is_set():
             try:
                 if recorder is None:
                     chain = Protocol.connect(
-                        deployment, Account.from_key(recorder_key), rpc_url=rpc_url
+                        config.deployment, Account.from_key(config.recorder_key)
                     )
-                    validator = chain.as_account(Account.from_key(validator_key))
+                    validator = chain.as_account(Account.from_key(config.validator_key))
                     recorder = Recorder(
                         ledger,
                         chain,
                         validator,
-                        epoch_seconds=epoch_seconds,
-                        validation_grace=validation_grace,
+                        epoch_seconds=config.epoch_seconds,
+                        validation_grace=config.validation_grace,
                     )
                 recorder.run_once(time.time())
             except Exception as e:
                 sentence = chain_failure_sentence(e)
                 if sentence is None:
                     raise
-                log.warning("recorder: %s; retrying in %g s", sentence, poll_seconds)
-            stop.wait(poll_seconds)
+                log.warning("recorder: %s; retrying in %g s", sentence, config.poll_seconds)
+            stop.wait(config.poll_seconds)
     finally:
         ledger.close()
 
 
 def _recorded(ledger: Ledger, epoch: int, node: str) -> EpochRow:
-    row = ledger.recorded(epoch, node)
+    row = ledger.epochs.get(epoch, node)
     assert row is not None  # just written
     return row
 

@@ -42,7 +42,7 @@ def ledger_rows(data_dir: Path) -> list[dict[str, Any]]:
                 "prefilled": s.prefilled,
                 "received_at": s.received_at,
             }
-            for s in ledger.submissions()
+            for s in ledger.submissions.all()
         ]
     finally:
         ledger.close()
@@ -59,9 +59,9 @@ def read_status(data_dir: Path) -> dict[str, Any]:
 def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
     """The run as `orchestrator status --json` shows it, from an open ledger (the live view
     keeps one open rather than open the file every second)."""
-    tally = ledger.tally()
+    tally = ledger.submissions.tally()
     nodes = []
-    for n in ledger.nodes():
+    for n in ledger.nodes.all():
         accepted = tally.per_node.get((n.address, SubmissionStatus.ACCEPTED), (0, 0))
         rejected = tally.per_node.get((n.address, SubmissionStatus.REJECTED), (0, 0))
         nodes.append(
@@ -77,11 +77,11 @@ def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
         )
     epochs = [
         {"epoch": e.epoch, "node": e.node, "units": e.units, "tx": e.tx_hash, "at": e.recorded_at}
-        for e in ledger.recorded_epochs()
+        for e in ledger.epochs.all()
     ]
     slashes = [
         {"node": s.node, "epoch": s.epoch, "tx": s.tx_hash, "outcome": s.outcome, "at": s.at}
-        for s in ledger.slashes()
+        for s in ledger.slashes.all()
     ]
     rows = read_metrics(run_dir / "metrics.jsonl")
     last = rows[-1] if rows else {}

@@ -3,13 +3,23 @@
 A ``multiprocessing.Event`` would do until a child dies while waiting on it: its
 ``set`` then waits for that waiter to wake, forever (SIGTERM to the process
 group kills the children first). A pipe cannot hang that way: the parent writes
-one message, and a child sees it as long as it lives.
+one message, and a child sees it as long as it lives. The daemon holds the pipe's
+only writing end, so a child also sees the flag once the daemon is gone, however
+it went (the pipe reads as closed): no child outlives its daemon.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Protocol
+
+
+class StopSignal(Protocol):
+    """What a child's ``main`` is given: a StopFlag there, any Event in a test."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class StopFlag:

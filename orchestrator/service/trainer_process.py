@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 from pathlib import Path
-from typing import Any
 
+from orchestrator.service.stop import StopSignal
 from orchestrator.train_local.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.loop import StepReport
 from orchestrator.trainer.recipe import GRPORecipe
@@ -24,32 +23,20 @@ log = logging.getLogger("swarmrl.trainer")
 
 @dataclasses.dataclass(frozen=True)
 class TrainerProcessConfig:
-    data_dir: Path
     run_dir: Path
     model: Path
     tasks_file: Path
     run: str
     recipe: GRPORecipe
-    threads: int
     device: str | None
-    log_to_stderr: bool  # False while the terminal shows the live view
 
 
-def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> None:
-    """The process body: train until the last step, ``stop``, or the parent is gone."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["RAYON_NUM_THREADS"] = str(config.threads)
-    import torch
-
-    torch.set_num_threads(config.threads)
-    from orchestrator.service.logs import setup_process_logging
+def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
+    """The child's body (see ``child``): train until the last step or ``stop``."""
     from orchestrator.trainer.loop import Trainer
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.tasks import read_tasks
 
-    setup_process_logging(config.data_dir, "trainer", stderr=config.log_to_stderr)
     quiet_transformers()
     trainer = Trainer(
         config.run_dir,
@@ -65,7 +52,7 @@ def run_trainer(config: TrainerProcessConfig, stop: Any, parent_pid: int) -> Non
     log.info("trainer at step %d of %d", trainer.step, config.recipe.steps)
     try:
         trainer.train(
-            should_stop=lambda: stop.is_set() or os.getppid() != parent_pid,
+            should_stop=stop.is_set,
             on_step=on_step,
             poll_seconds=0.2,
         )

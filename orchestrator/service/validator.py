@@ -19,14 +19,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.service.ledger import Ledger, SubmissionRow
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from swarmrl.rollouts.records import Rollout, read_rollouts
@@ -49,9 +50,7 @@ class ValidatorConfig:
     validation_rate: float
     trust_after: int
     code_check_rate: float
-    threads: int
     device: str | None
-    log_to_stderr: bool  # False while the terminal shows the live view
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -89,15 +88,15 @@ class Validator:
 
     def run_once(self) -> int:
         """Validate what is waiting; returns how many submissions were judged."""
-        pending = self.ledger.pending_validation(16)
+        pending = self.ledger.submissions.pending(16)
         # By step: each step's weights are loaded once for the prefills among them.
         for row in sorted(pending, key=lambda r: r.step):
             self.judge(row)
         return len(pending)
 
     def judge(self, row: SubmissionRow) -> None:
-        issued = self.ledger.order(row.order_id)
-        node = self.ledger.node(row.node)
+        issued = self.ledger.orders.get(row.order_id)
+        node = self.ledger.nodes.get(row.node)
         if issued is None or node is None:  # intake checked both; a damaged ledger otherwise
             self._finish(row, [], "its order or node is missing from the ledger", False, False)
             return
@@ -181,13 +180,13 @@ class Validator:
         seconds: float = 0.0,
     ) -> None:
         status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
-        self.ledger.set_outcome(
+        self.ledger.submissions.set_outcome(
             row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
         )
         if prefilled and accepted and not reason:
-            self.ledger.add_trust(row.node)
+            self.ledger.nodes.add_trust(row.node)
         if slashable:
-            self.ledger.set_state(
+            self.ledger.nodes.set_state(
                 row.node, NodeState.BANNED, f"evidence: {reason}"[:300], time.time()
             )
         what = f"{len(accepted)} accepted" if accepted else "rejected"
@@ -236,26 +235,17 @@ def _with_rewards(record: Rollout, verdict: Verdict) -> Rollout:
     ).sealed()
 
 
-def run_validator(config: ValidatorConfig, stop: Any, parent_pid: int) -> None:
-    """The process body: judge until ``stop`` is set or the parent is gone."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["RAYON_NUM_THREADS"] = str(config.threads)
-    import torch
-
-    torch.set_num_threads(config.threads)
-    from orchestrator.service.logs import setup_process_logging
+def main(config: ValidatorConfig, stop: StopSignal) -> None:
+    """The child's body (see ``child``): judge until ``stop`` is set."""
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.tasks import read_tasks
 
-    setup_process_logging(config.data_dir, "validator", stderr=config.log_to_stderr)
     quiet_transformers()
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
     ledger = Ledger(config.data_dir / "ledger.sqlite3")
     validator = Validator(config, ledger, tasks)
     try:
-        while not stop.is_set() and os.getppid() == parent_pid:
+        while not stop.is_set():
             if validator.run_once() == 0:
                 stop.wait(POLL_SECONDS)
     finally:

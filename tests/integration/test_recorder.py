@@ -9,15 +9,16 @@ test sleeps for an epoch to pass.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import time
-from pathlib import Path
 
 import pytest
 from eth_utils import keccak
 
-from orchestrator.service.ledger import Ledger, SubmissionRow
-from orchestrator.service.recorder import Recorder, commitment_tree, run_recorder
+from orchestrator.service import recorder as recorder_process
+from orchestrator.service.child import Child, ChildSpec
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree
 from swarmrl.chain import eip712
 from swarmrl.chain.anvil import connect
 from swarmrl.chain.deploy import TOKEN
@@ -83,7 +84,7 @@ class Submit:
         rollout_digest = keccak(bytes.fromhex(order_id) + bytes.fromhex(sha))
         signed = self.protocol.submission(self.node.address, self.count, rollout_digest)
         signature = self.protocol.sign_submission(self.node, signed)
-        row, created = self.ledger.record_submission(
+        row, created = self.ledger.submissions.record(
             SubmissionRow(
                 digest=signed.digest(self.protocol.pool_domain()).hex(),
                 node=self.node.address,
@@ -94,13 +95,15 @@ class Submit:
                 file_sha256=sha,
                 rollout_digest=rollout_digest.hex(),
                 signature="0x" + signature.hex(),
-                received_at=self.ledger.genesis() + epoch * EPOCH + self.count,
+                received_at=self.ledger.epochs.genesis() + epoch * EPOCH + self.count,
             )
         )
         assert created
         if status != "received":
             reason = "" if status == "accepted" else "a reason"
-            self.ledger.set_outcome(row.digest, status, units, reason, slashable, True, 0.0)
+            self.ledger.submissions.set_outcome(
+                row.digest, status, units, reason, slashable, True, 0.0
+            )
         return row
 
 
@@ -111,7 +114,7 @@ def submit(protocol, ledger, node):
 
 def after(ledger: Ledger, epoch: int, seconds: float = 1.0) -> float:
     """`seconds` after `epoch` ended."""
-    return ledger.genesis() + (epoch + 1) * EPOCH + seconds
+    return ledger.epochs.genesis() + (epoch + 1) * EPOCH + seconds
 
 
 def nonce(protocol: Protocol, index: int, accounts) -> int:
@@ -151,7 +154,7 @@ def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submissio
     [sent] = report.sent
     assert (sent.epoch, sent.node, sent.units) == (0, node.address, 20)
     assert str(sent.tx_hash).startswith("0x")
-    assert ledger.recorded(0, node.address) == sent
+    assert ledger.epochs.get(0, node.address) == sent
 
     work = protocol.work_of(0, node.address)
     assert (work.units, work.provider, work.slashed) == (20, accounts[PROVIDER_A].address, False)
@@ -181,7 +184,7 @@ def test_work_sent_before_a_crash_is_found_on_chain_and_not_sent_again(
     assert report.sent == []
     [found] = report.found
     assert (found.epoch, found.units, found.commitment, found.tx_hash) == (0, 10, root.hex(), None)
-    assert ledger.recorded(0, node.address) == found
+    assert ledger.epochs.get(0, node.address) == found
     assert nonce(protocol, RECORDER, accounts) == sent_before
     assert protocol.work_of(0, node.address).units == 10
 
@@ -210,7 +213,7 @@ def test_evidence_is_slashed_once_with_the_nodes_own_signature(
     work = protocol.work_of(0, node.address)
     assert (work.slashed, work.invalidated) == (True, True)
     assert not protocol.is_joined(node.address)  # the pool ejects a slashed node
-    assert [(s.digest, s.outcome) for s in ledger.slashes()] == [(bad.digest, "sent")]
+    assert [(s.digest, s.outcome) for s in ledger.slashes.all()] == [(bad.digest, "sent")]
 
     votes_before = nonce(protocol, VALIDATOR, accounts)
     again = recorder.run_once(after(ledger, 0, 2 * EPOCH))
@@ -294,7 +297,7 @@ def test_an_epoch_of_rejections_without_evidence_sends_nothing(
     assert nonce(protocol, RECORDER, accounts) == sent_before
     # Marked, so it is not looked at again.
     assert recorder.run_once(after(ledger, 0, 10 * EPOCH)).empty == []
-    assert ledger.unrecorded_epochs(100) == []
+    assert ledger.epochs.unrecorded(100) == []
 
 
 def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
@@ -316,8 +319,8 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
     assert [(row.epoch, row.units) for row in report.sent] == [(0, 6)]
     work = protocol.work_of(0, node.address)
     assert work.units == 6
-    assert work.commitment == commitment_tree(ledger.submissions(epoch=0)).root
-    assert waiting.digest in {s.digest for s in ledger.submissions(epoch=0)}
+    assert work.commitment == commitment_tree(ledger.submissions.all(epoch=0)).root
+    assert waiting.digest in {s.digest for s in ledger.submissions.all(epoch=0)}
     assert protocol.work_of(1, node.address).units == 0
 
     # Epoch 1, fully validated, goes as soon as it has ended.
@@ -349,7 +352,7 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
     with caplog.at_level(logging.INFO, logger="orchestrator.service.recorder"):
         for _ in range(3):
             assert failing.run_once(after(ledger, 0)).errors == expected
-    assert ledger.recorded(0, node.address) is None
+    assert ledger.epochs.get(0, node.address) is None
     # Every round reports the failure; the log says it once, not once a round.
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
@@ -364,29 +367,36 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
     assert [row.units for row in working.run_once(after(ledger, 0)).sent] == [2]
 
 
-def test_the_recorder_process_records_and_stops_on_its_event(
+def test_the_recorder_process_records_and_stops_on_its_flag(
     tmp_path, protocol, node, accounts, deployment
 ):
+    """Started as the daemon starts it: a spawned child, so its config must pickle."""
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
         Submit(protocol, ledger, node)(0, "accepted", 3)
-    context = multiprocessing.get_context("spawn")  # its arguments must pickle
-    stop = context.Event()
-    process = context.Process(
-        target=run_recorder,
-        args=(Path(path), deployment, accounts[RECORDER].key, accounts[VALIDATOR].key, stop),
-        kwargs={"epoch_seconds": 1.0, "validation_grace": 0.0, "poll_seconds": 0.2},
+    config = RecorderConfig(
+        ledger_path=path,
+        deployment=deployment,
+        recorder_key=accounts[RECORDER].key,
+        validator_key=accounts[VALIDATOR].key,
+        epoch_seconds=1.0,
+        validation_grace=0.0,
+        poll_seconds=0.2,
     )
-    process.start()
+    child = Child(
+        ChildSpec("recorder", recorder_process.main, config, data_dir=tmp_path, log_to_stderr=False)
+    )
+    child.start()
     try:
         with Ledger(path) as ledger:
             give_up = time.monotonic() + 120  # a hang guard, not a measurement
-            while ledger.recorded(0, node.address) is None and time.monotonic() < give_up:
-                assert process.is_alive()
+            while ledger.epochs.get(0, node.address) is None and time.monotonic() < give_up:
+                assert child.process.is_alive()
                 time.sleep(0.2)
-            assert ledger.recorded(0, node.address) is not None
+            assert ledger.epochs.get(0, node.address) is not None
     finally:
-        stop.set()
-        process.join(timeout=60)
-    assert process.exitcode == 0
+        child.shutdown(timeout=60)
+    assert child.process.exitcode == 0
     assert protocol.work_of(0, node.address).units == 3
+    log = (tmp_path / "logs" / "recorder.log").read_text()
+    assert f"recorder: epoch 0 of node {node.address}: 3 units in 0x" in log

@@ -224,7 +224,7 @@ def test_join_then_heartbeat_makes_the_node_active(orchestrator):
     assert joined.heartbeat_seconds == orchestrator.settings.heartbeat_seconds
     assert joined.weights == ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"]
     assert orchestrator.chain.asked == [(NODE.address, PROVIDER.address)]
-    row = orchestrator.ledger.node(NODE.address)
+    row = orchestrator.ledger.nodes.get(NODE.address)
     assert (row.state, row.provider, row.peer_id) == (
         "joined",
         PROVIDER.address,
@@ -234,22 +234,24 @@ def test_join_then_heartbeat_makes_the_node_active(orchestrator):
 
     beat = session.heartbeat(2, 120.0)
     assert (beat.state, beat.policy_step, beat.outcomes) == ("active", PUBLISHED, [])
-    row = orchestrator.ledger.node(NODE.address)
+    row = orchestrator.ledger.nodes.get(NODE.address)
     assert (row.state, row.speed) == ("active", 120.0)
-    moves = [(t.from_state, t.to_state) for t in orchestrator.ledger.transitions(NODE.address)]
+    moves = [
+        (t.from_state, t.to_state) for t in orchestrator.ledger.nodes.transitions(NODE.address)
+    ]
     assert moves == [(None, "joined"), ("joined", "active")]
 
 
 def test_a_claim_from_another_peer_than_it_names_is_refused(orchestrator):
     with pytest.raises(wire.WireError, match=r"names peer .* not the sender"):
         orchestrator.intake.join(PEERS[OTHER.address], claim(peer=PEERS[NODE.address]))
-    assert orchestrator.ledger.nodes() == []
+    assert orchestrator.ledger.nodes.all() == []
 
 
 def test_a_claim_signed_by_another_key_is_refused(orchestrator):
     with pytest.raises(wire.WireError, match=f"not signed by {NODE.address}"):
         orchestrator.intake.join(PEERS[NODE.address], claim(signer=STRANGER))
-    assert orchestrator.ledger.nodes() == []
+    assert orchestrator.ledger.nodes.all() == []
     assert orchestrator.chain.asked == []  # refused before asking the chain
 
 
@@ -258,12 +260,12 @@ def test_a_claim_issued_more_than_10_minutes_off_is_refused(orchestrator, minute
     late = claim(issued_at=int(time.time()) - minutes * 60)
     with pytest.raises(wire.WireError, match="more than 10 minutes off"):
         orchestrator.intake.join(PEERS[NODE.address], late)
-    assert orchestrator.ledger.nodes() == []
+    assert orchestrator.ledger.nodes.all() == []
 
 
 def test_a_claim_issued_9_minutes_ago_is_accepted(orchestrator):
     orchestrator.intake.join(PEERS[NODE.address], claim(issued_at=int(time.time()) - 540))
-    assert orchestrator.ledger.node(NODE.address).state == "joined"
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "joined"
 
 
 def test_a_refusal_by_the_chain_is_passed_on_with_its_sentence(orchestrator):
@@ -272,23 +274,23 @@ def test_a_refusal_by_the_chain_is_passed_on_with_its_sentence(orchestrator):
     with pytest.raises(wire.Refusal) as refused:
         orchestrator.session().join(REPORT)
     assert str(refused.value) == why
-    assert orchestrator.ledger.nodes() == []
+    assert orchestrator.ledger.nodes.all() == []
 
 
 def test_a_banned_node_cannot_rejoin(orchestrator):
     orchestrator.active()
-    orchestrator.ledger.set_state(NODE.address, "banned", "evidence", time.time())
+    orchestrator.ledger.nodes.set_state(NODE.address, "banned", "evidence", time.time())
     for peer in (PEERS[NODE.address], "12D3KooWFreshPeerAfterTheBan"):
         with pytest.raises(wire.Refusal, match="is banned"):
             orchestrator.session(peer=peer).join(REPORT)
-    row = orchestrator.ledger.node(NODE.address)
+    row = orchestrator.ledger.nodes.get(NODE.address)
     assert (row.state, row.peer_id) == ("banned", PEERS[NODE.address])
 
 
 def gone(orchestrator, node=NODE) -> None:
     """The node falls silent, then is gone (the daemon's sweep, at once)."""
-    orchestrator.ledger.set_state(node.address, "silent", "missed heartbeats", time.time())
-    orchestrator.ledger.set_state(node.address, "gone", "silent for 300 s", time.time())
+    orchestrator.ledger.nodes.set_state(node.address, "silent", "missed heartbeats", time.time())
+    orchestrator.ledger.nodes.set_state(node.address, "gone", "silent for 300 s", time.time())
 
 
 def test_a_gone_node_rejoins(orchestrator):
@@ -301,7 +303,7 @@ def test_a_heartbeat_answers_the_state_the_ledger_holds(orchestrator):
     session = orchestrator.active()
     gone(orchestrator)
     answer = session.heartbeat(None, None)
-    assert answer.state == orchestrator.ledger.node(NODE.address).state
+    assert answer.state == orchestrator.ledger.nodes.get(NODE.address).state
 
 
 def test_heartbeat_and_work_before_join_are_refused(orchestrator):
@@ -322,7 +324,7 @@ def test_no_published_step_means_no_order_yet(orchestrator):
     assert answer.order is None
     assert answer.retry_after > 0
     assert "no policy" in answer.reason
-    assert orchestrator.ledger.open_order(NODE.address) is None
+    assert orchestrator.ledger.orders.open_for(NODE.address) is None
 
 
 def test_a_full_backlog_means_no_order(orchestrator):
@@ -331,7 +333,7 @@ def test_a_full_backlog_means_no_order(orchestrator):
     answer = session.work()
     assert answer.order is None
     assert answer.retry_after > 0
-    assert orchestrator.ledger.open_order(NODE.address) is None
+    assert orchestrator.ledger.orders.open_for(NODE.address) is None
     orchestrator.backlog -= 1
     assert session.work().order is not None
 
@@ -367,7 +369,7 @@ def test_an_order_is_drawn_signed_and_recorded(orchestrator):
         budget=s.target_len,
     )
     assert (order.tasks, order.seed) == (drawn.tasks, drawn.seed)
-    issued = orchestrator.ledger.order(order.digest(SWARM).hex())
+    issued = orchestrator.ledger.orders.get(order.digest(SWARM).hex())
     assert (issued.state, issued.order) == ("open", order)
 
 
@@ -377,7 +379,7 @@ def test_asking_again_before_the_deadline_gets_the_same_order(orchestrator):
     orchestrator.published += 1
     again = session.work().order
     assert again == first
-    assert orchestrator.ledger.next_counter(NODE.address) == 1  # no second order was drawn
+    assert orchestrator.ledger.orders.next_counter(NODE.address) == 1  # no second order was drawn
 
 
 def test_an_open_order_is_sent_again_while_the_backlog_is_full(orchestrator):
@@ -462,7 +464,7 @@ def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, 
     records = orchestrator.settings.prompts_per_assignment * orchestrator.settings.group_size
     assert receipt.signer(SWARM) == ORCHESTRATOR.address
     assert (receipt.node, receipt.units, receipt.reason) == (NODE.address, records, "")
-    assert receipt.epoch == orchestrator.ledger.epoch_of(
+    assert receipt.epoch == orchestrator.ledger.epochs.at(
         time.time(), orchestrator.settings.epoch_seconds
     )
 
@@ -472,7 +474,7 @@ def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, 
     assert receipt.submission == orchestrator.intake._digest(header).hex()
     assert receipt.submission == contract.digest(POOL_DOMAIN).hex()
 
-    row = orchestrator.ledger.submission(receipt.submission)
+    row = orchestrator.ledger.submissions.get(receipt.submission)
     assert (row.node, row.order_id, row.step, row.status) == (
         NODE.address,
         header.order_id,
@@ -482,8 +484,8 @@ def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, 
     assert (row.signature, row.slashable) == (header.signature, False)
     assert submit.file_sha256(Path(row.file)) == header.file_sha256
     assert Receipt.model_validate_json(row.receipt) == receipt
-    assert orchestrator.ledger.order(header.order_id).state == "answered"
-    assert orchestrator.ledger.node(NODE.address).state == "active"
+    assert orchestrator.ledger.orders.get(header.order_id).state == "answered"
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "active"
 
 
 def test_a_resend_gets_the_identical_receipt_and_counts_once(orchestrator, ordered):
@@ -493,7 +495,7 @@ def test_a_resend_gets_the_identical_receipt_and_counts_once(orchestrator, order
     orchestrator.published += 1  # a resend is recognised whatever happened since
     again = session.submit(header, path)
     assert again == first
-    assert [s.digest for s in orchestrator.ledger.submissions()] == [first.submission]
+    assert [s.digest for s in orchestrator.ledger.submissions.all()] == [first.submission]
     assert len(list((orchestrator.settings.data_dir / "submissions").iterdir())) == 1
 
 
@@ -505,15 +507,15 @@ def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
     other = rollouts(order, PUBLISHED)[::-1]
     with pytest.raises(wire.WireError, match="sha256"):
         session.submit(header, written(other, tmp_path / "other.parquet"))
-    assert orchestrator.ledger.submissions() == []
-    assert orchestrator.ledger.order(header.order_id).state == "open"
+    assert orchestrator.ledger.submissions.all() == []
+    assert orchestrator.ledger.orders.get(header.order_id).state == "open"
     assert list((orchestrator.settings.data_dir / "submissions").iterdir()) == []
 
 
 def refused_header(orchestrator, header: SubmitHeader, match: str, peer=PEERS[NODE.address]):
     with pytest.raises(wire.WireError, match=match):
         orchestrator.intake.check_submission(peer, header)
-    assert orchestrator.ledger.submissions() == []
+    assert orchestrator.ledger.submissions.all() == []
 
 
 def test_a_header_for_another_nodes_order_is_refused(orchestrator, ordered):
@@ -588,9 +590,9 @@ def test_a_stale_step_is_rejected_but_not_slashable(orchestrator, ordered, tmp_p
     assert receipt.units == 0
     assert "stale" in receipt.reason
     assert receipt.signer(SWARM) == ORCHESTRATOR.address
-    row = orchestrator.ledger.submission(receipt.submission)
+    row = orchestrator.ledger.submissions.get(receipt.submission)
     assert (row.status, row.slashable) == ("rejected", False)
-    assert orchestrator.ledger.node(NODE.address).state == "active"
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "active"
 
 
 def test_a_step_before_the_orders_minimum_is_rejected_but_not_slashable(
@@ -600,7 +602,7 @@ def test_a_step_before_the_orders_minimum_is_rejected_but_not_slashable(
     step = order.min_step - 1
     path = written(rollouts(order, step), tmp_path / "old.parquet")
     receipt = session.submit(session.sign(order, step, path), path)
-    assert (receipt.units, orchestrator.ledger.submission(receipt.submission).slashable) == (
+    assert (receipt.units, orchestrator.ledger.submissions.get(receipt.submission).slashable) == (
         0,
         False,
     )
@@ -613,7 +615,7 @@ def test_an_unreadable_file_is_rejected_but_not_slashable(orchestrator, ordered,
     receipt = session.submit(session.sign(order, PUBLISHED, path), path)
     assert receipt.units == 0
     assert "not a readable rollout file" in receipt.reason
-    assert not orchestrator.ledger.submission(receipt.submission).slashable
+    assert not orchestrator.ledger.submissions.get(receipt.submission).slashable
 
 
 def unasked_task(records, order):
@@ -661,11 +663,11 @@ def test_records_that_do_not_answer_the_order_are_evidence(orchestrator, ordered
     receipt = session.submit(session.sign(order, PUBLISHED, path), path)
     assert receipt.units == 0
     assert reason in receipt.reason
-    row = orchestrator.ledger.submission(receipt.submission)
+    row = orchestrator.ledger.submissions.get(receipt.submission)
     assert (row.status, row.slashable, row.reason) == ("rejected", True, receipt.reason)
     # The node's own signature over the Submission is kept: the evidence for the chain.
     assert row.signature == session.sign(order, PUBLISHED, path).signature
-    assert orchestrator.ledger.node(NODE.address).state == "banned"
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "banned"
     with pytest.raises(wire.Refusal, match="banned"):
         session.work()
 
@@ -677,13 +679,13 @@ def test_an_answered_order_cannot_be_answered_again(orchestrator, ordered, tmp_p
     again = session.sign(order, PUBLISHED + 1, path)  # the same records, signed as newer
     with pytest.raises(wire.WireError):
         orchestrator.intake.check_submission(PEERS[NODE.address], again)
-    assert len(orchestrator.ledger.submissions()) == 1
+    assert len(orchestrator.ledger.submissions.all()) == 1
 
 
 def test_outcomes_reach_the_node_with_its_heartbeat(orchestrator, ordered):
     session, order, path = ordered
     receipt = session.submit(session.sign(order, PUBLISHED, path), path)
-    orchestrator.ledger.set_outcome(
+    orchestrator.ledger.submissions.set_outcome(
         receipt.submission, "accepted", receipt.units, "", False, True, time.time()
     )
     (outcome,) = session.heartbeat(PUBLISHED, None).outcomes
@@ -729,7 +731,7 @@ def test_intake_refuses_a_flood_from_one_peer_before_reading_it(orchestrator):
         submissions.check(peer, b"{}")
     # Another peer is not held back by this one.
     orchestrator.host.answer(JOIN, PEERS[OTHER.address], wire.dump(claim(OTHER)))
-    assert [n.address for n in orchestrator.ledger.nodes()] == [OTHER.address]
+    assert [n.address for n in orchestrator.ledger.nodes.all()] == [OTHER.address]
 
 
 # ---- expiry -------------------------------------------------------------------------
@@ -740,31 +742,31 @@ def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
 ):
     session, order, path = ordered
     order_id = order.digest(SWARM).hex()
-    orchestrator.ledger.expire_orders(order.deadline + 1)
-    assert orchestrator.ledger.node(NODE.address).abandoned == 1
+    orchestrator.ledger.orders.expire(order.deadline + 1)
+    assert orchestrator.ledger.nodes.get(NODE.address).abandoned == 1
     # Not to the node that dropped it: its next order is a fresh draw.
     own = session.work().order
     assert own.counter == 1
-    assert orchestrator.ledger.order(order_id).state == "expired"
+    assert orchestrator.ledger.orders.get(order_id).state == "expired"
 
     theirs = orchestrator.active(OTHER).work().order
     assert [s.problem_id for s in theirs.tasks] == [s.problem_id for s in order.tasks]
     assert theirs.seed != order.seed  # the new order's own seed, drawn as always
-    assert orchestrator.ledger.order(order_id).state == "reassigned"
+    assert orchestrator.ledger.orders.get(order_id).state == "reassigned"
     with pytest.raises(wire.WireError, match="already reassigned"):
         orchestrator.intake.check_submission(
             PEERS[NODE.address], session.sign(order, PUBLISHED, path)
         )
     # Taken over once: left now are the two later orders, each for the other node.
-    orchestrator.ledger.expire_orders(theirs.deadline + 1)
-    assert orchestrator.ledger.orphaned(excluding=NODE.address).order.node == OTHER.address
-    left = orchestrator.ledger.orphaned(excluding=OTHER.address)
+    orchestrator.ledger.orders.expire(theirs.deadline + 1)
+    assert orchestrator.ledger.orders.orphaned(excluding=NODE.address).order.node == OTHER.address
+    left = orchestrator.ledger.orders.orphaned(excluding=OTHER.address)
     assert left.order_id == own.digest(SWARM).hex()
 
 
 def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator):
     order = orchestrator.active(NODE).work().order
-    orchestrator.ledger.expire_orders(order.deadline + 1)
+    orchestrator.ledger.orders.expire(order.deadline + 1)
     orchestrator.intake.tasks.pop(order.tasks[0].problem_id)  # a restart with another file
     theirs = orchestrator.active(OTHER).work().order
     drawn = draw_order(
@@ -777,4 +779,4 @@ def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator)
         budget=orchestrator.settings.target_len,
     )
     assert theirs.tasks == drawn.tasks
-    assert orchestrator.ledger.order(order.digest(SWARM).hex()).state == "dropped"
+    assert orchestrator.ledger.orders.get(order.digest(SWARM).hex()).state == "dropped"

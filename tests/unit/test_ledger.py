@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import TRANSITIONS, Ledger, OrderRow, SubmissionRow
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.orders import OrderRow
+from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.ledger.transitions import TRANSITIONS
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.work.assign import Slot, WorkOrder
@@ -65,7 +68,7 @@ def order(*, node: str = NODE, deadline: int = 500, counter: int = 0) -> WorkOrd
 def add_order(ledger: Ledger, n: int, **fields) -> WorkOrder:
     """Order `n` (its id is n in hex), issued at 200.0."""
     issued = order(**fields)
-    ledger.add_order(f"{n:064x}", issued, 200.0)
+    ledger.orders.add(f"{n:064x}", issued, 200.0)
     return issued
 
 
@@ -78,110 +81,112 @@ def ledger(tmp_path):
 def test_everything_written_reads_back_after_a_reopen(tmp_path):
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
-        genesis = ledger.genesis()
-        ledger.upsert_node(NODE, PROVIDER, "12D3peer", "torch", {"device": "cpu", "gib": 8}, 10.0)
-        ledger.touch(NODE, 20.0, 123.5)
+        genesis = ledger.epochs.genesis()
+        ledger.nodes.join(NODE, PROVIDER, "12D3peer", "torch", {"device": "cpu", "gib": 8}, 10.0)
+        ledger.nodes.touch(NODE, 20.0, 123.5)
         issued = add_order(ledger, 1)
-        ledger.record_submission(submission(1))
-        ledger.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 30.0)
-        ledger.record_epoch(0, NODE, 8, "ff" * 32, "0x" + "aa" * 32, now=40.0)
-        ledger.record_slash(f"{1:064x}", 0, NODE, None, 50.0, outcome="found")
+        ledger.submissions.record(submission(1))
+        ledger.submissions.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 30.0)
+        ledger.epochs.record(0, NODE, 8, "ff" * 32, "0x" + "aa" * 32, now=40.0)
+        ledger.slashes.record(f"{1:064x}", 0, NODE, None, 50.0, outcome="found")
 
     with Ledger(path) as ledger:
-        assert ledger.genesis() == genesis
-        node = ledger.node(NODE)
+        assert ledger.epochs.genesis() == genesis
+        node = ledger.nodes.get(NODE)
         assert node is not None
         assert node.address == NODE_CHECKSUM
         assert node.hardware == {"device": "cpu", "gib": 8}
         assert (node.peer_id, node.backend, node.state) == ("12D3peer", "torch", "joined")
         assert (node.joined_at, node.last_seen, node.speed) == (10.0, 20.0, 123.5)
-        assert ledger.node_by_peer("12D3peer") == node
-        assert ledger.nodes() == [node]
+        assert ledger.nodes.by_peer("12D3peer") == node
+        assert ledger.nodes.all() == [node]
         stored = OrderRow(f"{1:064x}", issued, 200.0, "open")
-        assert ledger.order(f"{1:064x}") == stored
-        assert ledger.open_order(NODE) == stored
-        stored = ledger.submission(f"{1:064x}")
+        assert ledger.orders.get(f"{1:064x}") == stored
+        assert ledger.orders.open_for(NODE) == stored
+        stored = ledger.submissions.get(f"{1:064x}")
         assert stored is not None
         assert (stored.status, stored.units, stored.prefilled) == ("accepted", 8, True)
         assert stored.validated_at == 30.0
         assert stored.node == NODE_CHECKSUM
         assert stored.receipt == '{"n": 1}'
-        epoch = ledger.recorded(0, NODE)
+        epoch = ledger.epochs.get(0, NODE)
         assert epoch is not None
         assert (epoch.units, epoch.commitment, epoch.tx_hash) == (8, "ff" * 32, "0x" + "aa" * 32)
-        assert ledger.recorded_epochs() == [epoch]
-        [slash] = ledger.slashes()
+        assert ledger.epochs.all() == [epoch]
+        [slash] = ledger.slashes.all()
         assert (slash.digest, slash.epoch, slash.tx_hash) == (f"{1:064x}", 0, None)
         assert slash.outcome == "found"
-        assert ledger.node("0x" + "99" * 20) is None
-        assert ledger.submission("00" * 32) is None
+        assert ledger.nodes.get("0x" + "99" * 20) is None
+        assert ledger.submissions.get("00" * 32) is None
 
 
 def test_recording_a_submission_answers_its_order_in_the_same_write(ledger):
     add_order(ledger, 1007)  # submission(7) answers order 1007
-    assert ledger.open_order(NODE).order_id == f"{1007:064x}"
-    ledger.record_submission(submission(7))
-    assert ledger.order(f"{1007:064x}").state == "answered"
-    assert ledger.open_order(NODE) is None
+    assert ledger.orders.open_for(NODE).order_id == f"{1007:064x}"
+    ledger.submissions.record(submission(7))
+    assert ledger.orders.get(f"{1007:064x}").state == "answered"
+    assert ledger.orders.open_for(NODE) is None
 
 
 def test_a_resent_submission_is_recognised_and_counted_once(ledger):
-    first, created = ledger.record_submission(submission(7))
+    first, created = ledger.submissions.record(submission(7))
     assert created
     # A resend after a lost reply carries the same digest, maybe a later arrival time
     # and another file: the first row (and the receipt the node got) stands.
     resend = submission(7, received_at=900.0)
-    again, created_again = ledger.record_submission(resend)
+    again, created_again = ledger.submissions.record(resend)
     assert not created_again
     assert again == first
     assert again.received_at == 107.0
-    assert [s.digest for s in ledger.submissions()] == [first.digest]
-    ledger.set_outcome(first.digest, "accepted", 4, "", False, False, 10.0)
+    assert [s.digest for s in ledger.submissions.all()] == [first.digest]
+    ledger.submissions.set_outcome(first.digest, "accepted", 4, "", False, False, 10.0)
     # Even after validation, a resend neither resets nor duplicates it.
-    after, created_after = ledger.record_submission(resend)
+    after, created_after = ledger.submissions.record(resend)
     assert (created_after, after.status, after.units) == (False, "accepted", 4)
-    assert len(ledger.submissions(node=NODE)) == 1
+    assert len(ledger.submissions.all(node=NODE)) == 1
 
 
 def test_submissions_filter_by_node_epoch_and_status(ledger):
-    ledger.record_submission(submission(1, epoch=0))
-    ledger.record_submission(submission(2, epoch=1))
-    ledger.record_submission(submission(3, epoch=1, node=OTHER))
-    ledger.set_outcome(f"{2:064x}", "rejected", 0, "stale step", False, False, 5.0)
-    assert [s.step for s in ledger.submissions(epoch=1)] == [2, 3]
-    assert [s.step for s in ledger.submissions(node=NODE)] == [1, 2]
-    assert [s.step for s in ledger.submissions(status="received")] == [1, 3]
-    assert [s.step for s in ledger.submissions(node=NODE, epoch=1, status="rejected")] == [2]
-    assert [s.step for s in ledger.pending_validation(1)] == [1]
-    assert [s.step for s in ledger.pending_validation(10)] == [1, 3]
+    ledger.submissions.record(submission(1, epoch=0))
+    ledger.submissions.record(submission(2, epoch=1))
+    ledger.submissions.record(submission(3, epoch=1, node=OTHER))
+    ledger.submissions.set_outcome(f"{2:064x}", "rejected", 0, "stale step", False, False, 5.0)
+    assert [s.step for s in ledger.submissions.all(epoch=1)] == [2, 3]
+    assert [s.step for s in ledger.submissions.all(node=NODE)] == [1, 2]
+    assert [s.step for s in ledger.submissions.all(status="received")] == [1, 3]
+    assert [s.step for s in ledger.submissions.all(node=NODE, epoch=1, status="rejected")] == [2]
+    assert [s.step for s in ledger.submissions.pending(1)] == [1]
+    assert [s.step for s in ledger.submissions.pending(10)] == [1, 3]
     with pytest.raises(ValueError, match="submission status must be one of"):
-        ledger.submissions(status="maybe")
+        ledger.submissions.all(status="maybe")
 
 
 def test_the_latest_submissions_of_a_node(ledger):
     for n in range(6):
-        ledger.record_submission(submission(n, node=NODE if n % 3 else OTHER))
-    assert [s.step for s in ledger.latest_submissions(NODE, 3)] == [2, 4, 5]
-    assert [s.step for s in ledger.latest_submissions(OTHER, 10)] == [0, 3]
+        ledger.submissions.record(submission(n, node=NODE if n % 3 else OTHER))
+    assert [s.step for s in ledger.submissions.latest(NODE, 3)] == [2, 4, 5]
+    assert [s.step for s in ledger.submissions.latest(OTHER, 10)] == [0, 3]
 
 
 def test_the_tally_counts_what_the_rows_hold(ledger):
     for n in range(5):
-        ledger.record_submission(submission(n, node=NODE if n < 3 else OTHER))
-    ledger.set_outcome(f"{0:064x}", "accepted", 16, "", False, True, 5.0)
-    ledger.set_outcome(f"{1:064x}", "accepted", 12, "1 of 16 rejected: x", False, False, 5.0)
-    ledger.set_outcome(f"{3:064x}", "rejected", 0, "stale step", False, False, 5.0)
-    ledger.set_outcome(f"{4:064x}", "rejected", 0, "stale step", False, False, 5.0)
-    tally = ledger.tally()
+        ledger.submissions.record(submission(n, node=NODE if n < 3 else OTHER))
+    ledger.submissions.set_outcome(f"{0:064x}", "accepted", 16, "", False, True, 5.0)
+    ledger.submissions.set_outcome(
+        f"{1:064x}", "accepted", 12, "1 of 16 rejected: x", False, False, 5.0
+    )
+    ledger.submissions.set_outcome(f"{3:064x}", "rejected", 0, "stale step", False, False, 5.0)
+    ledger.submissions.set_outcome(f"{4:064x}", "rejected", 0, "stale step", False, False, 5.0)
+    tally = ledger.submissions.tally()
     assert tally.by_status == {"accepted": (2, 28), "received": (1, 0), "rejected": (2, 0)}
     assert tally.per_node[(NODE_CHECKSUM, "accepted")] == (2, 28)
     assert tally.per_node[(OTHER_CHECKSUM, "rejected")] == (2, 0)
     assert tally.reasons == {"stale step": 2}
     assert (tally.count("received"), tally.count("banned"), tally.units()) == (1, 0, 28)
-    counts = [ledger.count_with(status) for status in ("received", "accepted", "rejected")]
+    counts = [ledger.submissions.count(status) for status in ("received", "accepted", "rejected")]
     assert counts == [1, 2, 2]
     with pytest.raises(ValueError, match="submission status must be one of"):
-        ledger.count_with("banned")
+        ledger.submissions.count("banned")
 
 
 def test_threads_share_one_ledger(ledger):
@@ -189,8 +194,8 @@ def test_threads_share_one_ledger(ledger):
 
     def work(first: int) -> None:
         for n in range(first, first + 40):
-            ledger.record_submission(submission(n))
-            counters.append(ledger.next_counter(NODE))
+            ledger.submissions.record(submission(n))
+            counters.append(ledger.orders.next_counter(NODE))
 
     threads = [threading.Thread(target=work, args=(first,)) for first in (0, 40, 80, 120)]
     for thread in threads:
@@ -198,32 +203,32 @@ def test_threads_share_one_ledger(ledger):
     for thread in threads:
         thread.join()
     assert sorted(counters) == list(range(160))
-    assert sorted(s.step for s in ledger.submissions()) == list(range(160))
+    assert sorted(s.step for s in ledger.submissions.all()) == list(range(160))
 
 
 def test_state_transitions_are_persisted_in_order(tmp_path):
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
-        ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
-        ledger.set_state(NODE, "active", "first heartbeat", 2.0)
-        ledger.set_state(NODE, "active", "another heartbeat", 3.0)  # no transition
-        ledger.set_state(NODE, "silent", "missed 3 heartbeats", 4.0)
-        ledger.set_state(NODE, "banned", "slashed", 5.0)
+        ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+        ledger.nodes.set_state(NODE, "active", "first heartbeat", 2.0)
+        ledger.nodes.set_state(NODE, "active", "another heartbeat", 3.0)  # no transition
+        ledger.nodes.set_state(NODE, "silent", "missed 3 heartbeats", 4.0)
+        ledger.nodes.set_state(NODE, "banned", "slashed", 5.0)
         # A banned node that joins again keeps its state.
-        ledger.upsert_node(NODE, PROVIDER, "peer2", "vllm", {}, 6.0)
+        ledger.nodes.join(NODE, PROVIDER, "peer2", "vllm", {}, 6.0)
         with pytest.raises(ValueError, match="node state must be one of"):
-            ledger.set_state(NODE, "asleep", "", 7.0)
+            ledger.nodes.set_state(NODE, "asleep", "", 7.0)
         with pytest.raises(ValueError, match="no node"):
-            ledger.set_state(OTHER, "active", "", 7.0)
+            ledger.nodes.set_state(OTHER, "active", "", 7.0)
     with Ledger(path) as ledger:
-        moves = [(t.from_state, t.to_state, t.reason, t.at) for t in ledger.transitions(NODE)]
+        moves = [(t.from_state, t.to_state, t.reason, t.at) for t in ledger.nodes.transitions(NODE)]
         assert moves == [
             (None, "joined", "joined the swarm", 1.0),
             ("joined", "active", "first heartbeat", 2.0),
             ("active", "silent", "missed 3 heartbeats", 4.0),
             ("silent", "banned", "slashed", 5.0),
         ]
-        node = ledger.node(NODE)
+        node = ledger.nodes.get(NODE)
         assert node is not None
         assert (node.state, node.peer_id, node.backend) == ("banned", "peer2", "vllm")
         assert node.joined_at == 1.0
@@ -232,124 +237,127 @@ def test_state_transitions_are_persisted_in_order(tmp_path):
 def test_states_move_only_as_the_transition_table_allows(ledger):
     for states, moves in TRANSITIONS.items():
         assert set(moves) == {None, *states}  # every state says where it may go
-    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
-    assert not ledger.set_state(NODE, "gone", "quiet", 2.0)  # silent first
-    assert ledger.set_state(NODE, "silent", "missed heartbeats", 3.0)
-    assert ledger.set_state(NODE, "gone", "silent for long", 4.0)
-    assert not ledger.set_state(NODE, "active", "heartbeat", 5.0)  # a gone node joins again
-    assert ledger.set_state(NODE, "joined", "joined again", 6.0)
-    assert ledger.set_state(NODE, "banned", "evidence", 7.0)
+    ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    assert not ledger.nodes.set_state(NODE, "gone", "quiet", 2.0)  # silent first
+    assert ledger.nodes.set_state(NODE, "silent", "missed heartbeats", 3.0)
+    assert ledger.nodes.set_state(NODE, "gone", "silent for long", 4.0)
+    assert not ledger.nodes.set_state(NODE, "active", "heartbeat", 5.0)  # a gone node joins again
+    assert ledger.nodes.set_state(NODE, "joined", "joined again", 6.0)
+    assert ledger.nodes.set_state(NODE, "banned", "evidence", 7.0)
     for state in ("joined", "active", "silent", "gone"):
-        assert not ledger.set_state(NODE, state, "", 8.0)  # banned for good
-    moves = [t.to_state for t in ledger.transitions(NODE)]
+        assert not ledger.nodes.set_state(NODE, state, "", 8.0)  # banned for good
+    moves = [t.to_state for t in ledger.nodes.transitions(NODE)]
     assert moves == ["joined", "silent", "gone", "joined", "banned"]
 
     add_order(ledger, 1007, deadline=100)
-    ledger.record_submission(submission(7))  # answers order 1007
-    assert ledger.expire_orders(200.0) == []  # an answered order does not expire
-    assert not ledger.set_order_state(f"{1007:064x}", "open")
+    ledger.submissions.record(submission(7))  # answers order 1007
+    assert ledger.orders.expire(200.0) == []  # an answered order does not expire
+    assert not ledger.orders.set_state(f"{1007:064x}", "open")
     add_order(ledger, 2, deadline=100)
-    [expired] = ledger.expire_orders(200.0)
-    ledger.add_order(f"{3:064x}", order(counter=1), 300.0, takes_over=expired.order_id)
+    [expired] = ledger.orders.expire(200.0)
+    ledger.orders.add(f"{3:064x}", order(counter=1), 300.0, takes_over=expired.order_id)
     with pytest.raises(ValueError, match="is not expired"):  # taken over once
-        ledger.add_order(f"{4:064x}", order(counter=2), 300.0, takes_over=expired.order_id)
-    assert [ledger.order(f"{n:064x}").state for n in (1007, 2, 3)] == [
+        ledger.orders.add(f"{4:064x}", order(counter=2), 300.0, takes_over=expired.order_id)
+    assert [ledger.orders.get(f"{n:064x}").state for n in (1007, 2, 3)] == [
         "answered",
         "reassigned",
         "open",
     ]
 
-    assert ledger.set_outcome(f"{7:064x}", "accepted", 8, "", False, True, 9.0)
-    assert not ledger.set_outcome(f"{7:064x}", "rejected", 0, "again", True, True, 10.0)
-    assert (ledger.submission(f"{7:064x}").status, ledger.submission(f"{7:064x}").units) == (
+    assert ledger.submissions.set_outcome(f"{7:064x}", "accepted", 8, "", False, True, 9.0)
+    assert not ledger.submissions.set_outcome(f"{7:064x}", "rejected", 0, "again", True, True, 10.0)
+    assert (
+        ledger.submissions.get(f"{7:064x}").status,
+        ledger.submissions.get(f"{7:064x}").units,
+    ) == (
         "accepted",
         8,
     )  # a verdict stands
     with pytest.raises(ValueError, match="nothing enters the ledger accepted"):
-        ledger.record_submission(SubmissionRow(**{**submission(8).__dict__, "status": "accepted"}))
+        ledger.submissions.record(SubmissionRow(**{**submission(8).__dict__, "status": "accepted"}))
 
 
 def test_expired_orders_cost_their_node_standing(ledger):
-    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
-    ledger.upsert_node(OTHER, PROVIDER, "peer-b", "torch", {}, 1.0)
+    ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.nodes.join(OTHER, PROVIDER, "peer-b", "torch", {}, 1.0)
     add_order(ledger, 1, deadline=100)
     add_order(ledger, 2, node=OTHER, deadline=300)
     add_order(ledger, 3, deadline=50, counter=1)
     add_order(ledger, 4, node=OTHER, deadline=90, counter=1)
-    ledger.set_order_state(f"{4:064x}", "answered")
+    ledger.orders.set_state(f"{4:064x}", "answered")
 
-    expired = ledger.expire_orders(200.0)
+    expired = ledger.orders.expire(200.0)
     assert [(a.order_id, a.state) for a in expired] == [
         (f"{3:064x}", "expired"),
         (f"{1:064x}", "expired"),
     ]
-    assert ledger.node(NODE).abandoned == 2
-    assert ledger.node(OTHER).abandoned == 0  # its one late order was answered
-    assert ledger.open_order(NODE) is None
-    assert ledger.open_order(OTHER).order_id == f"{2:064x}"
-    assert ledger.expire_orders(200.0) == []  # expiring twice costs nothing more
-    assert ledger.node(NODE).abandoned == 2
+    assert ledger.nodes.get(NODE).abandoned == 2
+    assert ledger.nodes.get(OTHER).abandoned == 0  # its one late order was answered
+    assert ledger.orders.open_for(NODE) is None
+    assert ledger.orders.open_for(OTHER).order_id == f"{2:064x}"
+    assert ledger.orders.expire(200.0) == []  # expiring twice costs nothing more
+    assert ledger.nodes.get(NODE).abandoned == 2
     with pytest.raises(ValueError, match="no work order"):
-        ledger.set_order_state("00" * 32, "answered")
+        ledger.orders.set_state("00" * 32, "answered")
 
 
 def test_counters_are_per_node_and_survive_a_restart(tmp_path):
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
-        assert [ledger.next_counter(NODE) for _ in range(3)] == [0, 1, 2]
-        assert ledger.next_counter(OTHER) == 0
+        assert [ledger.orders.next_counter(NODE) for _ in range(3)] == [0, 1, 2]
+        assert ledger.orders.next_counter(OTHER) == 0
     with Ledger(path) as ledger:
-        assert ledger.next_counter(NODE_CHECKSUM) == 3
+        assert ledger.orders.next_counter(NODE_CHECKSUM) == 3
 
 
 def test_trust_and_outcomes(ledger):
-    ledger.upsert_node(NODE, PROVIDER, "peer", "torch", {}, 1.0)
-    ledger.add_trust(NODE)
-    ledger.add_trust(NODE.upper().replace("0X", "0x"))
-    assert ledger.node(NODE).trusted == 2
+    ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.nodes.add_trust(NODE)
+    ledger.nodes.add_trust(NODE.upper().replace("0X", "0x"))
+    assert ledger.nodes.get(NODE).trusted == 2
     with pytest.raises(ValueError, match="no submission"):
-        ledger.set_outcome("00" * 32, "accepted", 1, "", False, False, 1.0)
+        ledger.submissions.set_outcome("00" * 32, "accepted", 1, "", False, False, 1.0)
 
 
 def test_epochs_count_from_genesis_and_unrecorded_ones_are_listed(ledger):
-    genesis = ledger.genesis()
-    assert ledger.epoch_of(genesis, 60) == 0
-    assert ledger.epoch_of(genesis + 59.9, 60) == 0
-    assert ledger.epoch_of(genesis + 60, 60) == 1
-    assert ledger.epoch_of(genesis + 3 * 3600 + 1, 3600) == 3
-    assert ledger.epoch_of(genesis - 5, 60) == 0  # a clock a little behind
+    genesis = ledger.epochs.genesis()
+    assert ledger.epochs.at(genesis, 60) == 0
+    assert ledger.epochs.at(genesis + 59.9, 60) == 0
+    assert ledger.epochs.at(genesis + 60, 60) == 1
+    assert ledger.epochs.at(genesis + 3 * 3600 + 1, 3600) == 3
+    assert ledger.epochs.at(genesis - 5, 60) == 0  # a clock a little behind
     with pytest.raises(ValueError, match="epoch_seconds must be positive"):
-        ledger.epoch_of(genesis, 0)
+        ledger.epochs.at(genesis, 0)
 
-    ledger.record_submission(submission(1, epoch=0))
-    ledger.record_submission(submission(2, epoch=0))
-    ledger.record_submission(submission(3, epoch=0, node=OTHER))
-    ledger.record_submission(submission(4, epoch=2))
-    assert ledger.unrecorded_epochs(2) == [(0, NODE_CHECKSUM), (0, OTHER_CHECKSUM)]
-    assert ledger.unrecorded_epochs(3) == [
+    ledger.submissions.record(submission(1, epoch=0))
+    ledger.submissions.record(submission(2, epoch=0))
+    ledger.submissions.record(submission(3, epoch=0, node=OTHER))
+    ledger.submissions.record(submission(4, epoch=2))
+    assert ledger.epochs.unrecorded(2) == [(0, NODE_CHECKSUM), (0, OTHER_CHECKSUM)]
+    assert ledger.epochs.unrecorded(3) == [
         (0, NODE_CHECKSUM),
         (0, OTHER_CHECKSUM),
         (2, NODE_CHECKSUM),
     ]
-    ledger.record_epoch(0, NODE, 0, "00" * 32, None)
-    ledger.record_epoch(0, NODE, 5, "11" * 32, "0x12")  # the first record stands
-    assert ledger.unrecorded_epochs(3) == [(0, OTHER_CHECKSUM), (2, NODE_CHECKSUM)]
-    assert ledger.recorded(0, NODE).units == 0
+    ledger.epochs.record(0, NODE, 0, "00" * 32, None)
+    ledger.epochs.record(0, NODE, 5, "11" * 32, "0x12")  # the first record stands
+    assert ledger.epochs.unrecorded(3) == [(0, OTHER_CHECKSUM), (2, NODE_CHECKSUM)]
+    assert ledger.epochs.get(0, NODE).units == 0
 
 
 def test_slash_candidates_are_evidence_in_epochs_on_chain(ledger):
     for n, epoch in ((1, 0), (2, 0), (3, 1), (4, 2)):
-        ledger.record_submission(submission(n, epoch=epoch))
+        ledger.submissions.record(submission(n, epoch=epoch))
     for n in (1, 2, 3, 4):
-        ledger.set_outcome(f"{n:064x}", "rejected", 0, "toploc", True, True, 10.0)
-    ledger.record_epoch(0, NODE, 1, "aa" * 32, "0x01")
-    ledger.record_epoch(1, NODE, 0, "bb" * 32, None)  # nothing on chain: no evidence
-    assert [s.step for s in ledger.slash_candidates()] == [1, 2]
-    ledger.record_slash(f"{1:064x}", 0, NODE, "0x02", 20.0)
+        ledger.submissions.set_outcome(f"{n:064x}", "rejected", 0, "toploc", True, True, 10.0)
+    ledger.epochs.record(0, NODE, 1, "aa" * 32, "0x01")
+    ledger.epochs.record(1, NODE, 0, "bb" * 32, None)  # nothing on chain: no evidence
+    assert [s.step for s in ledger.slashes.candidates()] == [1, 2]
+    ledger.slashes.record(f"{1:064x}", 0, NODE, "0x02", 20.0)
     # The pool slashes an epoch once: one slash settles the epoch's other evidence.
-    assert ledger.slash_candidates() == []
+    assert ledger.slashes.candidates() == []
     with pytest.raises(ValueError, match="slash outcome must be one of"):
-        ledger.record_slash(f"{2:064x}", 0, NODE, None, 20.0, outcome="maybe")
+        ledger.slashes.record(f"{2:064x}", 0, NODE, None, 20.0, outcome="maybe")
 
 
 def test_the_file_is_wal_with_full_sync_and_a_schema_version(tmp_path):
@@ -467,16 +475,16 @@ def test_a_ledger_of_schema_1_is_upgraded_to_the_signed_orders_it_issued(tmp_pat
     )
 
     with Ledger(path, run=RUN) as ledger:
-        stored = ledger.order(order_id)
+        stored = ledger.orders.get(order_id)
         # The very order the node got: same digest, the orchestrator's signature good.
         assert stored == OrderRow(order_id, signed, 200.0, "open")
         assert stored.order.digest(domain).hex() == order_id
         assert stored.order.signer(domain) == ORCHESTRATOR.address
-        assert ledger.open_order(NODE) == stored
-        assert ledger.genesis() == 12.5
-        assert [s.digest for s in ledger.submissions()] == [f"{1:064x}"]
+        assert ledger.orders.open_for(NODE) == stored
+        assert ledger.epochs.genesis() == 12.5
+        assert [s.digest for s in ledger.submissions.all()] == [f"{1:064x}"]
     with Ledger(path) as ledger:  # upgraded once; from now on it opens as any other
-        assert [o.order_id for o in ledger.expire_orders(501.0)] == [order_id]
+        assert [o.order_id for o in ledger.orders.expire(501.0)] == [order_id]
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -488,14 +496,15 @@ def test_out_of_range_numbers_are_refused_before_writing(ledger):
     bogus = submission(1)
     bogus = SubmissionRow(**{**bogus.__dict__, "step": 2**64 - 1})
     with pytest.raises(ValueError, match="submission step 18446744073709551615 is out of range"):
-        ledger.record_submission(bogus)
-    assert ledger.submissions() == []
+        ledger.submissions.record(bogus)
+    assert ledger.submissions.all() == []
 
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from orchestrator.service.ledger import Ledger, SubmissionRow
+    from orchestrator.service.ledger import Ledger
+    from orchestrator.service.ledger.submissions import SubmissionRow
 
     ledger = Ledger(sys.argv[1])
     first, count = int(sys.argv[2]), int(sys.argv[3])
@@ -505,7 +514,7 @@ WRITER = textwrap.dedent(
             file="f", file_sha256="00" * 32, rollout_digest="00" * 32, signature="0x",
             received_at=float(n),
         )
-        ledger.record_submission(row)
+        ledger.submissions.record(row)
         print(row.digest, flush=True)  # only after the commit returned
     """
 )
@@ -535,7 +544,7 @@ def test_a_writer_killed_mid_stream_loses_nothing_it_committed(tmp_path):
     assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     check.close()
     with Ledger(path) as ledger:
-        stored = [s.digest for s in ledger.submissions()]
+        stored = [s.digest for s in ledger.submissions.all()]
     assert len(stored) == len(set(stored))
     assert set(committed) <= set(stored)
     # The child may have committed a few more before the kill; nothing beyond a
@@ -558,7 +567,7 @@ def test_several_processes_share_one_ledger(tmp_path):
     for writer in writers:
         assert writer.wait(timeout=120) == 0
     with Ledger(path) as ledger:
-        assert sorted(s.step for s in ledger.submissions()) == list(range(300))
+        assert sorted(s.step for s in ledger.submissions.all()) == list(range(300))
 
 
 OPENERS = textwrap.dedent(

@@ -135,17 +135,17 @@ def test_a_frame_before_the_first_step_and_while_stopping():
 
 def data_dir_with_a_run(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    ledger.upsert_node(NODE, PROVIDER, "peer-a", "vllm", {}, now=1.0)
-    ledger.upsert_node(OTHER, PROVIDER, "peer-b", "torch", {}, now=2.0)
-    ledger.set_state(NODE, "active", "heartbeat", now=3.0)
-    ledger.touch(NODE, now=3.0, speed=250.0)
+    ledger.nodes.join(NODE, PROVIDER, "peer-a", "vllm", {}, now=1.0)
+    ledger.nodes.join(OTHER, PROVIDER, "peer-b", "torch", {}, now=2.0)
+    ledger.nodes.set_state(NODE, "active", "heartbeat", now=3.0)
+    ledger.nodes.touch(NODE, now=3.0, speed=250.0)
     for n in range(4):
-        ledger.record_submission(submission(n, node=NODE if n < 3 else OTHER))
-    ledger.set_outcome(submission(0).digest, "accepted", 8, "", False, True, now=4.0)
-    ledger.set_outcome(submission(1).digest, "accepted", 8, "", False, False, now=4.0)
-    ledger.set_outcome(submission(3).digest, "rejected", 0, "bad", True, True, now=4.0)
-    ledger.record_epoch(0, NODE, 16, "0x" + "00" * 32, TX_EPOCH, now=5.0)
-    ledger.record_slash(submission(3).digest, 0, OTHER, TX_SLASH, now=6.0)
+        ledger.submissions.record(submission(n, node=NODE if n < 3 else OTHER))
+    ledger.submissions.set_outcome(submission(0).digest, "accepted", 8, "", False, True, now=4.0)
+    ledger.submissions.set_outcome(submission(1).digest, "accepted", 8, "", False, False, now=4.0)
+    ledger.submissions.set_outcome(submission(3).digest, "rejected", 0, "bad", True, True, now=4.0)
+    ledger.epochs.record(0, NODE, 16, "0x" + "00" * 32, TX_EPOCH, now=5.0)
+    ledger.slashes.record(submission(3).digest, 0, OTHER, TX_SLASH, now=6.0)
     ledger.close()
     run_dir = tmp_path / "run"
     run_dir.mkdir()

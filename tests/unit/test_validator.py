@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.service.ledger import Ledger, SubmissionRow
+from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.validator import Validator, ValidatorConfig, spool_sampler
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import spool_name
@@ -60,8 +61,8 @@ def validator(tmp_path, model_dirs):
     run_dir = data_dir / "run"
     shutil.copytree(model_dirs[0], ckpt.step_dir(run_dir, STEP))
     ledger = Ledger(data_dir / "ledger.sqlite3")
-    ledger.upsert_node(NODE.address, PROVIDER, "peer", "torch", {}, 1.0)
-    ledger.add_order(ORDER_ID, ORDER, 1.0)
+    ledger.nodes.join(NODE.address, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.orders.add(ORDER_ID, ORDER, 1.0)
     config = ValidatorConfig(
         data_dir=data_dir,
         run_dir=run_dir,
@@ -69,9 +70,7 @@ def validator(tmp_path, model_dirs):
         validation_rate=1.0,
         trust_after=1,
         code_check_rate=1.0,
-        threads=1,
         device="cpu",
-        log_to_stderr=False,
     )
     yield Validator(config, ledger, TASKS)
     ledger.close()
@@ -92,7 +91,7 @@ def submitted(validator: Validator, backend, tmp_path: Path, max_tokens: int) ->
     path = tmp_path / "submission.parquet"
     write_rollouts(records, path)
     digest = "ab" * 32
-    validator.ledger.record_submission(
+    validator.ledger.submissions.record(
         SubmissionRow(
             digest=digest,
             node=NODE.address,
@@ -114,7 +113,7 @@ def test_records_answering_the_order_are_accepted_and_spooled_under_its_counter(
 ):
     digest = submitted(validator, backend, tmp_path, ORDER.max_tokens)
     assert validator.run_once() == 1
-    row = validator.ledger.submission(digest)
+    row = validator.ledger.submissions.get(digest)
     assert (row.status, row.units, row.reason, row.prefilled) == ("accepted", 4, "", True)
     spooled = validator.spool.directory / spool_name(spool_sampler(NODE.address), ORDER.counter)
     assert spooled.is_file()
@@ -123,7 +122,7 @@ def test_records_answering_the_order_are_accepted_and_spooled_under_its_counter(
 def test_records_claiming_other_settings_than_the_order_are_evidence(validator, backend, tmp_path):
     digest = submitted(validator, backend, tmp_path, ORDER.max_tokens - 4)
     assert validator.run_once() == 1
-    row = validator.ledger.submission(digest)
+    row = validator.ledger.submissions.get(digest)
     assert (row.status, row.units, row.slashable) == ("rejected", 0, True)
     assert row.reason == "its max_tokens is 20, not the 24 asked for"
-    assert validator.ledger.node(NODE.address).state == "banned"
+    assert validator.ledger.nodes.get(NODE.address).state == "banned"

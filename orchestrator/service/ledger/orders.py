@@ -1,0 +1,148 @@
+"""Work orders, kept signed as their node got them, and each node's order counter.
+
+An order is stored as the signed JSON its node received, beside the few columns it
+is looked up by (node, counter, deadline), which are taken from it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from eth_utils import to_checksum_address
+
+from orchestrator.service.ledger.connection import Connection, marks
+from orchestrator.service.ledger.nodes import count_abandoned
+from orchestrator.service.ledger.transitions import first, member, sources
+from swarmrl.work.assign import WorkOrder
+from swarmrl.work.states import OrderState
+
+
+@dataclass(frozen=True)
+class OrderRow:
+    """A work order as its node got it, signed, and what became of it."""
+
+    order_id: str  # the order's EIP-712 digest in the swarm domain, hex
+    order: WorkOrder
+    issued_at: float
+    state: OrderState
+
+
+class Orders:
+    """The `orders` and `counters` tables."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def add(
+        self, order_id: str, order: WorkOrder, issued_at: float, *, takes_over: str | None = None
+    ) -> None:
+        """Stores a new, open order; with `takes_over`, that expired order's tasks are
+        now this one's, and it becomes 'reassigned' in the same transaction."""
+        with self._connection.write() as db:
+            if takes_over is not None and not move(db, takes_over, OrderState.REASSIGNED):
+                raise ValueError(f"work order {takes_over[:12]} is not expired")
+            insert(db, order_id, order, issued_at, first(OrderState.OPEN))
+
+    def get(self, order_id: str) -> OrderRow | None:
+        row = self._connection.row("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+        return None if row is None else _order(row)
+
+    def open_for(self, node: str) -> OrderRow | None:
+        """The node's open order (the latest, should there be several)."""
+        row = self._connection.row(
+            "SELECT * FROM orders WHERE node = ? AND state = ? ORDER BY counter DESC LIMIT 1",
+            (to_checksum_address(node), OrderState.OPEN),
+        )
+        return None if row is None else _order(row)
+
+    def orphaned(self, *, excluding: str) -> OrderRow | None:
+        """The oldest expired order of a node other than `excluding` whose tasks no one
+        has taken over yet."""
+        row = self._connection.row(
+            "SELECT * FROM orders WHERE state = ? AND node != ? "
+            "ORDER BY deadline, order_id LIMIT 1",
+            (OrderState.EXPIRED, to_checksum_address(excluding)),
+        )
+        return None if row is None else _order(row)
+
+    def next_counter(self, node: str) -> int:
+        """Reserves the node's next assignment counter: 0, 1, 2 ...; never handed out
+        twice, even if the assignment it was reserved for is never stored."""
+        with self._connection.write() as db:
+            row = db.execute(
+                "INSERT INTO counters (node, next) VALUES (?, 1) "
+                "ON CONFLICT (node) DO UPDATE SET next = next + 1 RETURNING next",
+                (to_checksum_address(node),),
+            ).fetchone()
+        return int(row["next"]) - 1
+
+    def expire(self, now: float) -> list[OrderRow]:
+        """Open orders past their deadline become 'expired'; each costs its node one
+        abandoned order in the same transaction. Returns them (as expired)."""
+        with self._connection.write() as db:
+            before = sources(OrderState.EXPIRED)
+            rows = db.execute(
+                f"UPDATE orders SET state = ? WHERE state IN ({marks(before)}) AND deadline < ? "
+                "RETURNING *",
+                (OrderState.EXPIRED, *before, now),
+            ).fetchall()
+            expired = sorted(
+                (_order(r) for r in rows), key=lambda o: (o.order.deadline, o.order_id)
+            )
+            for o in expired:
+                count_abandoned(db, o.order.node)
+        return expired
+
+    def set_state(self, order_id: str, state: str) -> bool:
+        """Moves an order to `state` if the transition table allows it from the state it
+        is in; returns whether it moved."""
+        to = member(OrderState, state, "order state")
+        with self._connection.write() as db:
+            if move(db, order_id, to):
+                return True
+            known = db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+        if known is None:
+            raise ValueError(f"no work order {order_id} in the ledger")
+        return False
+
+
+def move(db: sqlite3.Connection, order_id: str, to: OrderState) -> bool:
+    """Moves an order to `to` if the table allows it from the state it is in, inside the
+    caller's transaction; returns whether it moved."""
+    before = sources(to)
+    return bool(
+        db.execute(
+            f"UPDATE orders SET state = ? WHERE order_id = ? AND state IN ({marks(before)})",
+            (to, order_id, *before),
+        ).rowcount
+    )
+
+
+def insert(
+    db: sqlite3.Connection, order_id: str, order: WorkOrder, issued_at: float, state: str
+) -> None:
+    """The signed order, and the columns it is looked up by, taken from it, inside the
+    caller's transaction."""
+    db.execute(
+        "INSERT INTO orders (order_id, node, counter, deadline, issued_at, state, signed) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            order_id,
+            to_checksum_address(order.node),
+            order.counter,
+            order.deadline,
+            issued_at,
+            state,
+            order.model_dump_json(),
+        ),
+    )
+
+
+def _order(r: sqlite3.Row) -> OrderRow:
+    return OrderRow(
+        order_id=r["order_id"],
+        order=WorkOrder.model_validate_json(r["signed"]),
+        issued_at=r["issued_at"],
+        state=OrderState(r["state"]),
+    )

@@ -1,0 +1,136 @@
+"""The ledger's tables, its schema version, and the upgrade from older versions.
+
+The version is SQLite's `user_version`. A new file gets the tables and its genesis
+time; a file of schema 1 is upgraded in one transaction; a newer one is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+
+from orchestrator.service.ledger import orders
+from orchestrator.service.ledger.connection import Connection
+from swarmrl.work.assign import Slot, WorkOrder
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 2
+
+# A work order is kept signed, as its node got it (JSON); node, counter and deadline,
+# taken from it, are what it is looked up by.
+_ORDERS = """
+CREATE TABLE orders (
+    order_id TEXT PRIMARY KEY, node TEXT NOT NULL, counter INTEGER NOT NULL,
+    deadline INTEGER NOT NULL, issued_at REAL NOT NULL, state TEXT NOT NULL,
+    signed TEXT NOT NULL
+);
+CREATE INDEX orders_by_state ON orders (state, deadline);
+CREATE INDEX orders_by_node ON orders (node, state);
+"""
+_SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE nodes (
+    address TEXT PRIMARY KEY, provider TEXT NOT NULL, peer_id TEXT NOT NULL,
+    backend TEXT NOT NULL, hardware TEXT NOT NULL, state TEXT NOT NULL,
+    joined_at REAL NOT NULL, last_seen REAL NOT NULL, speed REAL,
+    trusted INTEGER NOT NULL DEFAULT 0, abandoned INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX nodes_by_peer ON nodes (peer_id);
+CREATE TABLE transitions (
+    id INTEGER PRIMARY KEY, address TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+    reason TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX transitions_by_node ON transitions (address, id);
+CREATE TABLE counters (node TEXT PRIMARY KEY, next INTEGER NOT NULL);
+{_ORDERS}CREATE TABLE submissions (
+    digest TEXT PRIMARY KEY, node TEXT NOT NULL, order_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL, step INTEGER NOT NULL, file TEXT NOT NULL,
+    file_sha256 TEXT NOT NULL, rollout_digest TEXT NOT NULL, signature TEXT NOT NULL,
+    received_at REAL NOT NULL, units INTEGER NOT NULL, status TEXT NOT NULL,
+    reason TEXT NOT NULL, slashable INTEGER NOT NULL, prefilled INTEGER NOT NULL,
+    receipt TEXT NOT NULL, validated_at REAL
+);
+CREATE INDEX submissions_by_epoch ON submissions (epoch, node);
+CREATE INDEX submissions_by_status ON submissions (status, received_at);
+CREATE TABLE epochs (
+    epoch INTEGER NOT NULL, node TEXT NOT NULL, units INTEGER NOT NULL,
+    commitment TEXT NOT NULL, tx_hash TEXT, recorded_at REAL NOT NULL,
+    PRIMARY KEY (epoch, node)
+);
+CREATE TABLE slashes (
+    digest TEXT PRIMARY KEY, epoch INTEGER NOT NULL, node TEXT NOT NULL,
+    tx_hash TEXT, outcome TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX slashes_by_epoch ON slashes (epoch, node);
+"""
+
+
+def prepare(connection: Connection, run: str | None) -> None:
+    """Creates the schema of a new file, or upgrades an older one. `run`: the run this
+    orchestrator issues orders in; a ledger of schema 1 kept its orders without their
+    run, so only given it is such a ledger upgraded, else refused with a sentence."""
+    path = connection.path
+    # In one write transaction, so processes opening a new file at once create it once,
+    # and an upgrade is all done or not at all.
+    with connection.write() as db:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise ValueError(
+                f"{path} was written by a newer swarmrl (ledger schema {version}, "
+                f"this version reads {SCHEMA_VERSION}); upgrade swarmrl"
+            )
+        if version == 0:
+            _execute(db, _SCHEMA)
+            db.execute("INSERT INTO meta (key, value) VALUES ('genesis', ?)", (repr(time.time()),))
+        elif run is None:
+            raise ValueError(
+                f"{path} was written by an older swarmrl (ledger schema {version}); "
+                "`swarmrl orchestrator run` upgrades it"
+            )
+        else:
+            count = _upgrade_from_1(db, connection, run)
+            log.info("ledger %s upgraded from schema 1 (%d work orders)", path, count)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _upgrade_from_1(db: sqlite3.Connection, connection: Connection, run: str) -> int:
+    """Schema 1 kept each work order's fields in columns of their own, and not its
+    run: each becomes the signed order it was issued as. Returns how many."""
+    rows = db.execute("SELECT * FROM assignments").fetchall()
+    _execute(db, _ORDERS)
+    for r in rows:
+        try:
+            order = WorkOrder(
+                run=run,
+                node=r["node"],
+                counter=r["counter"],
+                min_step=r["min_step"],
+                seed=int(r["seed"]),
+                group_size=r["group_size"],
+                max_tokens=r["max_tokens"],
+                temperature=float(r["temperature"]),
+                top_p=float(r["top_p"]),
+                tasks=[Slot(problem_id=p, budget=b) for p, b in json.loads(r["tasks"])],
+                deadline=int(r["deadline"]),
+                signature=r["signature"],
+            )
+        except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+            raise ValueError(
+                f"cannot upgrade {connection.path}: its work order {r['order_id'][:12]} is damaged"
+            ) from None
+        orders.insert(db, r["order_id"], order, r["issued_at"], r["state"])
+    db.execute("DROP TABLE assignments")
+    return len(rows)
+
+
+def _execute(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script`, inside the caller's transaction (executescript would
+    commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
