@@ -48,7 +48,7 @@ def test_a_node_joins_works_and_submits_over_the_wire(served, tmp_path):
     session = over(node, orchestrator, server)
     joined = session.join(REPORT)
     assert (joined.run, joined.state, joined.policy_step) == (RUN, "joined", PUBLISHED)
-    assert orchestrator.ledger.node(NODE.address).peer_id == node.peer_id  # as Noise said
+    assert orchestrator.ledger.nodes.get(NODE.address).peer_id == node.peer_id  # as Noise said
     assert session.heartbeat(None, 50.0).state == "active"
     order = session.work().order  # checked by the session: this run, this node, its signer
     assert order.signer(SWARM) is not None
