@@ -58,7 +58,7 @@ def test_a_node_joins_works_and_submits_over_the_wire(served, tmp_path):
     receipt = session.submit(header, path)  # checked by the session: digest and signer
     s = orchestrator.settings
     assert receipt.units == s.prompts_per_assignment * s.group_size
-    row = orchestrator.ledger.submission(receipt.submission)
+    row = orchestrator.ledger.submissions.get(receipt.submission)
     assert (row.order_id, row.signature) == (header.order_id, header.signature)
     assert session.submit(header, path) == receipt  # a resend: the same receipt
     assert list((tmp_path / "incoming").iterdir()) == []  # nothing left spooled
