@@ -16,7 +16,7 @@ from pydantic_settings import NoDecode
 
 from swarmrl.chain.paths import deployment_path
 from swarmrl.cli_options import MAX_SEED
-from swarmrl.files import data_dir
+from swarmrl.files import role_data_dir
 from swarmrl.models.files import default_models_dir
 from swarmrl.settings_toml import (
     SettingError,
@@ -34,7 +34,7 @@ DAY = 24 * 3600
 
 
 def default_data_dir() -> Path:
-    return data_dir("orchestrator", "SWARMRL_DATA_DIR")
+    return role_data_dir("orchestrator")
 
 
 def _default_keystore_dir() -> Path:
@@ -62,7 +62,9 @@ class OrchestratorSettings(SwarmrlSettings):
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="Everything the orchestrator needs to restart: ledger, checkpoints, "
-        "rollouts, its peer identity.",
+        "rollouts, its peer identity. $SWARMRL_DATA_DIR moves the default to its "
+        "orchestrator/ subfolder (no variable sets this key: a node and an orchestrator "
+        "started from one shell keep apart).",
     )
     deployment: Path = Field(
         # A lambda: pydantic would pass a one-argument factory the other values.
