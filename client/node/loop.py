@@ -56,6 +56,11 @@ def sole_runner(settings: NodeSettings, command: str = "swarmrl node run") -> It
     data_dir, keys = Path(settings.data_dir), Path(settings.keystore_dir)
     with settings.about("data_dir"):
         claim_data_dir(data_dir, ROLE)
+    if not keys.is_dir():
+        from swarmrl import keystore
+
+        # The key's lock lives beside it: without the folder, say what unlocking would.
+        keystore.info(keys, settings.key)
     with (
         exclusive_use(data_dir / ".lock", data_dir, command),
         exclusive_use(keys / f"{settings.key}.lock", f"key {settings.key!r} in {keys}", command),
