@@ -443,9 +443,16 @@ def _header(model_cls: type[SwarmrlSettings]) -> list[str]:
     return [
         *"\n\n".join(paragraphs).splitlines(),
         "",
-        f"Every key is optional; {ENV_PREFIX}<KEY> in the environment overrides this file.",
+        f"Every key is optional; {ENV_PREFIX}<KEY> in the environment overrides this file"
+        + _except(model_cls)
+        + ".",
         "Relative paths are relative to the folder of this file.",
     ]
+
+
+def _except(model_cls: type[SwarmrlSettings]) -> str:
+    keys = [key for key in model_cls.model_fields if key in NOT_FROM_ENVIRONMENT]
+    return f" (except {', '.join(keys)})" if keys else ""
 
 
 def _help(field: FieldInfo) -> str:
