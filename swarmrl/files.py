@@ -63,7 +63,7 @@ def check_data_dir(folder: Path, role: str) -> str | None:
         raise ValueError(
             f"{folder} is {article} {owner}'s data folder; give the {role} a folder of its own"
         )
-    check_output_dir(folder)
+    _check_can_make(folder, shown=folder, verb="create")
     return owner
 
 
@@ -127,7 +127,10 @@ def check_output_dir(path: Path) -> None:
     resolved = path.resolve()
     if resolved.exists() and not resolved.is_dir():
         raise ValueError(f"{path} exists and is not a folder")
-    _check_can_make(resolved, shown=path, verb="create")
+    # Beside it too: a command stages a new folder next to it before putting it in place.
+    _check_can_make(resolved.parent, shown=path, verb="create")
+    if resolved.exists() and not _writable(resolved):
+        raise ValueError(f"cannot write {path}: the folder {resolved} is not writable")
 
 
 def _check_can_make(folder: Path, *, shown: Path, verb: str) -> None:
