@@ -25,13 +25,14 @@ from swarmrl.settings_toml import (
 
 # "none": the node dials out only (behind NAT) and serves no shards.
 OUTBOUND_ONLY = "none"
-# The role whose data folder a node claims (swarmrl.files.claim_data_dir).
+# The node's name for its data folder: its default place (role_data_dir) and its claim
+# on it (swarmrl.files.claim_data_dir).
 ROLE = "node"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
 
 
 def default_data_dir() -> Path:
-    return role_data_dir("node")
+    return role_data_dir(ROLE)
 
 
 def _default_keystore_dir() -> Path:

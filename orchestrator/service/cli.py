@@ -12,9 +12,6 @@ import typer
 
 from swarmrl.cli_options import DeploymentFile
 
-# The role whose data folder `run` claims (swarmrl.files.claim_data_dir).
-ROLE = "orchestrator"
-
 orchestrator_app = typer.Typer(
     help="Coordinate a training run: schedule, validate, train, broadcast, record on chain.",
     no_args_is_help=True,
@@ -51,7 +48,7 @@ def init(
 ) -> None:
     """Write a commented config with every setting at its default, or as given here (each
     checked as `run` checks it, and written absolute)."""
-    from orchestrator.service.settings import OrchestratorSettings
+    from orchestrator.service.settings import ROLE, OrchestratorSettings
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.files import check_data_dir, check_output_path
     from swarmrl.models.checkpoint import check_model, load_tokenizer
@@ -90,6 +87,7 @@ def run(
     On a terminal it shows a live view of the run; the log lines go to
     <data_dir>/logs/ then."""
     from orchestrator.service.daemon import Keys, Orchestrator
+    from orchestrator.service.settings import ROLE
     from swarmrl import keystore
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.files import check_data_dir, claim_data_dir

@@ -31,10 +31,13 @@ if TYPE_CHECKING:
     from orchestrator.trainer.loop import TrainerSettings
 
 DAY = 24 * 3600
+# The orchestrator's name for its data folder: its default place (role_data_dir) and its
+# claim on it (swarmrl.files.claim_data_dir).
+ROLE = "orchestrator"
 
 
 def default_data_dir() -> Path:
-    return role_data_dir("orchestrator")
+    return role_data_dir(ROLE)
 
 
 def _default_keystore_dir() -> Path:
