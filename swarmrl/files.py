@@ -8,13 +8,72 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# The folder that holds each daemon's own data folder (role_data_dir).
+DATA_DIR_VARIABLE = "SWARMRL_DATA_DIR"
+# In a daemon's data folder: which role's it is (claim_data_dir).
+ROLE_FILE = ".swarmrl-role"
+
 
 def data_dir(name: str, override: str) -> Path:
     """$``override``, else ``swarmrl/<name>`` under the XDG data home."""
     if env := os.environ.get(override):
         return Path(env)
+    return _swarmrl_home() / name
+
+
+def role_data_dir(role: str) -> Path:
+    """The default data_dir of the ``role`` daemon (node, orchestrator): ``<role>`` under
+    $SWARMRL_DATA_DIR, else under the XDG data home's swarmrl folder. One variable moves
+    every daemon's folder and never puts two of them in one."""
+    base = os.environ.get(DATA_DIR_VARIABLE)
+    # A relative base is the working directory's when the daemon starts.
+    return (Path(base).absolute() if base else _swarmrl_home()) / role
+
+
+def _swarmrl_home() -> Path:
     data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "swarmrl" / name
+    return Path(data_home) / "swarmrl"
+
+
+def data_dir_role(folder: Path) -> str | None:
+    """The role of the daemon whose data folder ``folder`` is, None if no daemon has
+    claimed it (or it does not exist yet); ValueError (one sentence) if it is not a
+    folder."""
+    folder = Path(folder)
+    _check_name(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} exists and is not a folder")
+    try:
+        return (folder / ROLE_FILE).read_text().strip() or None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise ValueError(f"cannot read {folder / ROLE_FILE}: {_reason(e)}") from None
+
+
+def check_data_dir(folder: Path, role: str) -> str | None:
+    """ValueError (one sentence) unless ``folder`` can be the ``role`` daemon's data
+    folder: it is a folder, or can be made, and no other role's (a node in an
+    orchestrator's folder would share its weight store and logs). The role that has
+    claimed it (``role``), or None."""
+    folder = Path(folder)
+    owner = data_dir_role(folder)
+    if owner not in (None, role):
+        article = "an" if owner[:1] in "aeiou" else "a"
+        raise ValueError(
+            f"{folder} is {article} {owner}'s data folder; give the {role} a folder of its own"
+        )
+    _check_can_make(folder, shown=folder, verb="create")
+    return owner
+
+
+def claim_data_dir(folder: Path, role: str) -> None:
+    """Makes ``folder`` (with missing folders above it) and marks it as the ``role``
+    daemon's data folder; ValueError (one sentence) as check_data_dir."""
+    folder = Path(folder)
+    if check_data_dir(folder, role) is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(folder / ROLE_FILE, f"{role}\n".encode())
 
 
 def _check_name(path: Path) -> None:
@@ -46,20 +105,16 @@ def check_input_file(path: Path) -> None:
 
 def check_output_path(path: Path) -> None:
     """Raise ValueError (one sentence) unless ``path`` can be written as an output file,
-    so a command refuses before it spends work whose result it could not save."""
+    so a command refuses before it spends work whose result it could not save. Missing
+    folders above it are made when it is written (``replacing``), so the nearest
+    existing one must take new entries."""
     path = Path(path)
     _check_name(path)
     if path.is_dir():
         raise ValueError(f"{path} is a directory; give a file name to write")
     if path.exists() and not path.is_file():
         raise ValueError(f"cannot write {path}: it exists and is not a regular file")
-    parent = path.parent
-    if not parent.exists():
-        raise ValueError(f"cannot write {path}: the folder {parent} does not exist")
-    if not parent.is_dir():
-        raise ValueError(f"cannot write {path}: {parent} is not a folder")
-    if not _writable(parent):
-        raise ValueError(f"cannot write {path}: the folder {parent} is not writable")
+    _check_can_make(path.parent, shown=path, verb="write")
 
 
 def check_output_dir(path: Path) -> None:
@@ -72,14 +127,40 @@ def check_output_dir(path: Path) -> None:
     resolved = path.resolve()
     if resolved.exists() and not resolved.is_dir():
         raise ValueError(f"{path} exists and is not a folder")
-    ancestor = resolved.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
+    # Beside it too: a command stages a new folder next to it before putting it in place.
+    _check_can_make(resolved.parent, shown=path, verb="create")
+    if resolved.exists() and not _writable(resolved):
+        raise ValueError(f"cannot write {path}: the folder {resolved} is not writable")
+
+
+def _check_can_make(folder: Path, *, shown: Path, verb: str) -> None:
+    """``folder`` exists and takes new entries, or can be made: its nearest existing
+    ancestor is a folder that takes new entries. ``shown`` is the user's path."""
+    folder = folder.resolve()
+    ancestor = _nearest_existing(folder)
     if not ancestor.is_dir():
-        raise ValueError(f"cannot create {path}: {ancestor} is not a folder")
-    for folder in (ancestor, resolved) if resolved.exists() else (ancestor,):
-        if not _writable(folder):
-            raise ValueError(f"cannot write {path}: the folder {folder} is not writable")
+        raise ValueError(f"cannot {verb} {shown}: {ancestor} is not a folder")
+    if not _writable(ancestor):
+        raise ValueError(f"cannot write {shown}: the folder {ancestor} is not writable")
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` if it exists, else its nearest ancestor that does."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """Makes the missing folders above ``path``; those it made, the deepest first."""
+    made = []
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
+    for folder in reversed(made):
+        folder.mkdir(exist_ok=True)
+    return made
 
 
 def _writable(folder: Path) -> bool:
@@ -102,12 +183,17 @@ def replacing(path: Path) -> Iterator[Path]:
     disk) when the block succeeds and is removed when it fails, so readers see the old
     file or the whole new one.
 
-    An OSError about the temporary file is raised again in terms of ``path``: the
+    Missing folders above ``path`` are made first, and removed again if the block fails
+    (output paths such as ~/.local/share/swarmrl/orchestrator/tasks.jsonl on a fresh
+    home). An OSError about the temporary file is raised again in terms of ``path``: the
     temporary name means nothing to the user."""
     path = Path(path)
+    made: list[Path] = []
     try:
+        made = _make_parents(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
+        _remove_empty(made)
         raise OSError(f"cannot write {path}: {_reason(e)}") from None
     os.close(fd)
     try:
@@ -117,12 +203,24 @@ def replacing(path: Path) -> Iterator[Path]:
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
+        _remove_empty(made)
         if e.filename not in (None, tmp) and e.filename2 != tmp:
             raise  # about another file the block touched: its name is the user's
         raise OSError(f"cannot write {path}: {_reason(e)}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        _remove_empty(made)
         raise
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Removes ``folders`` (the deepest first) that are still empty: a failed write
+    leaves the tree as it found it."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (someone else wrote there) or gone: leave the rest
 
 
 def _reason(error: OSError) -> str:

@@ -31,6 +31,7 @@ from swarmrl.chain.deploy import (
     run_id_from_name,
     write_deployment,
 )
+from swarmrl.settings_toml import write_settings
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 PASSWORD = "correct horse battery staple"
@@ -238,21 +239,6 @@ def run_cli(swarm: Swarm, *args: object) -> str:
     return out.stdout
 
 
-def write_toml(path: Path, values: dict[str, object]) -> Path:
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, (int, float)):
-            lines.append(f"{key} = {value}")
-        elif isinstance(value, list):
-            lines.append(f"{key} = [{', '.join(repr(str(v)) for v in value)}]")
-        else:
-            lines.append(f"{key} = {str(value)!r}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def orchestrator_toml(
     swarm: Swarm, path: Path, *, model: Path, tasks: Path, data_dir: Path, **settings: object
 ) -> Path:
@@ -268,7 +254,7 @@ def orchestrator_toml(
         "listen": f"/ip4/127.0.0.1/tcp/{free_port()}",
         "metrics_port": free_port(),
     }
-    return write_toml(path, {**values, **settings})
+    return write_settings(path, {**values, **settings})
 
 
 def node_toml(
@@ -289,7 +275,7 @@ def node_toml(
         "device": "cpu",
         "metrics_port": free_port(),
     }
-    return write_toml(path, {**values, **settings})
+    return write_settings(path, {**values, **settings})
 
 
 def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Swarm) -> object:

@@ -5,7 +5,9 @@ model's own fields, so that neither can drift from what the daemon accepts.
 
 Precedence: the environment (``SWARMRL_<KEY>``, any case) over the file over the
 defaults. Relative paths in the file are relative to the file; in the environment,
-relative to the working directory.
+relative to the working directory. Every settings file swarmrl writes comes from
+``write_settings``, which writes each path absolute, so that a path given relative to
+the writer's working directory means the same folder when the file is read back.
 """
 
 from __future__ import annotations
@@ -17,15 +19,22 @@ import re
 import textwrap
 import tomllib
 import types
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-from swarmrl.files import check_input_file
+from swarmrl.files import check_input_file, write_atomically
 
 ENV_PREFIX = "SWARMRL_"
 # A settings file is a few kilobytes; anything this large was given by mistake.
@@ -33,6 +42,10 @@ MAX_FILE_BYTES = 1024 * 1024
 # Inputs quoted back in an error are cut here, so the sentence stays a sentence.
 MAX_QUOTED_CHARS = 80
 _TEMPLATE_WIDTH = 92
+# Keys no SWARMRL_<KEY> variable sets. $SWARMRL_DATA_DIR is the folder that holds each
+# daemon's own data_dir (swarmrl.files.role_data_dir): read as the data_dir of both, it
+# put a node and an orchestrator started from one shell into one folder.
+NOT_FROM_ENVIRONMENT = frozenset({"data_dir"})
 
 
 class SettingError(ValueError):
@@ -55,6 +68,46 @@ class SwarmrlSettings(BaseSettings):
         extra="forbid",
         allow_inf_nan=False,
     )
+    # Where the values came from (load_settings), so that a value refused later (a file
+    # that is not there) is reported with the place to change it.
+    _file: Path | None = PrivateAttr(None)
+    _from_env: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        # The same values are the same settings, from a file or from the environment.
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings)
+
+    def setting_error(self, key: str, error: object, remedy: str | None = None) -> ValueError:
+        """One sentence about the value of ``key`` that a check after loading refused (a
+        file that does not exist, a folder where a file belongs): the key, what is wrong
+        (``error``), and where to change it, or ``remedy``."""
+        if key in self._from_env:
+            where = f"change ${self._from_env[key]}"
+        elif self._file is not None:
+            where = f"set {key} in {self._file}"
+        else:
+            where = f"set {key} in the config file (--config)"
+        return ValueError(f"{key}: {error} ({where}{f', or {remedy}' if remedy else ''})")
+
+    @contextmanager
+    def about(self, key: str, remedy: str | None = None) -> Iterator[None]:
+        """A ValueError in the block is about the value of ``key``: raised again as
+        setting_error's sentence."""
+        try:
+            yield
+        except ValueError as e:
+            raise self.setting_error(key, e, remedy) from None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -71,6 +124,15 @@ class SwarmrlSettings(BaseSettings):
 
 
 Settings = TypeVar("Settings", bound=SwarmrlSettings)
+
+
+class _Environment(EnvSettingsSource):
+    """``SWARMRL_<KEY>`` for every key but those in NOT_FROM_ENVIRONMENT."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name in NOT_FROM_ENVIRONMENT:
+            return None, field_name, False
+        return super().get_field_value(field, field_name)
 
 
 def check_listen(address: str) -> str:
@@ -138,15 +200,38 @@ def load_settings(model_cls: type[Settings], path: Path | None) -> Settings:
     if path is not None:
         values = _relative_to(values, path.absolute().parent, model_cls)
     try:
-        return model_cls(**values)
+        settings = model_cls(**values)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         raise ValueError(_sentence(first, env, from_file, source)) from None
+    settings._file, settings._from_env = path, env
+    return settings
 
 
-def template(model_cls: type[SwarmrlSettings]) -> str:
-    """A commented TOML file of every key with its description and its default; loaded
-    back, it gives the defaults. A key without a default (None) is left commented out."""
+def write_settings(
+    path: Path,
+    values: Mapping[str, object],
+    template_of: type[SwarmrlSettings] | None = None,
+) -> Path:
+    """Writes a settings file atomically: ``values`` only, or with ``template_of`` the
+    commented template of that model with ``values`` in place of the defaults. The one
+    writer of settings files: every path in it is absolute (a relative one is taken as
+    relative to the working directory now), so it means the same file however the file
+    is moved or read (relative paths in a file are the file's folder's)."""
+    text = template(template_of, values) if template_of else _entries(values)
+    write_atomically(path, text.encode())
+    return path
+
+
+def template(model_cls: type[SwarmrlSettings], values: Mapping[str, object] | None = None) -> str:
+    """A commented TOML file of every key with its description and its default, or its
+    value in ``values`` (None: the default); loaded back, it gives those values and the
+    defaults. A key without a default (None) is left commented out. Paths are written
+    absolute (see write_settings)."""
+    values = {key: value for key, value in (values or {}).items() if value is not None}
+    unknown = set(values) - set(model_cls.model_fields)
+    if unknown:
+        raise ValueError(f"{model_cls.__name__} has no key {sorted(unknown)[0]!r}")
     lines = [f"# {line}" if line else "#" for line in _header(model_cls)]
     for key, field in model_cls.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
@@ -154,13 +239,31 @@ def template(model_cls: type[SwarmrlSettings]) -> str:
             lines += ["", f"# == {extra['heading']} =="]
         lines.append("")
         lines += [f"# {line}" for line in textwrap.wrap(_help(field), _TEMPLATE_WIDTH)]
-        default = field.get_default(call_default_factory=True)
-        if default is None:
+        value = values.get(key, field.get_default(call_default_factory=True))
+        if value is None:
             example = extra.get("example")
             lines.append(f"# {key} = {_toml_value(example)}" if example else f"# {key} =")
         else:
-            lines.append(f"{key} = {_toml_value(default)}")
+            lines.append(_entry(key, value, is_path=_admits(field.annotation, (Path,))))
     return "\n".join(lines) + "\n"
+
+
+def _entries(values: Mapping[str, object]) -> str:
+    """``key = value`` lines for the values that are set; Path values written absolute."""
+    lines = [
+        _entry(key, value, is_path=isinstance(value, Path))
+        for key, value in values.items()
+        if value is not None
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _entry(key: str, value: object, *, is_path: bool) -> str:
+    if is_path:
+        # Relative to where the writer runs, as the user meant it; written relative, it
+        # would be read as relative to the file's folder.
+        value = Path(str(value)).expanduser().absolute()
+    return f"{key} = {_toml_value(value)}"
 
 
 def reference_markdown(model_cls: type[BaseModel]) -> str:
@@ -218,7 +321,11 @@ def _did_you_mean(key: str, model_cls: type[SwarmrlSettings]) -> str:
 
 def _env_names(model_cls: type[SwarmrlSettings]) -> dict[str, str]:
     """key -> the environment variable that sets it, as it is spelt in the environment."""
-    wanted = {f"{ENV_PREFIX}{key}".lower(): key for key in model_cls.model_fields}
+    wanted = {
+        f"{ENV_PREFIX}{key}".lower(): key
+        for key in model_cls.model_fields
+        if key not in NOT_FROM_ENVIRONMENT
+    }
     return {wanted[name.lower()]: name for name in os.environ if name.lower() in wanted}
 
 
@@ -338,9 +445,16 @@ def _header(model_cls: type[SwarmrlSettings]) -> list[str]:
     return [
         *"\n\n".join(paragraphs).splitlines(),
         "",
-        f"Every key is optional; {ENV_PREFIX}<KEY> in the environment overrides this file.",
+        f"Every key is optional; {ENV_PREFIX}<KEY> in the environment overrides this file"
+        + _except(model_cls)
+        + ".",
         "Relative paths are relative to the folder of this file.",
     ]
+
+
+def _except(model_cls: type[SwarmrlSettings]) -> str:
+    keys = [key for key in model_cls.model_fields if key in NOT_FROM_ENVIRONMENT]
+    return f" (except {', '.join(keys)})" if keys else ""
 
 
 def _help(field: FieldInfo) -> str:

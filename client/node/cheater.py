@@ -18,7 +18,7 @@ from pathlib import Path
 
 from client.node.events import log_event
 from client.node.loop import Node, sole_runner
-from client.node.settings import NodeSettings
+from client.node.settings import NodeSettings, load_tasks
 from swarmrl import keystore
 from swarmrl.logs import setup_logging
 from swarmrl.settings_toml import load_settings
@@ -69,10 +69,11 @@ def main() -> None:
         raise SystemExit("usage: python -m client.node.cheater NODE_TOML")
     settings = load_settings(NodeSettings, Path(sys.argv[1]))
     with sole_runner(settings, "python -m client.node.cheater"):
+        tasks = load_tasks(settings)
         password = keystore.read_password(settings.password_file)
         account = keystore.unlock(settings.keystore_dir, settings.key, password)
         setup_logging(Path(settings.data_dir) / "node.log")
-        node = CheatingNode(settings, account, on_event=log_event)
+        node = CheatingNode(settings, account, on_event=log_event, tasks=tasks)
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, lambda *_: node.stop())
         node.run()

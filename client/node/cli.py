@@ -26,7 +26,10 @@ def init(
     password_file: Path | None = PasswordFile,
     deployment: Path | None = DeploymentFile,
     out: Path | None = typer.Option(
-        None, "--config-out", help="Also write a commented node.toml here."
+        None,
+        "--config-out",
+        help="Also write a commented node.toml here, with the key, keystore, password file "
+        "and deployment given.",
     ),
 ) -> None:
     """Create the node's key and identity, and with the provider's key register it and
@@ -35,8 +38,8 @@ def init(
     from client.node.setup import init_node, passwords_from
     from swarmrl import keystore
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.files import check_output_path, write_atomically
-    from swarmrl.settings_toml import template
+    from swarmrl.files import check_output_path
+    from swarmrl.settings_toml import write_settings
 
     if out is not None:
         check_output_path(out)
@@ -49,7 +52,15 @@ def init(
     )
     typer.echo(done.summary())
     if out is not None:
-        write_atomically(out, template(NodeSettings).encode())
+        # What this command was told is what `node run` must use: the same key, and the
+        # files as this command found them (unset ones stay at their defaults).
+        given = {
+            "key": key,
+            "keystore_dir": keystore_dir,
+            "password_file": password_file,
+            "deployment": deployment,
+        }
+        write_settings(out, given, template_of=NodeSettings)
         typer.echo(f"wrote {out}; set orchestrator in it, then: swarmrl node run --config {out}")
 
 
@@ -86,11 +97,12 @@ def _run(settings: Any, headless: bool) -> None:
     from client.node.events import log_event
     from client.node.loop import Node, thread_count
     from client.node.metrics import NodeMetrics
-    from client.node.settings import OUTBOUND_ONLY
+    from client.node.settings import OUTBOUND_ONLY, load_tasks
     from swarmrl import keystore
     from swarmrl.logs import setup_logging
     from swarmrl.p2p.ports import check_free
 
+    tasks = load_tasks(settings)  # before the password, and long before the network
     # Both ports first, before the key's slow unlock and anything else starts: a second
     # node on the machine is told at once which one it shares.
     if settings.listen != OUTBOUND_ONLY:
@@ -120,7 +132,7 @@ def _run(settings: Any, headless: bool) -> None:
             for watcher in watchers:
                 watcher(state, peers)
 
-        node = Node(settings, account, on_event=on_event, on_state=on_state)
+        node = Node(settings, account, on_event=on_event, on_state=on_state, tasks=tasks)
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, lambda *_: node.stop())
         if terminal:

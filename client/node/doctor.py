@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.node.settings import OUTBOUND_ONLY, NodeSettings
+from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
+from swarmrl.files import check_data_dir
 
 GiB = 1024**3
 # The weight store holds the version being fetched beside the one in use; two
@@ -66,14 +67,14 @@ def run_checks(settings: NodeSettings, password: str | None) -> list[Check]:
     found = _Found()
     checks = [
         ("backend", lambda: _backend(settings, found)),
-        ("disk", lambda: _disk(Path(settings.data_dir))),
+        ("disk", lambda: _disk(settings)),
         ("sandbox", _sandbox),
         ("keystore", lambda: _keystore(settings, password, found)),
         ("chain", lambda: _chain(settings, found)),
         ("stake", lambda: _stake(found)),
         ("joined", lambda: _joined(found)),
         ("orchestrator", lambda: _orchestrator(settings, found)),
-        ("tasks", lambda: _tasks(Path(settings.tasks))),
+        ("tasks", lambda: _tasks(settings)),
         ("inbound", lambda: _inbound(settings, found)),
     ]
     return [_run(name, check) for name, check in checks]
@@ -161,18 +162,15 @@ def _gpu(torch: Any, device: str, configured: str) -> str:
     return f"{name} (cuda:{index}), {free / GiB:.1f} of {total / GiB:.1f} GiB free"
 
 
-def _disk(data_dir: Path) -> str:
+def _disk(settings: NodeSettings) -> str:
+    data_dir = Path(settings.data_dir)
+    with settings.about("data_dir"):
+        # A file, a folder that cannot be made, or an orchestrator's folder (whose
+        # weight store and logs the node would share).
+        check_data_dir(data_dir, ROLE)
     existing = data_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir():
-        raise _CheckFailedError(
-            f"data_dir {data_dir} is under {existing}, which is a file; set data_dir"
-        )
-    if not os.access(existing, os.W_OK):
-        raise _CheckFailedError(
-            f"{existing} is not writable; set data_dir to a folder you can write to"
-        )
     free = shutil.disk_usage(existing).free
     if free < MIN_FREE_BYTES:
         raise _CheckFailedError(
@@ -341,16 +339,9 @@ def _orchestrator(settings: NodeSettings, found: _Found) -> str:
     )
 
 
-def _tasks(path: Path) -> str:
-    from swarmrl.tasks import read_tasks
-
-    try:
-        tasks = read_tasks(path)
-    except (ValueError, OSError) as e:
-        raise _CheckFailedError(
-            f"{_first_line(e)}; set tasks in node.toml to the run's task file"
-        ) from None
-    return f"ok: {len(tasks)} tasks in {path}"
+def _tasks(settings: NodeSettings) -> str:
+    tasks = load_tasks(settings)
+    return f"ok: {len(tasks)} tasks in {settings.tasks}"
 
 
 def _inbound(settings: NodeSettings, found: _Found) -> str:

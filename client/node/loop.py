@@ -33,8 +33,9 @@ from client.node.backoff import Backoff
 from client.node.events import Event, EventKind, Listener
 from client.node.journal import Journal
 from client.node.session import Identity, Session, node_report
-from client.node.settings import OUTBOUND_ONLY, NodeSettings
+from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.chain.paths import exclusive_use
+from swarmrl.files import claim_data_dir
 from swarmrl.p2p import wire
 from swarmrl.p2p.events import Event as SwarmEvent
 from swarmrl.p2p.events import SwarmEventKind
@@ -56,7 +57,13 @@ def sole_runner(settings: NodeSettings, command: str = "swarmrl node run") -> It
     other's work, and two on one key would take turns being the node the orchestrator
     knows (each join replacing the other's)."""
     data_dir, keys = Path(settings.data_dir), Path(settings.keystore_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    with settings.about("data_dir"):
+        claim_data_dir(data_dir, ROLE)
+    if not keys.is_dir():
+        from swarmrl import keystore
+
+        # The key's lock lives beside it: without the folder, say what unlocking would.
+        keystore.info(keys, settings.key)
     with (
         exclusive_use(data_dir / ".lock", data_dir, command),
         exclusive_use(keys / f"{settings.key}.lock", f"key {settings.key!r} in {keys}", command),
@@ -86,9 +93,11 @@ class Node:
         *,
         on_event: Listener | None = None,
         on_state: Callable[[NodeState, int], None] | None = None,
+        tasks: dict[str, Any] | None = None,
     ) -> None:
         self.settings = settings
         self.account = account
+        self._tasks = tasks  # load_tasks(settings); read at the first order if not given
         self.on_event = on_event or (lambda event: None)
         # Hears the node's state and its peer count after every heartbeat (metrics).
         self.on_state = on_state or (lambda state, peers: None)
@@ -423,10 +432,8 @@ class Node:
 
     @property
     def tasks(self) -> dict[str, Any]:
-        if not hasattr(self, "_tasks"):
-            from swarmrl.tasks import read_tasks
-
-            self._tasks = {t.problem_id: t for t in read_tasks(self.settings.tasks)}
+        if self._tasks is None:
+            self._tasks = load_tasks(self.settings)
         return self._tasks
 
 

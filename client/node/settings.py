@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from swarmrl.chain.paths import deployment_path
-from swarmrl.files import data_dir
+from swarmrl.files import role_data_dir
 from swarmrl.settings_toml import (
     SwarmrlSettings,
     check_listen,
@@ -25,11 +25,14 @@ from swarmrl.settings_toml import (
 
 # "none": the node dials out only (behind NAT) and serves no shards.
 OUTBOUND_ONLY = "none"
+# The node's name for its data folder: its default place (role_data_dir) and its claim
+# on it (swarmrl.files.claim_data_dir).
+ROLE = "node"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
 
 
 def default_data_dir() -> Path:
-    return data_dir("node", "SWARMRL_DATA_DIR")
+    return role_data_dir(ROLE)
 
 
 def _default_keystore_dir() -> Path:
@@ -48,7 +51,9 @@ class NodeSettings(SwarmrlSettings):
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="Everything the node needs to restart: its journal of submissions and "
-        "receipts, and the weight store.",
+        "receipts, and the weight store; a folder of its own, never an orchestrator's. "
+        "$SWARMRL_DATA_DIR moves the default to its node/ subfolder (no variable sets this "
+        "key: a node and an orchestrator started from one shell keep apart).",
         json_schema_extra=heading("Files and keys"),
     )
     deployment: Path = Field(
@@ -154,3 +159,12 @@ class NodeSettings(SwarmrlSettings):
         if not _DEVICE.fullmatch(value):
             raise ValueError("must be auto, cpu, mps, cuda or cuda:N")
         return value
+
+
+def load_tasks(settings: NodeSettings) -> dict[str, Any]:
+    """The run's task set by problem id, or one sentence naming the tasks setting: read
+    when the node starts, before the password or the network, not at its first order."""
+    from swarmrl.tasks import read_tasks
+
+    with settings.about("tasks"):
+        return {t.problem_id: t for t in read_tasks(Path(settings.tasks))}

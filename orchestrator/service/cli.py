@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from swarmrl.cli_options import DeploymentFile
+
 orchestrator_app = typer.Typer(
     help="Coordinate a training run: schedule, validate, train, broadcast, record on chain.",
     no_args_is_help=True,
@@ -33,16 +35,40 @@ def init(
         Path("orchestrator.toml"), "--out", "-o", help="Where to write the commented config."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    model: Path | None = typer.Option(
+        None, "--model", help="The policy training starts from: an HF model directory."
+    ),
+    tasks: Path | None = typer.Option(
+        None, "--tasks", help="The training tasks, .jsonl or .parquet (`swarmrl tasks generate`)."
+    ),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Where the orchestrator keeps its ledger, checkpoints, identity."
+    ),
+    deployment: Path | None = DeploymentFile,
 ) -> None:
-    """Write a commented config with every setting at its default."""
-    from orchestrator.service.settings import OrchestratorSettings
-    from swarmrl.files import check_output_path, write_atomically
-    from swarmrl.settings_toml import template
+    """Write a commented config with every setting at its default, or as given here (each
+    checked as `run` checks it, and written absolute)."""
+    from orchestrator.service.settings import ROLE, OrchestratorSettings
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.files import check_data_dir, check_output_path
+    from swarmrl.models.checkpoint import check_model, load_tokenizer
+    from swarmrl.settings_toml import write_settings
+    from swarmrl.tasks import read_tasks
 
     check_output_path(out)
     if out.exists() and not force:
         raise ValueError(f"{out} exists; pass --force to overwrite it")
-    write_atomically(out, template(OrchestratorSettings).encode())
+    if tasks is not None:
+        read_tasks(tasks)
+    if model is not None:
+        check_model(model)
+        load_tokenizer(model)
+    if data_dir is not None:
+        check_data_dir(data_dir, ROLE)
+    if deployment is not None:
+        load_deployment(deployment)
+    given = {"model": model, "tasks": tasks, "data_dir": data_dir, "deployment": deployment}
+    write_settings(out, given, template_of=OrchestratorSettings)
     typer.echo(f"wrote {out}; edit it, then: swarmrl orchestrator run --config {out}")
 
 
@@ -61,17 +87,27 @@ def run(
     On a terminal it shows a live view of the run; the log lines go to
     <data_dir>/logs/ then."""
     from orchestrator.service.daemon import Keys, Orchestrator
+    from orchestrator.service.settings import ROLE
     from swarmrl import keystore
     from swarmrl.chain.deploy import load_deployment
+    from swarmrl.files import check_data_dir, claim_data_dir
     from swarmrl.logs import setup_logging
     from swarmrl.models.checkpoint import check_model, load_tokenizer
     from swarmrl.tasks import read_tasks
 
     settings = _settings(config)
-    read_tasks(settings.tasks)
-    check_model(settings.model)
-    load_tokenizer(settings.model)
-    deployment = load_deployment(settings.deployment)
+    tasks, model = Path(settings.tasks), Path(settings.model)
+    make_tasks = f"make it with `swarmrl tasks generate --out {tasks}`"
+    with settings.about("tasks", None if tasks.exists() else make_tasks):
+        read_tasks(tasks)
+    make_model = f"build the default policy there with `swarmrl model init --out {model}`"
+    with settings.about("model", None if model.exists() else make_model):
+        check_model(model)
+        load_tokenizer(model)
+    with settings.about("deployment"):
+        deployment = load_deployment(settings.deployment)
+    with settings.about("data_dir"):
+        check_data_dir(Path(settings.data_dir), ROLE)  # claimed below, once all is checked
     password = keystore.read_password(settings.password_file)
     recorder = keystore.unlock(settings.keystore_dir, settings.recorder_key, password)
     validator = keystore.unlock(settings.keystore_dir, settings.validator_key, password)
@@ -84,6 +120,8 @@ def run(
             f"key {settings.validator_key} ({validator.address}) is not a validator of this "
             "deployment"
         )
+    with settings.about("data_dir"):
+        claim_data_dir(Path(settings.data_dir), ROLE)
     live = not headless and sys.stdout.isatty()
     setup_logging(Path(settings.data_dir) / "logs" / "orchestrator.log", stderr=not live)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack

@@ -16,7 +16,7 @@ from pydantic_settings import NoDecode
 
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.chain.paths import deployment_path
-from swarmrl.files import data_dir
+from swarmrl.files import role_data_dir
 from swarmrl.models.files import default_models_dir
 from swarmrl.settings_toml import (
     SettingError,
@@ -28,10 +28,13 @@ from swarmrl.settings_toml import (
 )
 
 DAY = 24 * 3600
+# The orchestrator's name for its data folder: its default place (role_data_dir) and its
+# claim on it (swarmrl.files.claim_data_dir).
+ROLE = "orchestrator"
 
 
 def default_data_dir() -> Path:
-    return data_dir("orchestrator", "SWARMRL_DATA_DIR")
+    return role_data_dir(ROLE)
 
 
 def _default_keystore_dir() -> Path:
@@ -58,7 +61,9 @@ class ServiceSettings(SwarmrlSettings):
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="Everything the orchestrator needs to restart: ledger, checkpoints, "
-        "rollouts, its peer identity.",
+        "rollouts, its peer identity. $SWARMRL_DATA_DIR moves the default to its "
+        "orchestrator/ subfolder (no variable sets this key: a node and an orchestrator "
+        "started from one shell keep apart).",
     )
     deployment: Path = Field(
         # A lambda: pydantic would pass a one-argument factory the other values.

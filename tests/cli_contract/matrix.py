@@ -1,5 +1,7 @@
 """The bad-input matrix: for every parameter of every command, values that must be
-refused, each put into an otherwise valid and cheap command line.
+refused, each put into an otherwise valid and cheap command line. And for every path
+parameter, a pair of command lines that give one path absolute and relative to the
+command's working folder (`build_relative_pairs`): a relative path is the caller's.
 
 What a parameter means (a model folder, an output file, an address) is looked up by
 its name; its type (int, float, path, ...) gives the generic cases. A parameter
@@ -9,6 +11,7 @@ classified once and then covered like the rest.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,7 @@ PATH_ROLES = {
     "out": "out-file",
     "path": "weights",
     "config": "config",
+    "data_dir": "out-dir",
     "demo out": "out-dir",
     "model init out": "out-dir",
     "model import-smollm2 out": "out-dir",
@@ -130,6 +134,25 @@ EXTRA = {
 # demo, training): the fast form leaves out their huge and infinite values, which a
 # missing bound lets run until the case's time limit; the long form has them.
 HEAVY = ("bench", "demo", "train")
+# Commands whose accepted form runs for minutes or starts what outlives it (a chain, a
+# server, the demo): their relative case is a path they refuse, rather than one they
+# would run on.
+LONG_WHEN_ACCEPTED = (
+    "bench",
+    "demo",
+    "chain up",
+    "model init",
+    "model import-smollm2",
+    "train local",
+    "weights serve",
+)
+# Roles of paths a command writes; the others are read.
+OUTPUT_ROLES = ("out-file", "out-dir", "state-dir")
+# Damaged inputs that exist, so that a command that looked for one elsewhere than the
+# caller's folder would say something else ("does not exist").
+_EXISTING_DAMAGE = ("directory", "a-file", "empty")
+# An output's name in the case's folder: distinct from any word of a message.
+GIVEN_NAME = "given-here"
 
 
 @dataclass(frozen=True)
@@ -147,6 +170,21 @@ class Case:
 
     def shown(self) -> str:
         return "swarmrl " + " ".join(_quote(a) for a in self.argv)
+
+
+@dataclass(frozen=True)
+class RelativePair:
+    """One path parameter given absolute (``absolute``) and relative to the working
+    folder of the command (``relative``, whose case runs in its own folder): both must
+    end alike, saying the same of the path and creating the same files in their
+    folders. ``given`` holds, per case ident, the spellings of the path it was given
+    (as typed and as resolved), so messages compare once the path is blanked out."""
+
+    command: str
+    label: str
+    absolute: Case
+    relative: Case
+    given: dict[str, tuple[str, ...]]
 
 
 def _quote(arg: str) -> str:
@@ -237,6 +275,52 @@ class _Builder:
         argv = self.argv(scratch, bad, value)
         self.cases.append(Case(ident, self.command.shown, label, tuple(argv), expect, may_change))
 
+    def relative_pairs(self) -> list[RelativePair]:
+        """For each path parameter, the pair of cases that give it absolute and relative
+        to the command's working folder."""
+        pairs = []
+        for p in self.command.params:
+            if p.kind != "path":
+                continue
+            r = role(self.command, p)
+            long = self.command.shown.startswith(LONG_WHEN_ACCEPTED)
+            if r in OUTPUT_ROLES:
+                # A new name: the command writes it there; a long command refuses the
+                # file the case's folder holds.
+                name = "a-file" if long else self.output_name(r)
+                place, what = (lambda scratch, name=name: scratch / name), f"output {name}"
+            else:
+                label = next(k for k in _EXISTING_DAMAGE if k in self.world.damaged[r])
+                target = self.world.damaged[r][label]
+                place, what = (lambda scratch, target=target: target), f"{label} input"
+            cases = {}
+            given: dict[str, tuple[str, ...]] = {}
+            for form in ("absolute", "relative"):
+                slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{self.command.shown} {p.shown}")
+                ident = f"relative-{slug.strip('-')}-{form}"
+                scratch = self.scratch(ident)
+                path = place(scratch)
+                value = str(path) if form == "absolute" else os.path.relpath(path, scratch)
+                argv = self.argv(scratch, p, value)
+                cases[form] = Case(ident, self.command.shown, f"{p.shown} {what}", tuple(argv),
+                                   BAD_INPUT | {0})  # fmt: skip
+                given[ident] = (value, str(scratch / value), str(path))
+            pairs.append(
+                RelativePair(
+                    self.command.shown,
+                    f"{p.shown} {what}, relative to the working folder",
+                    cases["absolute"],
+                    cases["relative"],
+                    given,
+                )
+            )
+        return pairs
+
+    def output_name(self, r: str) -> str:
+        if r == "out-file":
+            return GIVEN_NAME + (".json" if self.command.shown == "chain deploy" else ".parquet")
+        return GIVEN_NAME
+
     def build(self) -> list[Case]:
         heavy = self.command.shown.startswith(HEAVY)
         self.add("an extra argument", None, None, BAD_COMMAND_LINE)
@@ -303,10 +387,11 @@ class _Builder:
     def path_values(self, p: Param) -> list[tuple[str, str]]:
         r = role(self.command, p)
         if r == "out-file":
+            # A missing folder above it is made when the file is written.
             return [
                 ("is an existing folder", "{s}/taken"),
-                ("in a missing folder", "{s}/missing/out.parquet"),
                 ("under a file", "{s}/a-file/out.parquet"),
+                ("under a file, deeper", "{s}/a-file/missing/out.parquet"),
                 ("name too long", "{s}/" + "o" * 300 + ".parquet"),
             ]
         if r in ("out-dir", "state-dir"):
@@ -365,3 +450,11 @@ def build_cases(world: World, commands: list[Command], *, long: bool) -> list[Ca
     for command in commands:
         cases += _Builder(world, command, long=long).build()
     return cases
+
+
+def build_relative_pairs(world: World, commands: list[Command]) -> list[RelativePair]:
+    """Every path parameter's pair of cases (see RelativePair), in the order of the app."""
+    pairs: list[RelativePair] = []
+    for command in commands:
+        pairs += _Builder(world, command, long=False).relative_pairs()
+    return pairs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cli_contract import procs, tree
-from tests.cli_contract.matrix import Case
+from tests.cli_contract.matrix import Case, RelativePair
 from tests.cli_contract.worker import lay_out
 from tests.cli_contract.world import World
 
@@ -89,6 +90,68 @@ class Outcome:
         if self.crash:
             text.append("  exception: " + self.crash.strip().splitlines()[-1])
         return "\n".join(text)
+
+
+def relative_differences(
+    world: World, pair: RelativePair, absolute: Outcome, relative: Outcome
+) -> list[str]:
+    """How the command given the path relative to its working folder did other than
+    given it absolute: another exit, another sentence about the path, other files made
+    (each case's own folder shown as <cwd>); empty if none."""
+    found = []
+    for outcome in (absolute, relative):
+        if outcome.crash is not None or outcome.timed_out or outcome.left:
+            found.append(f"{outcome.case.ident}: " + "; ".join(outcome.violations()))
+    if found:
+        return found
+    a, b = (_seen(world, pair, o) for o in (absolute, relative))
+    for (name, was), (_, is_) in zip(a.items(), b.items(), strict=True):
+        if was == is_:
+            continue
+        if isinstance(was, dict) and isinstance(is_, dict) and was.keys() == is_.keys():
+            for file in was:
+                lines = zip(was[file].splitlines(), is_[file].splitlines(), strict=False)
+                first = next(((x, y) for x, y in lines if x != y), (was[file], is_[file]))
+                found.append(f"{name} {file}: given absolute {first[0]!r}, relative {first[1]!r}")
+        else:
+            found.append(f"{name}: given absolute {was!r}, relative {is_!r}")
+    return found
+
+
+def _seen(world: World, pair: RelativePair, outcome: Outcome) -> dict[str, object]:
+    """What a run did, with the path it was given blanked out as <path> and its own
+    folder as <cwd>: its exit, its last word on failure, the lines of its output about
+    the path, the files it made and what their text says (where a written path is
+    compared in its absolute spellings only: one written as given, relative, differs)."""
+    scratch = str(_scratch(world, outcome.case))
+    spellings = sorted(set(pair.given[outcome.case.ident]), key=len, reverse=True)
+    absolute = [s for s in spellings if Path(s).is_absolute()]
+
+    def blank(text: str, spellings: list[str] = spellings) -> str:
+        for spelling in spellings:
+            text = re.sub(rf"(?<![\w.-]){re.escape(spelling)}(?![\w.-])", "<path>", text)
+        return text.replace(scratch, "<cwd>")
+
+    last = outcome.stderr.strip().splitlines()[-1:] if outcome.code != 0 else []
+    made = sorted(blank(line) for line in outcome.mess)
+    texts = {}
+    for line in outcome.mess:
+        path = Path(line.removeprefix("created "))
+        if line.startswith("created ") and path.is_file() and path.stat().st_size < 1 << 20:
+            try:
+                texts[blank(str(path))] = blank(path.read_text(), absolute)
+            except UnicodeDecodeError:
+                continue  # parquet and the like: its place is compared, not its bytes
+    return {
+        "exit": outcome.code,
+        "said": blank(last[0]) if last else "",
+        "said of the path": sorted(
+            line for line in map(blank, outcome.stdout.splitlines()) if "<path>" in line
+        ),
+        "made": made,
+        "wrote": texts,
+        "changed": sorted(blank(line) for line in outcome.changed),
+    }
 
 
 def failures(outcomes: list[Outcome]) -> list[Outcome]:

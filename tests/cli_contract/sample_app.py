@@ -84,6 +84,26 @@ def slow(n: int = typer.Option(1, "--n")) -> None:
         time.sleep(3600)
 
 
+@app.command()
+def elsewhere(out: Path = typer.Option(..., "--out")) -> None:
+    """Reads a relative path as relative to the home folder, not the working one."""
+    out = out if out.is_absolute() else Path(os.environ["HOME"]) / out
+    if out.is_dir() or not out.parent.is_dir():
+        raise ValueError(f"cannot write {out}")
+    out.write_text("ok\n")
+
+
+@app.command()
+def writer(
+    out: Path = typer.Option(..., "--out"), data_dir: Path = typer.Option(..., "--data-dir")
+) -> None:
+    """Writes a config with the path it was given as given: read back from the file's
+    folder, a relative one names another folder."""
+    if out.is_dir() or not out.parent.is_dir() or (data_dir.exists() and not data_dir.is_dir()):
+        raise ValueError(f"cannot write {out} naming {data_dir}")
+    out.write_text(f'data_dir = "{data_dir}"\n')
+
+
 def main() -> None:
     """As swarmrl.cli:main: one sentence and exit 1 for ValueError and OSError."""
     try:

@@ -79,12 +79,19 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_every_process_the_demo_started(default_model, tmp_path):
-    out = tmp_path / "demo"
+def test_the_demo_started_as_make_demo_starts_it_runs_its_swarm_and_ctrl_c_stops_it(
+    default_model, tmp_path
+):
+    """`make demo`'s command as it is (`swarmrl demo`, its output in the relative folder
+    `demo`), from the caller's own folder: on a fresh clone it ended before the
+    orchestrator's address, whose config named demo/run/demo/run/train.jsonl (every test
+    gave an absolute --out). Then Ctrl-C stops every process it started."""
+    caller = tmp_path / "caller"
+    caller.mkdir()
     log = tmp_path / "demo.out"
     with log.open("w") as f:
         demo = subprocess.Popen(
-            [SWARMRL, "demo", "--out", out], stdout=f, stderr=subprocess.STDOUT,
+            [SWARMRL, "demo"], stdout=f, stderr=subprocess.STDOUT, cwd=caller,
             env=_env(default_model),
         )  # fmt: skip
     try:
@@ -93,6 +100,11 @@ def test_ctrl_c_stops_every_process_the_demo_started(default_model, tmp_path):
             assert demo.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(1)
+        assert "[swarm] orchestrator listening on /ip4/127.0.0.1/tcp/" in log.read_text()
+        run = caller / "demo" / "run"  # where the caller meant: beside them
+        assert (run / "orchestrator" / "logs" / "orchestrator.log").is_file()
+        assert sorted(p.name for p in caller.iterdir()) == ["demo"]
+        assert not (run / "demo").exists()
         started = _descendants(demo.pid)
         assert len(started) >= 6  # anvil, orchestrator, four nodes (and their helpers)
         demo.send_signal(signal.SIGINT)

@@ -297,17 +297,18 @@ def test_deploy_help_states_the_bounds():
     ("out", "sentence"),
     [
         (".", "error: . is a directory; give a file name to write"),
-        ("missing/d.json", "error: cannot write missing/d.json: the folder missing does not exist"),
+        ("file/new/d.json", "error: cannot write file/new/d.json: {tmp}/file is not a folder"),
         ("/proc/d.json", "error: cannot write /proc/d.json: the folder /proc is not writable"),
     ],
 )
 def test_deploy_checks_out_before_it_deploys(tmp_path, deployer, out, sentence):
+    (tmp_path / "file").write_text("mine")
     done = run(
         *deploy_args("http://127.0.0.1:9", Path(out), "--validator", VALIDATOR_ADDRESS),
         env=deployer,
         cwd=tmp_path,
     )
-    assert one_error(done) == sentence
+    assert one_error(done) == sentence.format(tmp=tmp_path)
 
 
 def test_a_paid_deployment_whose_file_cannot_be_written_is_printed(tmp_path, w3, deployer):

@@ -21,8 +21,22 @@ import pytest
 from swarmrl.cli import app
 from tests.cli_contract import procs
 from tests.cli_contract.commands import discover
-from tests.cli_contract.matrix import BAD_INPUT, Case, build_cases, unknown_params
-from tests.cli_contract.runner import INTERRUPTED, failures, run_alone, run_batch, start, summary
+from tests.cli_contract.matrix import (
+    BAD_INPUT,
+    Case,
+    build_cases,
+    build_relative_pairs,
+    unknown_params,
+)
+from tests.cli_contract.runner import (
+    INTERRUPTED,
+    failures,
+    relative_differences,
+    run_alone,
+    run_batch,
+    start,
+    summary,
+)
 from tests.cli_contract.world import PASSWORD, build_world, wrong_chain_rpc
 
 LONG = os.environ.get("SWARMRL_CONTRACT") == "long"
@@ -81,6 +95,63 @@ def test_bad_input_is_refused_cleanly(outcomes, command):
         pytest.fail(summary(mine), pytrace=False)
 
 
+# A relative path is the caller's: relative to the working folder of the command, never
+# to a config file's folder, a default folder or anything else (the demo's default
+# `--out demo` once reached its orchestrator as demo/run/demo/run/...).
+
+WITH_PATHS = [c.shown for c in COMMANDS if any(p.kind == "path" for p in c.params)]
+
+
+@pytest.fixture(scope="module")
+def relative_outcomes(request, world):
+    """Each selected command's path parameters given absolute and relative, run once."""
+    selected = {
+        item.callspec.params["command"]
+        for item in request.session.items
+        if item.originalname == "test_a_relative_path_is_the_callers"
+    }
+    pairs = build_relative_pairs(world, [c for c in COMMANDS if c.shown in selected])
+    cases = [case for pair in pairs for case in (pair.absolute, pair.relative)]
+    if LONG:
+        results = [run_alone(world, c, timeout=CASE_TIMEOUT) for c in cases]
+    else:
+        results = run_batch(world, cases, timeout=CASE_TIMEOUT)
+    by_ident = {outcome.case.ident: outcome for outcome in results}
+    by_command: dict[str, list] = {}
+    for pair in pairs:
+        outcomes = (by_ident[pair.absolute.ident], by_ident[pair.relative.ident])
+        by_command.setdefault(pair.command, []).append((pair, *outcomes))
+    return by_command
+
+
+def test_every_path_parameter_gets_a_relative_case(world):
+    pairs = build_relative_pairs(world, COMMANDS)
+    given = {(pair.command, pair.label.split()[0]) for pair in pairs}
+    assert given == {(c.shown, p.shown) for c in COMMANDS for p in c.params if p.kind == "path"}
+    for pair in pairs:
+        absolute = pair.given[pair.absolute.ident][0]
+        relative = pair.given[pair.relative.ident][0]
+        assert Path(absolute).is_absolute()
+        assert absolute in pair.absolute.argv
+        assert not Path(relative).is_absolute()
+        assert relative in pair.relative.argv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", WITH_PATHS)
+def test_a_relative_path_is_the_callers(world, relative_outcomes, command):
+    """Each path given relative to the command's folder does what it does given
+    absolute: the same exit and sentence, the same files made in the same places."""
+    problems = []
+    for pair, absolute, relative in relative_outcomes[command]:
+        for difference in relative_differences(world, pair, absolute, relative):
+            problems.append(
+                f"[{command}] {pair.label}\n  $ {relative.case.shown()}\n  {difference}"
+            )
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
 # The harness itself: on a command line that keeps the contract it finds nothing,
 # and it finds each way of breaking it.
 
@@ -122,6 +193,36 @@ def test_the_harness_passes_a_command_that_keeps_the_contract(sample_outcomes):
 def test_the_harness_finds_each_breach(sample_outcomes, command, violation):
     found = [v for o in failures(sample_outcomes[command]) for v in o.violations()]
     assert any(v.startswith(violation) for v in found), found
+
+
+@pytest.mark.slow
+def test_the_harness_finds_a_relative_path_taken_as_relative_to_something_else(world):
+    from tests.cli_contract.sample_app import app as sample_app
+
+    pairs = build_relative_pairs(world, discover(sample_app))
+    cases = [case for pair in pairs for case in (pair.absolute, pair.relative)]
+    outcomes = {o.case.ident: o for o in run_batch(world, cases, timeout=5, entry=SAMPLE_ENTRY)}
+
+    def differences(command: str) -> list[str]:
+        return [
+            difference
+            for pair in pairs
+            if pair.command == command
+            for difference in relative_differences(
+                world, pair, outcomes[pair.absolute.ident], outcomes[pair.relative.ident]
+            )
+        ]
+
+    assert differences("good") == []
+    elsewhere = differences("elsewhere")
+    assert any(
+        d.startswith("made: given absolute ['created <path>'], relative []") for d in elsewhere
+    )
+    assert any(d.startswith("changed: ") for d in elsewhere), elsewhere
+    assert differences("writer") == [
+        "wrote <cwd>/out.parquet: given absolute 'data_dir = \"<path>\"', relative "
+        "'data_dir = \"given-here\"'"
+    ]
 
 
 @pytest.mark.slow

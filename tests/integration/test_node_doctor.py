@@ -20,6 +20,7 @@ from client.node.setup import init_node
 from swarmrl import keystore
 from swarmrl.chain.deploy import TOKEN, write_deployment
 from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.files import claim_data_dir
 from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
@@ -109,6 +110,25 @@ def test_a_node_that_is_set_up_and_staked_passes_the_chain_checks(tmp_path, volu
     assert len(lines) == len(ORDER)
     assert re.match(r"ok +chain +chain \d+ at http://", lines[ORDER.index("chain")])
     assert re.match(r"FAIL +orchestrator +set orchestrator", lines[ORDER.index("orchestrator")])
+
+
+def test_a_data_dir_that_is_an_orchestrators_or_a_file_fails_the_disk_check(tmp_path):
+    """With one $SWARMRL_DATA_DIR a node once ran inside the orchestrator's folder,
+    sharing its weight store, and the doctor said ok."""
+    orchestrator_dir = tmp_path / "orchestrator"
+    claim_data_dir(orchestrator_dir, "orchestrator")
+    disk = by_name(run_checks(settings_for(tmp_path, data_dir=orchestrator_dir), PASSWORD))["disk"]
+    assert disk == Check(
+        "disk",
+        False,
+        f"data_dir: {orchestrator_dir} is an orchestrator's data folder; give the node a "
+        "folder of its own (set data_dir in the config file (--config))",
+    )
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    disk = by_name(run_checks(settings_for(tmp_path, data_dir=a_file), PASSWORD))["disk"]
+    assert not disk.ok
+    assert disk.detail.startswith(f"data_dir: {a_file} exists and is not a folder")
 
 
 def test_all_ok_is_exit_code_zero():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.tasks.generators import demo_tasks
-from swarmrl.tasks import write_tasks
+from swarmrl.tasks import read_tasks, write_tasks
 from tests.integration.test_rollouts_cli import swarmrl
 
 # Not writable even by root: a pseudo-file system that takes no new files.
@@ -100,11 +100,11 @@ def bad_outputs(tmp_path: Path) -> list[tuple[Path, str]]:
     a_file.write_text("mine")
     return [
         (folder, f"{folder} is a directory; give a file name to write"),
-        (
-            tmp_path / "no" / "out.jsonl",
-            f"cannot write {tmp_path}/no/out.jsonl: the folder {tmp_path}/no does not exist",
-        ),
         (a_file / "out.jsonl", f"cannot write {a_file}/out.jsonl: {a_file} is not a folder"),
+        (
+            a_file / "no" / "out.jsonl",
+            f"cannot write {a_file}/no/out.jsonl: {a_file} is not a folder",
+        ),
         (
             UNWRITABLE / "out.jsonl",
             "cannot write /proc/out.jsonl: the folder /proc is not writable",
@@ -121,6 +121,15 @@ def test_tasks_generate_checks_its_output_before_generating(tmp_path):
         assert_one_sentence(swarmrl("tasks", "generate", "--out", out, check=False), says)
     assert (tmp_path / "file").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.jsonl"]
+
+
+def test_tasks_generate_makes_the_folders_of_its_output(tmp_path):
+    """The README's command on a fresh home, where ~/.local/share/swarmrl does not exist."""
+    home = tmp_path / "home"
+    home.mkdir()
+    out = home / ".local" / "share" / "swarmrl" / "orchestrator" / "tasks.jsonl"  # as the shell
+    swarmrl("tasks", "generate", "--n", "4", "--seed", "1", "--out", out)  # expands ~/...
+    assert len(read_tasks(out)) == 4
 
 
 def test_tasks_filter_checks_its_output_before_reading_tasks_or_the_model(tmp_path):

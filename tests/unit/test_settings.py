@@ -5,13 +5,14 @@ to the defaults."""
 import os
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from client.node.settings import NodeSettings
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.trainer.recipe import GRPORecipe
-from swarmrl.settings_toml import load_settings, reference_markdown, template
+from swarmrl.settings_toml import load_settings, reference_markdown, template, write_settings
 
 PEER = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
 
@@ -242,3 +243,118 @@ def test_trainer_settings_are_the_trainer_s_knobs(tmp_path):
         9,
     )
     assert trainer.loss_config().normalizer == 16 * 4 * 128
+
+
+# -- writing: a path means the same folder once the file is read back -----------------
+
+
+def test_a_written_path_is_the_writers_folder_wherever_the_file_is_read(tmp_path, monkeypatch):
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    monkeypatch.chdir(caller)
+    given = {"key": "node2", "tasks": Path("tasks.jsonl"), "keystore_dir": "keys"}
+    write_settings(Path("conf/node.toml"), given, template_of=NodeSettings)
+    write_settings(Path("bare.toml"), {"tasks": Path("../tasks.jsonl"), "threads": 1})
+    monkeypatch.chdir(tmp_path)  # read from elsewhere: the file's folder is "conf"
+    node = load_settings(NodeSettings, caller / "conf" / "node.toml")
+    assert (node.key, node.tasks, node.keystore_dir) == (
+        "node2",
+        caller / "tasks.jsonl",
+        caller / "keys",
+    )
+    bare = load_settings(NodeSettings, caller / "bare.toml")
+    assert (bare.tasks.resolve(), bare.threads) == (tmp_path / "tasks.jsonl", 1)
+
+
+def test_a_template_with_values_keeps_every_key_and_refuses_an_unknown_one(tmp_path):
+    text = template(NodeSettings, {"key": "node2", "password_file": None})
+    assert 'key = "node2"' in text
+    assert "# password_file = " in text  # None: left at its default (unset)
+    loaded = load_settings(NodeSettings, write(tmp_path, text, name="node.toml"))
+    assert loaded == load_settings(NodeSettings, None).model_copy(update={"key": "node2"})
+    with pytest.raises(ValueError, match="NodeSettings has no key 'model'"):
+        template(NodeSettings, {"model": "x"})
+
+
+def test_the_swarms_config_writers_keep_relative_paths_the_callers(tmp_path, monkeypatch):
+    """The demo's default `--out demo` reached orchestrator.toml as demo/run/...: read
+    back against the file's folder it named demo/run/demo/run/train.jsonl."""
+    from swarmrl.local_swarm import Swarm, node_toml, orchestrator_toml
+
+    monkeypatch.chdir(tmp_path)
+    work = Path("demo/run")
+    work.mkdir(parents=True)
+    swarm = Swarm(
+        root=work,
+        anvil=None,
+        deployment=None,
+        deployment_file=work / "deployment.json",
+        keystore_dir=work / "keys",
+        password_file=work / "password",
+    )
+    orch = orchestrator_toml(
+        swarm,
+        work / "orchestrator.toml",
+        model=Path("models/default"),
+        tasks=work / "train.jsonl",
+        data_dir=work / "orchestrator",
+        lr=3e-4,
+    )
+    node = node_toml(swarm, work / "node4.toml", key="node4", tasks=work / "train.jsonl",
+                     orchestrator=PEER)  # fmt: skip
+    monkeypatch.chdir("/")
+    settings = load_settings(OrchestratorSettings, tmp_path / orch)
+    run = tmp_path / "demo" / "run"
+    assert (settings.tasks, settings.data_dir, settings.model) == (
+        run / "train.jsonl",
+        run / "orchestrator",
+        tmp_path / "models" / "default",
+    )
+    assert (settings.deployment, settings.keystore_dir, settings.password_file) == (
+        run / "deployment.json",
+        run / "keys",
+        run / "password",
+    )
+    assert settings.lr == 3e-4
+    node_settings = load_settings(NodeSettings, tmp_path / node)
+    assert (node_settings.data_dir, node_settings.tasks) == (run / "node4", run / "train.jsonl")
+
+
+# -- $SWARMRL_DATA_DIR: one base, a folder per daemon ---------------------------------
+
+
+def test_the_data_dir_variable_gives_each_daemon_its_own_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SWARMRL_DATA_DIR", "shared")  # relative: the working directory's
+    orchestrator = load_settings(OrchestratorSettings, None)
+    node = load_settings(NodeSettings, None)
+    assert orchestrator.data_dir == tmp_path / "shared" / "orchestrator"
+    assert node.data_dir == tmp_path / "shared" / "node"
+    assert orchestrator.tasks == tmp_path / "shared" / "orchestrator" / "tasks.jsonl"
+    # The file's data_dir is the daemon's own: the variable only moves the default.
+    path = write(tmp_path, 'data_dir = "/srv/node"\n', name="node.toml")
+    assert load_settings(NodeSettings, path).data_dir == Path("/srv/node")
+    assert f'data_dir = "{tmp_path}/shared/node"' in template(NodeSettings)
+
+
+# -- a value refused after loading: the key, and where to change it --------------------
+
+
+def test_a_refused_value_names_its_key_and_where_it_was_set(tmp_path, monkeypatch):
+    path = write(tmp_path, 'tasks = "t.jsonl"\n')
+    settings = load_settings(OrchestratorSettings, path)
+    about_tasks = settings.about("tasks", "make it")
+    with pytest.raises(ValueError, match=r"^tasks: ") as refused, about_tasks:
+        raise ValueError(f"{settings.tasks} does not exist")
+    assert str(refused.value) == (
+        f"tasks: {tmp_path}/t.jsonl does not exist (set tasks in {path}, or make it)"
+    )
+    monkeypatch.setenv("swarmrl_tasks", "/x.jsonl")
+    settings = load_settings(OrchestratorSettings, path)
+    assert str(settings.setting_error("tasks", "/x.jsonl does not exist")) == (
+        "tasks: /x.jsonl does not exist (change $swarmrl_tasks)"
+    )
+    settings = load_settings(NodeSettings, None)
+    assert str(settings.setting_error("data_dir", "/x exists and is not a folder")) == (
+        "data_dir: /x exists and is not a folder (set data_dir in the config file (--config))"
+    )
