@@ -102,12 +102,12 @@ def _run(settings: Any, headless: bool) -> None:
     from swarmrl.logs import setup_logging
     from swarmrl.p2p.ports import check_free
 
-    tasks = load_tasks(settings)  # before the password, and long before the network
     # Both ports first, before the key's slow unlock and anything else starts: a second
     # node on the machine is told at once which one it shares.
     if settings.listen != OUTBOUND_ONLY:
         check_free(settings.listen)
     metrics = NodeMetrics(settings.metrics_port)
+    tasks = load_tasks(settings)  # before the password, and long before the network
     try:
         account = keystore.unlock(
             settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)

@@ -17,9 +17,10 @@ from libp2p.crypto.secp256k1 import create_new_key_pair
 
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
-from swarmrl.local_swarm import free_port, write_toml
+from swarmrl.local_swarm import free_port
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.ports import ListenError, check_free, check_sole_listener
+from swarmrl.settings_toml import write_settings
 from tests.model_fixtures import random_tiny_model
 
 from .conftest import RECORDER, VALIDATOR
@@ -146,7 +147,7 @@ def test_orchestrator_run_on_a_taken_port_fails_before_anything_starts(tmp_path,
     with _listener() as taken:
         port = taken.getsockname()[1]
         listen = f"/ip4/127.0.0.1/tcp/{port}"
-        config = write_toml(
+        config = write_settings(
             tmp_path / "orchestrator.toml",
             {
                 "model": random_tiny_model(tmp_path / "model", seed=1),
@@ -172,7 +173,7 @@ def test_node_run_on_a_taken_port_fails_before_it_unlocks_its_key(tmp_path):
     with _listener() as taken:
         port = taken.getsockname()[1]
         listen = f"/ip4/127.0.0.1/tcp/{port}"
-        config = write_toml(
+        config = write_settings(
             tmp_path / "node.toml",
             {
                 "data_dir": tmp_path / "node",
@@ -207,7 +208,7 @@ def test_a_second_node_on_the_metrics_port_is_told_before_it_unlocks_its_key(tmp
     (tmp_path / "keys").mkdir()
     with _listener() as taken:
         port = taken.getsockname()[1]
-        config = write_toml(
+        config = write_settings(
             tmp_path / "node2.toml",
             {
                 "data_dir": tmp_path / "node2",
