@@ -28,9 +28,9 @@ from benchmarks.learner_settings import LearnerSettings, Snapshot
 from orchestrator.evaluate import evaluate
 from orchestrator.pretrain import build_default_model
 from orchestrator.tasks.generators import demo_tasks
-from orchestrator.train_local.metrics import read_metrics
 from orchestrator.train_local.run import LocalRun, train_local
 from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.metrics import read_metrics
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend

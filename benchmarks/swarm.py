@@ -35,12 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.pretrain import build_default_model
-from orchestrator.tasks.generators import demo_tasks
-from orchestrator.train_local.cli import recipe_argv
-from orchestrator.train_local.metrics import read_metrics
-from orchestrator.trainer.recipe import GRPORecipe
-from swarmrl.local_swarm import (
+from orchestrator.local_swarm import (
     SWARMRL,
     make_swarm,
     node_toml,
@@ -49,6 +44,11 @@ from swarmrl.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
+from orchestrator.pretrain import build_default_model
+from orchestrator.tasks.generators import demo_tasks
+from orchestrator.train_local.cli import recipe_argv
+from orchestrator.trainer.metrics import read_metrics
+from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.models.files import default_models_dir
 from swarmrl.tasks import write_tasks
 

@@ -48,7 +48,7 @@ def data_dir_role(folder: Path) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:
-        raise ValueError(f"cannot read {folder / ROLE_FILE}: {_reason(e)}") from None
+        raise ValueError(f"cannot read {folder / ROLE_FILE}: {os_error_reason(e)}") from None
 
 
 def check_data_dir(folder: Path, role: str) -> str | None:
@@ -84,7 +84,7 @@ def _check_name(path: Path) -> None:
     except (FileNotFoundError, NotADirectoryError):
         pass  # the callers say what is missing, in their own terms
     except OSError as e:
-        raise ValueError(f"{str(path)[:120]} cannot be used: {_reason(e)}") from None
+        raise ValueError(f"{str(path)[:120]} cannot be used: {os_error_reason(e)}") from None
 
 
 def check_input_file(path: Path) -> None:
@@ -194,7 +194,7 @@ def replacing(path: Path) -> Iterator[Path]:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         _remove_empty(made)
-        raise OSError(f"cannot write {path}: {_reason(e)}") from None
+        raise OSError(f"cannot write {path}: {os_error_reason(e)}") from None
     os.close(fd)
     try:
         yield Path(tmp)
@@ -206,7 +206,7 @@ def replacing(path: Path) -> Iterator[Path]:
         _remove_empty(made)
         if e.filename not in (None, tmp) and e.filename2 != tmp:
             raise  # about another file the block touched: its name is the user's
-        raise OSError(f"cannot write {path}: {_reason(e)}") from None
+        raise OSError(f"cannot write {path}: {os_error_reason(e)}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         _remove_empty(made)
@@ -223,11 +223,18 @@ def _remove_empty(folders: list[Path]) -> None:
             return  # not empty (someone else wrote there) or gone: leave the rest
 
 
-def _reason(error: OSError) -> str:
-    """The cause of ``error`` in words, without the file names it carries."""
-    if error.errno is not None and error.strerror:
-        return error.strerror[0].lower() + error.strerror[1:]
-    return "the file system refused it"
+def os_error_reason(error: OSError) -> str:
+    """The cause of an OSError in words ("permission denied"), without errno or files."""
+    if not error.strerror:
+        return str(error)
+    return error.strerror[0].lower() + error.strerror[1:]
+
+
+def os_error_sentence(error: OSError) -> str:
+    """An OSError as the user reads it: the file and the cause, no errno number."""
+    if error.strerror and error.filename is not None:
+        return f"{error.filename}: {os_error_reason(error)}"
+    return os_error_reason(error)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "Manifest",
     "build_manifest",
     "inclusion_proof",
+    "intact_shards",
     "merkle_root",
     "missing_shards",
     "read_shard",
@@ -253,6 +254,16 @@ def build_manifest(
         shard_hashes=hashes,
         root=merkle_root(hashes),
     )
+
+
+def intact_shards(path: StrPath, manifest: Manifest, threads: int | None = None) -> bytearray:
+    """Which shards of the whole checkpoint at ``path`` match ``manifest``: one byte per
+    shard, 1 where its hash matches; all 0 when the file has another size."""
+    blob, size = _native.shards_hash_file(Path(path), manifest.shard_size, threads)
+    if size != manifest.file_size:
+        return bytearray(manifest.shard_count)
+    found = _unpack(blob)
+    return bytearray(int(h == want) for h, want in zip(found, manifest.shard_hashes, strict=True))
 
 
 def shard_range(manifest: Manifest, index: int) -> tuple[int, int]:

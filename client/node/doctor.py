@@ -94,7 +94,8 @@ def exit_code(checks: list[Check]) -> int:
 
 
 def _run(name: str, check: Callable[[], str]) -> Check:
-    from swarmrl.chain.errors import ChainError, os_error_sentence, rpc_failure_sentence
+    from swarmrl.chain.errors import ChainError, rpc_failure_sentence
+    from swarmrl.files import os_error_sentence
 
     try:
         return Check(name, True, check())

@@ -34,8 +34,8 @@ from client.node.events import Event, EventKind, Listener
 from client.node.journal import Journal
 from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
-from swarmrl.chain.paths import exclusive_use
 from swarmrl.files import claim_data_dir
+from swarmrl.locks import exclusive_use
 from swarmrl.p2p import wire
 from swarmrl.p2p.events import Event as SwarmEvent
 from swarmrl.p2p.events import SwarmEventKind

@@ -13,7 +13,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from orchestrator.service.ledger import Ledger
-from orchestrator.train_local.metrics import read_metrics
+from orchestrator.trainer.metrics import read_metrics
 from swarmrl.work.states import NodeState, SubmissionStatus
 
 

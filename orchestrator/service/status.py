@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.service.ledger import Ledger
-from orchestrator.train_local.metrics import read_metrics, recent_samples_per_second
+from orchestrator.trainer.metrics import read_metrics, recent_samples_per_second
 from swarmrl.work.states import SubmissionStatus
 
 RUN_DIR = "run"

@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 from orchestrator.service.stop import StopSignal
-from orchestrator.train_local.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.loop import StepReport
+from orchestrator.trainer.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
 
 log = logging.getLogger("swarmrl.trainer")

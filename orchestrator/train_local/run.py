@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.train_local.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.train_local.sampler import SamplerConfig, run_sampler, stats_path
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from orchestrator.trainer.loop import StepReport, Trainer
+from orchestrator.trainer.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.files import write_atomically
 from swarmrl.tasks import read_tasks

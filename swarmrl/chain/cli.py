@@ -64,7 +64,8 @@ StateDir = typer.Option(
 @contextmanager
 def _one_sentence_errors() -> Iterator[None]:
     """Chain, RPC and file-system failures end as one sentence on stderr and exit 1."""
-    from swarmrl.chain.errors import ChainError, os_error_sentence, rpc_failure_sentence
+    from swarmrl.chain.errors import ChainError, rpc_failure_sentence
+    from swarmrl.files import os_error_sentence
 
     try:
         yield
@@ -88,7 +89,8 @@ def _read_pid(state_dir: Path) -> int | None:
     """The pid in the pid file; None if there is none, or it holds no plausible pid (a
     stale or damaged file is not a running chain)."""
     from swarmrl.chain.anvil import MAX_PID
-    from swarmrl.chain.errors import ChainConfigError, os_error_reason
+    from swarmrl.chain.errors import ChainConfigError
+    from swarmrl.files import os_error_reason
 
     path = state_dir / PID_FILE
     try:
@@ -153,7 +155,7 @@ def up(
             write_deployment,
         )
         from swarmrl.chain.errors import ChainError
-        from swarmrl.chain.paths import exclusive_use
+        from swarmrl.locks import exclusive_use
 
         params = ProtocolParams.checked(
             unbonding_period=DEV_UNBONDING_PERIOD, invalidation_window=invalidation_window
@@ -201,7 +203,7 @@ def down(state_dir: Path | None = StateDir) -> None:
     state_dir = state_dir or default_state_dir()
     with _one_sentence_errors():
         from swarmrl.chain.anvil import stop_pid
-        from swarmrl.chain.paths import exclusive_use
+        from swarmrl.locks import exclusive_use
 
         _check_state_folder(state_dir)
         if not state_dir.is_dir():
@@ -400,7 +402,8 @@ def _write_or_print(out: Path, deployment: Deployment) -> None:
     """Writes the deployment file; if that fails, prints its content on stdout instead,
     since the contracts it names were paid for and cannot be found again otherwise."""
     from swarmrl.chain.deploy import write_deployment
-    from swarmrl.chain.errors import ChainError, os_error_sentence
+    from swarmrl.chain.errors import ChainError
+    from swarmrl.files import os_error_sentence
 
     try:
         write_deployment(out, deployment)

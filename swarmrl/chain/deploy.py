@@ -25,11 +25,11 @@ from web3.logs import DISCARD
 
 from swarmrl.chain.anvil import Anvil, dev_accounts
 from swarmrl.chain.artifacts import CONTRACTS, load_artifact
-from swarmrl.chain.errors import ChainConfigError, os_error_reason
+from swarmrl.chain.errors import ChainConfigError
 from swarmrl.chain.paths import deployment_path
 from swarmrl.chain.revert import RevertDecoder
 from swarmrl.chain.tx import TxSender, TxSettings
-from swarmrl.files import write_atomically
+from swarmrl.files import os_error_reason, write_atomically
 
 # 2: the pool is created by the stake manager through a PoolFactory, and records lock stake.
 DEPLOYMENT_VERSION = 2

@@ -54,20 +54,6 @@ class RevertedError(ChainError):
         self.data = data
 
 
-def os_error_reason(error: OSError) -> str:
-    """The cause of an OSError in words ("permission denied"), without errno or files."""
-    if not error.strerror:
-        return str(error)
-    return error.strerror[0].lower() + error.strerror[1:]
-
-
-def os_error_sentence(error: OSError) -> str:
-    """An OSError as the user reads it: the file and the cause, no errno number."""
-    if error.strerror and error.filename is not None:
-        return f"{error.filename}: {os_error_reason(error)}"
-    return os_error_reason(error)
-
-
 def rpc_failure_sentence(error: BaseException) -> str | None:
     """A failure of the RPC endpoint (HTTP, JSON-RPC or web3) in one sentence without
     library URLs, or None if `error` is not one."""

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from swarmrl.chain.errors import os_error_reason
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+from swarmrl.files import os_error_reason
 from swarmrl.p2p.events import Event, SwarmEventKind
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class _ProgressLine:
 def _store_folder(folder: Path, flag: str, command: str) -> Iterator[None]:
     """Creates `folder` and holds its lock for the block; a file in its place, or another
     command already using it, is one sentence at once (not a wait for the timeout)."""
-    from swarmrl.chain.paths import exclusive_use
+    from swarmrl.locks import exclusive_use
 
     _check_folder(folder, flag)
     folder.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def _check_folder(folder: Path, flag: str) -> None:
 @contextmanager
 def _os_errors_in_words() -> Iterator[None]:
     """A file-system failure is raised again as one sentence without errno numbers."""
-    from swarmrl.chain.errors import os_error_sentence
+    from swarmrl.files import os_error_sentence
 
     try:
         yield

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import multiaddr
 
-from swarmrl.chain.errors import os_error_reason
+from swarmrl.files import os_error_reason
 
 # The kernel's tables of TCP sockets (Linux), and the state code of a listener.
 _TCP_TABLES = {socket.AF_INET: Path("/proc/net/tcp"), socket.AF_INET6: Path("/proc/net/tcp6")}

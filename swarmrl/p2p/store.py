@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swarmrl import _native, shards
+from swarmrl import shards
 from swarmrl.files import write_atomically
 from swarmrl.p2p.records import Announcement
 from swarmrl.shards import Manifest
@@ -202,7 +202,7 @@ class WeightStore:
                 os.posix_fallocate(fd, 0, manifest.file_size)
                 held = bytearray(manifest.shard_count)
             else:
-                held = self._intact(partial, manifest)
+                held = shards.intact_shards(partial, manifest)
             self._write_meta(directory, manifest, announcement)
         except BaseException:
             os.close(fd)
@@ -295,15 +295,6 @@ class WeightStore:
     def _write_meta(self, directory: Path, manifest: Manifest, announcement: Announcement) -> None:
         write_atomically(directory / MANIFEST_FILE, manifest.to_json())
         write_atomically(directory / ANNOUNCEMENT_FILE, announcement.model_dump_json().encode())
-
-    @staticmethod
-    def _intact(path: Path, manifest: Manifest) -> bytearray:
-        blob, size = _native.shards_hash_file(path, manifest.shard_size, None)
-        if size != manifest.file_size:
-            return bytearray(manifest.shard_count)
-        return bytearray(
-            int(blob[i * 32 : (i + 1) * 32].hex() == h) for i, h in enumerate(manifest.shard_hashes)
-        )
 
     def _add(self, version: Version) -> None:
         with self._lock:

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.trainer import checkpoint as ckpt
-from swarmrl import keystore
-from swarmrl.local_swarm import (
+from orchestrator.local_swarm import (
     CHEATER,
     HONEST,
     LEARNING_RECIPE,
@@ -31,6 +29,8 @@ from swarmrl.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
+from orchestrator.trainer import checkpoint as ckpt
+from swarmrl import keystore
 from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
 

@@ -13,7 +13,7 @@ from eth_account import Account
 
 from swarmrl.chain.anvil import connect, is_anvil_pid, pid_running
 from swarmrl.chain.deploy import load_deployment, write_deployment
-from swarmrl.chain.paths import exclusive_use
+from swarmrl.locks import exclusive_use
 
 from .conftest import ADMIN, VALIDATOR
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from libp2p.crypto.secp256k1 import create_new_key_pair
 
+from orchestrator.local_swarm import free_port
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
-from swarmrl.local_swarm import free_port
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.ports import ListenError, check_free, check_sole_listener
 from swarmrl.settings_toml import write_settings

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from swarmrl import local_swarm
+from orchestrator import local_swarm
+from orchestrator.local_swarm import Swarm
 from swarmrl.chain.anvil import Anvil
-from swarmrl.local_swarm import Swarm
 
 # A child that takes `delay` seconds to finish after SIGTERM (none: it ignores SIGTERM),
 # then writes "done"; it says "ready" once its handler is in place.

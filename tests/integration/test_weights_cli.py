@@ -203,7 +203,7 @@ PEER = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx
 
 
 def test_a_second_pull_into_one_folder_fails_at_once_naming_the_first(env, tmp_path):
-    from swarmrl.chain.paths import exclusive_use
+    from swarmrl.locks import exclusive_use
 
     out = tmp_path / "pulled"
     out.mkdir()

@@ -12,7 +12,7 @@ import pytest
 
 from client.node.loop import sole_runner
 from client.node.settings import NodeSettings
-from swarmrl.chain.paths import FolderBusyError
+from swarmrl.locks import FolderBusyError
 
 ORCHESTRATOR = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWLyBuoa14i5VcrmMFAGQ8Xn3UPVLL2jwqDMNQQXaoVUS9"
 SWARMRL = Path(sys.executable).parent / "swarmrl"

@@ -260,6 +260,18 @@ def test_a_node_resumes_from_the_shards_it_has(tmp_path):
         shards.shard_file_name(-1)
 
 
+def test_intact_shards_marks_each_shard_of_a_whole_file_that_matches(tmp_path):
+    data = bytearray(os.urandom(5000))
+    path, manifest = manifest_for(tmp_path, bytes(data), 1024)
+    assert shards.intact_shards(path, manifest) == bytearray([1, 1, 1, 1, 1])
+    data[1024] ^= 1  # shard 1
+    data[4999] ^= 1  # shard 4, the short last one
+    path.write_bytes(data)
+    assert shards.intact_shards(path, manifest) == bytearray([1, 0, 1, 1, 0])
+    path.write_bytes(bytes(data[:4000]))  # another size: nothing in it can be trusted
+    assert shards.intact_shards(path, manifest) == bytearray(5)
+
+
 def test_store_shard_writes_only_verified_bytes(tmp_path):
     data = pattern(10)
     _, manifest = manifest_for(tmp_path, data, 4)

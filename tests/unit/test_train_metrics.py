@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from orchestrator.train_local.metrics import (
+from orchestrator.trainer.metrics import (
     metrics_figure,
     plot_metrics,
     recent_samples_per_second,

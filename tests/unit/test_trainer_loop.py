@@ -10,9 +10,9 @@ import torch
 
 from orchestrator.service.trainer_process import StepWriter
 from orchestrator.tasks.generators import demo_tasks
-from orchestrator.train_local.metrics import read_metrics
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.loop import Trainer
+from orchestrator.trainer.metrics import read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.checkpoint import read_state_dict

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from swarmrl.chain.errors import os_error_sentence
+from swarmrl.files import os_error_sentence
 
 BUSY_TIMEOUT_MS = 30_000  # other processes' transactions are short; wait rather than fail
 MAX_SQLITE_INT = 2**63 - 1

@@ -28,13 +28,9 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.demo_report import TOKEN, NodeReport, Report, broadcast_seconds, plot_reward
-from orchestrator.demo_report import summary as render_summary
-from orchestrator.service.status import read_status
-from orchestrator.train_local.metrics import read_metrics
-from orchestrator.trainer import checkpoint as ckpt
-from swarmrl import keystore
-from swarmrl.local_swarm import (
+from orchestrator.demo.report import TOKEN, NodeReport, Report, broadcast_seconds, plot_reward
+from orchestrator.demo.report import summary as render_summary
+from orchestrator.local_swarm import (
     CHEATER,
     HONEST,
     LEARNING_RECIPE,
@@ -48,6 +44,10 @@ from swarmrl.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
+from orchestrator.service.status import read_status
+from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.metrics import read_metrics
+from swarmrl import keystore
 from swarmrl.work.states import SubmissionStatus
 
 HELD_OUT_SEED, TRAIN_SEED = 12345, 1

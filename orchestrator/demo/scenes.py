@@ -1,7 +1,7 @@
 """`swarmrl demo --scene NAME`: one part of the system at a time, each run for real on
 this machine with the embedded defaults, saying what it showed.
 
-The whole loop (the default of `swarmrl demo`) is orchestrator/demo_loop.py.
+The whole loop (the default of `swarmrl demo`) is orchestrator/demo/loop.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -298,20 +298,15 @@ def _deployment_only() -> tuple[Deployment, LocalAccount]:
         chain.stop()
 
 
-SCENES = ("toploc", "chain", "shards", "swarm")
+SCENES = ("toploc", "chain", "shards", "swarm", "rollouts")
 
 
-def run_scenes(names: Sequence[str], app_scenes: Mapping[str, Callable[[Path], None]]) -> None:
-    """Runs the named scenes in the order of ``SCENES`` then ``app_scenes``.
-
-    ``app_scenes`` are the apps' own (rollouts, for one), handed in by the CLI
-    because swarmrl does not import the apps.
-    """
-    known = [*SCENES, *app_scenes]
-    unknown = [n for n in names if n not in known]
+def run_scenes(names: Sequence[str]) -> None:
+    """Runs the named scenes in the order of ``SCENES``."""
+    unknown = [n for n in names if n not in SCENES]
     if unknown:
-        raise ValueError(f"no demo scene {unknown[0]!r}; the scenes are {', '.join(known)}")
-    wanted = [n for n in known if n in names]
+        raise ValueError(f"no demo scene {unknown[0]!r}; the scenes are {', '.join(SCENES)}")
+    wanted = [n for n in SCENES if n in names]
     chain: tuple[Deployment, LocalAccount] | None = None
     with tempfile.TemporaryDirectory(prefix="swarmrl-demo-") as tmp:
         workdir = Path(tmp)
@@ -325,4 +320,6 @@ def run_scenes(names: Sequence[str], app_scenes: Mapping[str, Callable[[Path], N
             elif name == "swarm":
                 _swarm_stage(workdir, *(chain or _deployment_only()))
             else:
-                app_scenes[name](workdir)
+                from orchestrator.demo.rollouts import run as rollouts_scene
+
+                rollouts_scene(workdir)
