@@ -293,7 +293,11 @@ def _deployment_only() -> tuple[Deployment, LocalAccount]:
 
     chain = Anvil.start()
     try:
-        return deploy_dev(chain, run_id=run_id_from_name("demo")), dev_accounts()[DEV_RECORDER]
+        # Addresses only: the swarm scene moves no tokens.
+        deployment = deploy_dev(
+            chain, run_id=run_id_from_name("demo"), tokens_each=0, pool_funding=0
+        )
+        return deployment, dev_accounts()[DEV_RECORDER]
     finally:
         chain.stop()
 
