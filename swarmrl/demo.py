@@ -112,7 +112,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
     nodes: list[SwarmNode] = []
 
     def node(name: str, bootstrap: list[str], account: LocalAccount | None = None) -> SwarmNode:
-        made = SwarmNode(
+        made = SwarmNode.standalone(
             store=WeightStore(workdir / "swarm" / name),
             domain=domain,
             run=deployment.run_id,
@@ -167,7 +167,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
         )
 
         impostor = Account.create()
-        fake = SwarmNode(
+        fake = SwarmNode.standalone(
             store=WeightStore(workdir / "swarm" / "impostor"),
             domain=domain,
             run=deployment.run_id,
