@@ -71,7 +71,7 @@ def _peer_main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)
     account = Account.from_key(bytes.fromhex(args.key)) if args.key else None
-    node = SwarmNode(
+    node = SwarmNode.standalone(
         store=WeightStore(Path(args.store)),
         domain=swarm_domain(31337, "0x" + "42" * 20),
         run="bench",

@@ -39,7 +39,7 @@ from swarmrl.locks import exclusive_use
 from swarmrl.p2p import wire
 from swarmrl.p2p.events import Event as SwarmEvent
 from swarmrl.p2p.events import SwarmEventKind
-from swarmrl.p2p.host import RemoteError
+from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.work.assign import WorkOrder
 from swarmrl.work.heartbeat import MAX_OUTCOMES
 from swarmrl.work.states import SubmissionStatus
@@ -111,6 +111,8 @@ class Node:
         self.backoff = Backoff(base=1.0, cap=30.0)
         self.backend: Any = None
         self.backend_step: int | None = None
+        # The process's one libp2p host: the weight swarm and the work session share it.
+        self.host: Host | None = None
         self.swarm: Any = None
         self.session: Session | None = None
         self.heartbeat_seconds = 10.0  # until the orchestrator says otherwise
@@ -147,25 +149,32 @@ class Node:
         )
 
     def _start_swarm(self, me: Identity) -> None:
+        """Starts the process's host, and on it the weight swarm and the work session."""
         from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
+        from swarmrl.p2p.messages import swarm_topics
         from swarmrl.p2p.store import WeightStore
         from swarmrl.p2p.swarm import SwarmNode
 
         s = self.settings
         listen = None if s.listen == OUTBOUND_ONLY else s.listen
-        self.swarm = SwarmNode(
-            store=WeightStore(self.data_dir / "weights"),
-            domain=me.swarm_domain,
-            run=me.run,
-            trusted=me.trusted,
-            peer_key=load_or_create_peer_key(peer_key_path(Path(s.keystore_dir), s.key)),
-            account=self.account,
-            listen=listen,
-            on_event=self._on_swarm_event,
-        )
+        peer_key = load_or_create_peer_key(peer_key_path(Path(s.keystore_dir), s.key))
+        self.host = Host(peer_key, listen=listen, topics=swarm_topics(me.run))
+        try:
+            self.swarm = SwarmNode(
+                self.host,
+                store=WeightStore(self.data_dir / "weights"),
+                domain=me.swarm_domain,
+                run=me.run,
+                trusted=me.trusted,
+                account=self.account,
+                on_event=self._on_swarm_event,
+            )
+        except BaseException:
+            self.host.close()
+            raise
         assert s.orchestrator is not None
         self.orchestrator_peer = s.orchestrator.rsplit("/p2p/", 1)[1]
-        self.session = Session(self.swarm.host, self.orchestrator_peer, me)
+        self.session = Session(self.host, self.orchestrator_peer, me)
 
     def _on_swarm_event(self, event: SwarmEvent) -> None:
         if event.kind is SwarmEventKind.PROGRESS and event.progress is not None:
@@ -180,8 +189,9 @@ class Node:
 
     def _connect_and_join(self) -> None:
         assert self.session is not None
+        assert self.host is not None
         assert self.settings.orchestrator is not None
-        if self.orchestrator_peer not in self.swarm.host.peers():
+        if self.orchestrator_peer not in self.host.peers():
             self.swarm.join(self.settings.orchestrator)
         for addr in self.settings.bootstrap:
             try:
@@ -240,6 +250,8 @@ class Node:
         finally:
             self.on_event(Event(EventKind.STOPPED))
             self.swarm.close()
+            if self.host is not None:
+                self.host.close()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -262,7 +274,7 @@ class Node:
 
     def _heartbeats(self) -> None:
         while not self.stopping.wait(self.heartbeat_seconds):
-            if self.session is None:
+            if self.session is None or self.host is None:
                 continue
             try:
                 response = self.session.heartbeat(
@@ -273,7 +285,7 @@ class Node:
                 continue
             for outcome in response.outcomes:
                 self._note_outcome(outcome)
-            self.on_state(self.state, len(self.swarm.host.peers()))
+            self.on_state(self.state, len(self.host.peers()))
 
     def _note_outcome(self, outcome: Any) -> None:
         key = (outcome.digest, outcome.status)

@@ -112,7 +112,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
     nodes: list[SwarmNode] = []
 
     def node(name: str, bootstrap: list[str], account: LocalAccount | None = None) -> SwarmNode:
-        made = SwarmNode(
+        made = SwarmNode.standalone(
             store=WeightStore(workdir / "swarm" / name),
             domain=domain,
             run=deployment.run_id,
@@ -167,7 +167,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
         )
 
         impostor = Account.create()
-        fake = SwarmNode(
+        fake = SwarmNode.standalone(
             store=WeightStore(workdir / "swarm" / "impostor"),
             domain=domain,
             run=deployment.run_id,
@@ -293,7 +293,11 @@ def _deployment_only() -> tuple[Deployment, LocalAccount]:
 
     chain = Anvil.start()
     try:
-        return deploy_dev(chain, run_id=run_id_from_name("demo")), dev_accounts()[DEV_RECORDER]
+        # Addresses only: the swarm scene moves no tokens.
+        deployment = deploy_dev(
+            chain, run_id=run_id_from_name("demo"), tokens_each=0, pool_funding=0
+        )
+        return deployment, dev_accounts()[DEV_RECORDER]
     finally:
         chain.stop()
 

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eth_account.signers.local import LocalAccount
 
@@ -36,6 +36,9 @@ from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.chain.deploy import Deployment
 from swarmrl.work.states import NodeState, SubmissionStatus
+
+if TYPE_CHECKING:
+    from swarmrl.p2p.host import Host
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -115,6 +118,8 @@ class Orchestrator:
         self.published: int | None = None
         self._stopping = threading.Event()
         self.children: list[Child] = []
+        # The process's one libp2p host: the weight swarm and intake share it.
+        self.host: Host | None = None
         self.swarm: Any = None
         self.metrics: Any = None
 
@@ -191,20 +196,26 @@ class Orchestrator:
         ]
 
     def _start_host(self) -> None:
+        """Starts the process's host, and on it the weight origin and intake."""
+        from swarmrl.p2p.host import Host
         from swarmrl.p2p.identity import load_or_create_peer_key
+        from swarmrl.p2p.messages import swarm_topics
         from swarmrl.p2p.store import WeightStore
         from swarmrl.p2p.swarm import SwarmNode
 
         s = self.settings
         store = WeightStore(self.data_dir / "weights")
+        peer_key = load_or_create_peer_key(self.data_dir / "peer.key")
+        self.host = host = Host(
+            peer_key, listen=s.listen, topics=swarm_topics(self.deployment.run_id)
+        )
         self.swarm = SwarmNode(
+            host,
             store=store,
             domain=self.context.swarm_domain,
             run=self.deployment.run_id,
             trusted=self.deployment.recorders,
-            peer_key=load_or_create_peer_key(self.data_dir / "peer.key"),
             account=self.keys.recorder,
-            listen=s.listen,
             reachable=True,  # the address nodes bootstrap from
             bootstrap=s.bootstrap,
         )
@@ -219,13 +230,13 @@ class Orchestrator:
             ProtocolChainView(chain),
             published_step=lambda: self.published,
             backlog=self._backlog,
-            weights_addrs=lambda: self.swarm.addrs,
+            weights_addrs=lambda: host.addrs,
         )
         incoming = self.data_dir / "incoming"
         for leftover in incoming.glob("upload-*.part"):  # a SIGKILL mid-upload leaves these
             leftover.unlink(missing_ok=True)
-        intake.serve(self.swarm.host, incoming)
-        for addr in self.swarm.addrs:
+        intake.serve(host, incoming)
+        for addr in host.addrs:
             log.info("listening on %s", addr)
 
     def _backlog(self) -> int:
@@ -298,6 +309,8 @@ class Orchestrator:
             child.shutdown()
         if self.swarm is not None:
             self.swarm.close()
+        if self.host is not None:
+            self.host.close()
         if self.metrics is not None:
             self.metrics.close()
         self.ledger.close()

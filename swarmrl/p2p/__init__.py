@@ -14,6 +14,7 @@ Modules, lowest first:
 - ``store``     versions on disk: verified shards, resume, keep-N and budget
 - ``datapath``  shard bytes over plain TCP (sendfile out, recv_into in)
 - ``fetch``     the peer book and the multi-peer download scheduler
-- ``swarm``     SwarmNode: origin and node in one class
+- ``swarm``     the weight swarm: SwarmNode wires its origin (publishing), fetcher
+                (following and downloading) and advertiser (adverts, serving) to a host
 - ``cli``       `swarmrl weights serve|pull`
 """

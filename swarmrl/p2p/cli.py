@@ -228,7 +228,7 @@ def serve(
         account, identity = _unlock(key, keystore_dir, password_file)
         peer_key = load_or_create_peer_key(identity)
         stop = _until_signalled()
-        node = SwarmNode(
+        node = SwarmNode.standalone(
             store=WeightStore(store),
             domain=domain,
             run=run,
@@ -309,7 +309,7 @@ def pull(
         peer_key = load_or_create_peer_key(identity)
         stop = _until_signalled()
         store = WeightStore(out, keep=keep, max_bytes=None if max_gb is None else int(max_gb * 1e9))
-        node = SwarmNode(
+        node = SwarmNode.standalone(
             store=store,
             domain=domain,
             run=run,

@@ -109,6 +109,8 @@ class Host:
         if listen is not None:
             ports.check_free(listen)  # before libp2p, which would share the port or go on without
         self._key_pair = key_pair
+        # The multiaddr asked for; a data server beside this host binds the same IP.
+        self.listen = listen
         # None: listen nowhere, as a node behind NAT; it still dials out, and peers
         # reach it over the connections it opened.
         self._listen = [] if listen is None else [multiaddr.Multiaddr(listen)]

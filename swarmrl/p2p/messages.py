@@ -39,6 +39,12 @@ def peers_topic(run: str) -> str:
     return f"swarmrl/{run}/peers"
 
 
+def swarm_topics(run: str) -> list[str]:
+    """Every topic of run `run`'s weight swarm: a host that carries the swarm is
+    started with these (its allow-list)."""
+    return [checkpoints_topic(run), peers_topic(run)]
+
+
 class Holding(Strict):
     manifest_hash: Hex32
     step: int = Field(ge=0)

@@ -145,6 +145,10 @@ class WeightStore:
         with self._lock:
             return sorted(self._versions.values(), key=lambda v: v.step)
 
+    def newest_step(self) -> int:
+        """The newest step held, complete or not; -1 for an empty store."""
+        return max((v.step for v in self.versions()), default=-1)
+
     def latest(self, *, complete: bool = True) -> Version | None:
         candidates = [v for v in self.versions() if v.complete or not complete]
         return candidates[-1] if candidates else None

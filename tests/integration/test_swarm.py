@@ -23,9 +23,9 @@ from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
 from swarmrl.p2p.dialback import DIALBACK, DialbackRequest
 from swarmrl.p2p.events import SwarmEventKind
 from swarmrl.p2p.have import HAVE
-from swarmrl.p2p.host import RemoteError
+from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
-from swarmrl.p2p.messages import MAX_ADVERT_BYTES, checkpoints_topic, peers_topic
+from swarmrl.p2p.messages import MAX_ADVERT_BYTES, checkpoints_topic, peers_topic, swarm_topics
 from swarmrl.p2p.store import WeightStore
 from swarmrl.p2p.swarm import SwarmNode
 from tests.codecs import raw
@@ -57,7 +57,7 @@ def swarm(tmp_path, origin_key):
     def make(name, *, account=None, trusted=None, bootstrap=(), keep=3, on_event=None, **kwargs):
         # A peer with no bootstrap is the one the others dial: known reachable.
         kwargs.setdefault("reachable", not bootstrap)
-        node = SwarmNode(
+        node = SwarmNode.standalone(
             store=WeightStore(tmp_path / name, keep=keep),
             domain=DOMAIN,
             run=RUN,
@@ -150,7 +150,7 @@ def test_a_failed_polling_round_does_not_end_polling_and_close_ends_it(swarm, ca
         if len(rounds) == 1:
             raise OSError("the network went away for a moment")
 
-    node._send_advert = advert_once_broken
+    node.advertiser.send_advert = advert_once_broken
     deadline = time.monotonic() + WAIT
     with caplog.at_level(logging.ERROR, logger="swarmrl.p2p"):
         while len(rounds) < 2:
@@ -158,8 +158,8 @@ def test_a_failed_polling_round_does_not_end_polling_and_close_ends_it(swarm, ca
             time.sleep(0.05)
     assert "polling peers failed" in caplog.text
     node.close()
-    node._poller.join(timeout=WAIT)
-    assert not node._poller.is_alive()
+    node.advertiser._poller.join(timeout=WAIT)
+    assert not node.advertiser._poller.is_alive()
 
 
 def test_a_peer_serving_corrupt_bytes_is_banned_and_nothing_corrupt_is_kept(
@@ -215,7 +215,8 @@ def test_an_untrusted_signer_is_rejected(swarm, origin_key, checkpoint, caplog):
 def test_an_older_step_is_rejected(swarm, origin_key, checkpoint, tmp_path, caplog):
     origin = swarm("origin", account=origin_key)
     origin.publish(checkpoint, model="demo", step=2, shard_size=SHARD)
-    node = swarm("node", bootstrap=origin.addrs)
+    seen, record = _events()
+    node = swarm("node", bootstrap=origin.addrs, on_event=record)
     node.wait_for(2, timeout=WAIT)
 
     # The same key signs an older step elsewhere (a replay, or a confused origin).
@@ -223,8 +224,7 @@ def test_an_older_step_is_rejected(swarm, origin_key, checkpoint, tmp_path, capl
     older = tmp_path / "older.bin"
     older.write_bytes(b"old weights" * 1000)
     stale.publish(older, model="demo", step=1, shard_size=SHARD)
-    seen, record = _events()
-    node._on_event = record
+    seen.clear()  # only what the node hears from here on
     with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
         node.join(stale.addrs[0])
     assert [e.detail for e in seen if e.kind == "rejected"] == ["step 1 is not newer than step 2"]
@@ -267,7 +267,7 @@ def test_a_restarted_node_resumes_from_the_shards_on_disk(swarm, origin_key, che
     holder["node"].close()
     served_before = origin.server.bytes_served
 
-    again = SwarmNode(
+    again = SwarmNode.standalone(
         store=WeightStore(tmp_path / "node"),
         domain=DOMAIN,
         run=RUN,
@@ -423,3 +423,43 @@ def test_a_peer_dials_an_asker_back_at_most_once_per_gap(swarm):
     request = DialbackRequest(port=asker.server.endpoint.port, nonce="ab" * 32)
     with pytest.raises(RemoteError, match="one dial-back per"):
         asker.host.call(DIALBACK, first.peer_id, request)
+
+
+def test_a_node_on_a_shared_host_leaves_the_host_to_its_owner(
+    swarm, origin_key, checkpoint, tmp_path
+):
+    """A node's process starts one host for its work session and its weight swarm:
+    closing the swarm leaves that host up for its owner, and the closed swarm takes no
+    checkpoint it hears of afterwards."""
+    origin = swarm("origin", account=origin_key)
+    origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)
+    host = Host(create_new_key_pair(), topics=swarm_topics(RUN))
+    try:
+        node = SwarmNode(
+            host,
+            store=WeightStore(tmp_path / "shared"),
+            domain=DOMAIN,
+            run=RUN,
+            trusted=[origin_key.address],
+        )
+        assert node.peer_id == host.peer_id
+        node.close()
+        peer = host.connect(origin.addrs[0])  # the host still dials and answers
+        assert peer == origin.peer_id
+        with pytest.raises(RemoteError, match="no such checkpoint"):
+            origin.host.call(MANIFEST, host.peer_id, ManifestRequest())
+        node.fetcher.catch_up(peer)  # offered step 1 after closing: not taken
+        assert node.store.versions() == []
+    finally:
+        host.close()
+
+
+def test_a_host_started_without_the_swarm_topics_is_refused(tmp_path, origin_key):
+    with Host(create_new_key_pair()) as host, pytest.raises(ValueError, match="topic"):
+        SwarmNode(
+            host,
+            store=WeightStore(tmp_path / "node"),
+            domain=DOMAIN,
+            run=RUN,
+            trusted=[origin_key.address],
+        )

@@ -179,7 +179,7 @@ def test_a_seeder_killed_mid_transfer_is_routed_around(
             if event.kind == "progress" and seeder.poll() is None:
                 seeder.kill()  # SIGKILL: no goodbye to anyone
 
-        node = SwarmNode(
+        node = SwarmNode.standalone(
             store=WeightStore(tmp_path / "node"),
             domain=swarm_domain(deployment.chain_id, deployment.contracts.compute_pool),
             run=deployment.run_id,

@@ -1,0 +1,201 @@
+"""SwarmNode: one peer of the weight swarm, its origin, fetcher and advertiser wired
+to one host and one store."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from eth_account.signers.local import LocalAccount
+from eth_utils import to_checksum_address
+from libp2p.crypto.keys import KeyPair
+
+from swarmrl.chain.eip712 import Domain
+from swarmrl.p2p.datapath import ShardServer
+from swarmrl.p2p.events import Event
+from swarmrl.p2p.fetch import DEFAULT_WORKERS, PeerBook
+from swarmrl.p2p.host import DEFAULT_LISTEN, Host
+from swarmrl.p2p.messages import Advert, swarm_topics
+from swarmrl.p2p.store import Version, WeightStore
+from swarmrl.p2p.swarm.advertiser import Advertiser
+from swarmrl.p2p.swarm.fetcher import Fetcher
+from swarmrl.p2p.swarm.origin import Origin
+from swarmrl.shards import DEFAULT_SHARD_SIZE
+
+log = logging.getLogger("swarmrl.p2p")
+
+
+class SwarmNode:
+    """One peer on `host` (started with :func:`~swarmrl.p2p.messages.swarm_topics`):
+    publish or wait for checkpoints, then close it. The host stays its owner's, who
+    may serve other protocols on it and closes it after this peer; :meth:`standalone`
+    makes a peer with a host of its own."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        store: WeightStore,
+        domain: Domain,
+        run: str,
+        trusted: Iterable[str],
+        account: LocalAccount | None = None,
+        reachable: bool = False,
+        bootstrap: Iterable[str] = (),
+        workers: int = DEFAULT_WORKERS,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.book = PeerBook()  # filled by the advertiser, read by the fetcher's downloads
+        self._own_host: Host | None = None
+        on_event = on_event or (lambda event: None)
+        trusted = frozenset(to_checksum_address(a) for a in trusted)
+        # One decision at a time on the next step the store takes (published or fetched).
+        steps = threading.RLock()
+        self.advertiser = Advertiser(
+            host,
+            store,
+            self.book,
+            domain=domain,
+            run=run,
+            account=account,
+            reachable=reachable,
+            on_event=on_event,
+        )
+        try:
+            self.fetcher = Fetcher(
+                host,
+                store,
+                self.book,
+                domain=domain,
+                run=run,
+                trusted=trusted,
+                workers=workers,
+                steps=steps,
+                on_event=on_event,
+                on_change=self.advertiser.changed,
+            )
+            self.origin = Origin(
+                host,
+                store,
+                domain=domain,
+                run=run,
+                account=account,
+                trusted=trusted,
+                steps=steps,
+                on_change=self.advertiser.changed,
+            )
+            for version in store.load():
+                log.info("seeding step %d from %s", version.step, version.path)
+            for addr in bootstrap:
+                self.join(addr)
+        except BaseException:
+            self.close()
+            raise
+        self.advertiser.start(fetching=self.fetcher.fetching)
+
+    @classmethod
+    def standalone(
+        cls,
+        *,
+        peer_key: KeyPair,
+        listen: str | None = DEFAULT_LISTEN,
+        store: WeightStore,
+        domain: Domain,
+        run: str,
+        trusted: Iterable[str],
+        account: LocalAccount | None = None,
+        reachable: bool = False,
+        bootstrap: Iterable[str] = (),
+        workers: int = DEFAULT_WORKERS,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> SwarmNode:
+        """A peer on a host of its own (listening on `listen`; None: outbound only),
+        closed with it: for a process whose only traffic is the weight swarm."""
+        host = Host(peer_key, listen=listen, topics=swarm_topics(run))
+        try:
+            node = cls(
+                host,
+                store=store,
+                domain=domain,
+                run=run,
+                trusted=trusted,
+                account=account,
+                reachable=reachable,
+                bootstrap=bootstrap,
+                workers=workers,
+                on_event=on_event,
+            )
+        except BaseException:
+            host.close()
+            raise
+        node._own_host = host
+        return node
+
+    # ---- who this peer is ------------------------------------------------------------
+
+    @property
+    def peer_id(self) -> str:
+        return self.host.peer_id
+
+    @property
+    def addrs(self) -> list[str]:
+        return self.host.addrs
+
+    @property
+    def server(self) -> ShardServer | None:
+        """The data path serving this peer's shards; None for an outbound-only peer."""
+        return self.advertiser.server
+
+    @property
+    def serving(self) -> bool:
+        """Whether this peer offers its shards: it is reachable, or was dialled back."""
+        return self.advertiser.serving
+
+    def advert(self) -> Advert:
+        return self.advertiser.advert()
+
+    # ---- what it does ----------------------------------------------------------------
+
+    def join(self, addr: str) -> None:
+        """Connects to a bootstrap peer, learns its advert and its newest checkpoint."""
+        peer = self.host.connect(addr)
+        self.advertiser.meet(peer)
+        self.fetcher.catch_up(peer)
+
+    def publish(
+        self, path: Path, *, model: str, step: int, shard_size: int = DEFAULT_SHARD_SIZE
+    ) -> Version:
+        """Signs and announces the checkpoint at `path` (a file, or a directory sent as
+        one tar bundle) as step `step`, and serves it."""
+        return self.origin.publish(path, model=model, step=step, shard_size=shard_size)
+
+    def announce(self, version: Version) -> None:
+        """(Re)publishes `version`'s announcement, for peers that joined since."""
+        self.origin.announce(version)
+
+    def wait_for(self, step: int | None = None, timeout: float | None = None) -> Version:
+        """The newest complete version, once one at `step` or later (any, if None) is
+        complete; TimeoutError after `timeout` seconds."""
+        return self.fetcher.wait_for(step, timeout)
+
+    def close(self) -> None:
+        """Stops polling, serving shards and fetching (a shard in flight finishes or
+        times out first), then the host if it is this peer's own; then the files are
+        closed. Idempotent."""
+        self.advertiser.close()
+        if hasattr(self, "fetcher"):  # absent if the constructor failed before it
+            self.fetcher.close()
+        if self._own_host is not None:
+            self._own_host.close()
+        for version in self.store.versions():
+            version.close()
+
+    def __enter__(self) -> SwarmNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
