@@ -35,7 +35,7 @@ import torch
 from benchmarks.timing import interleaved_times, median_seconds, paired_ratio
 from swarmrl import toploc
 from swarmrl.models.backend import SamplingParams
-from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.models.directory import encode_prompt
 from swarmrl.models.torch_backend import TorchBackend
 
 PROMPT = "What is 47 + 38?\nThink for 256 tokens before giving a response."

@@ -11,7 +11,7 @@ How each setting is held equal (``LearnerSettings.recipe`` field -> TRL argument
 - prompts: each dataset row holds the conversation ``[{"role": "user", "content":
   budget_prompt(task.prompt, TARGET_LEN)}]``. TRL renders conversational prompts
   with ``tokenizer.apply_chat_template(..., add_generation_prompt=True,
-  tokenize=True)``, the very call ``swarmrl.models.checkpoint.encode_prompt`` makes,
+  tokenize=True)``, the very call ``swarmrl.models.directory.encode_prompt`` makes,
   so the ids are those of ``swarmrl.rollouts.generate.prompt_ids`` (the template
   writes the BOS itself, and no other special token is added). ``run_trl`` checks
   this for every task, through TRL's own tokenizing method, before training.
@@ -201,7 +201,7 @@ def run_trl(
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOTrainer
 
-    from swarmrl.models.checkpoint import load_tokenizer
+    from swarmrl.models.directory import load_tokenizer
 
     # The environment variable only counts if huggingface_hub was not imported yet.
     huggingface_hub.constants.HF_HUB_OFFLINE = True

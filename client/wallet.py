@@ -26,7 +26,7 @@ from swarmrl.times import date_time, duration
 
 if TYPE_CHECKING:
     from client.node.view import EpochWork
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.contracts import Contracts
 
 app = typer.Typer(
     help="Keys, stake and rewards: stake, unstake and claim from an encrypted keystore.",
@@ -165,11 +165,11 @@ def _chain_errors() -> Iterator[None]:
     raise typer.Exit(1)
 
 
-def _protocol(deployment: Path | None, rpc_url: str | None) -> Protocol:
+def _protocol(deployment: Path | None, rpc_url: str | None) -> Contracts:
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.chain.protocol import Protocol
 
-    return Protocol.connect(load_deployment(deployment), rpc_url=rpc_url)
+    return Contracts.connect(load_deployment(deployment), rpc_url=rpc_url)
 
 
 @contextmanager
@@ -179,14 +179,14 @@ def _acting_as(
     password_file: Path | None,
     deployment: Path | None,
     rpc_url: str | None,
-) -> Iterator[Protocol]:
+) -> Iterator[Contracts]:
     """The protocol with the unlocked key `name` signing; chain errors end the command.
 
     The block holds the key's send lock: two commands sending from one key would
     otherwise check the same state, then collide on nonces or permits and revert.
     """
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.chain.protocol import Protocol
     from swarmrl.chain.tx import account_lock
 
     with _chain_errors():
@@ -196,7 +196,7 @@ def _acting_as(
         _dir(keystore_dir), name, keystore.read_password(password_file, confirm=False)
     )
     with _chain_errors():
-        chain = Protocol.connect(loaded, signer, rpc_url=rpc_url)
+        chain = Contracts.connect(loaded, signer, rpc_url=rpc_url)
 
         def say_waiting() -> None:
             typer.echo(f"waiting for another command sending from {signer.address}", err=True)
@@ -273,7 +273,7 @@ def unstake(
         typer.echo(f"unbonding {amount}; withdraw it after the unbonding period")
 
 
-def _check_unbondable(chain: Protocol, units: int) -> None:
+def _check_unbondable(chain: Contracts, units: int) -> None:
     """One sentence, before any transaction, if `units` cannot leave active stake now."""
     me = chain.address
     active, locked = chain.stake_of(me), chain.locked_of(me)
@@ -310,7 +310,7 @@ def withdraw(
         typer.echo(f"withdrew {format_amount(chain.withdraw())}")
 
 
-def _check_withdrawable(chain: Protocol) -> None:
+def _check_withdrawable(chain: Contracts) -> None:
     """One sentence, before any transaction, saying when stake becomes withdrawable."""
     unbonding = chain.unbonding_of(chain.address)
     if unbonding.withdrawable:
@@ -357,7 +357,7 @@ def claim(
         typer.echo(f"claimed {format_amount(amount)} for epochs {', '.join(map(str, epochs))}")
 
 
-def _claimable_now(chain: Protocol, provider: str, node: str) -> list[int]:
+def _claimable_now(chain: Contracts, provider: str, node: str) -> list[int]:
     """The epochs of `node` that `provider` can claim now; ValueError saying when the
     first becomes claimable, or that there is none."""
     from client.node.view import CLAIMABLE, epoch_status
@@ -412,7 +412,7 @@ def claimable(
     )
 
 
-def _unclaimed(chain: Protocol, provider: str, nodes: list[str]) -> list[tuple[str, EpochWork]]:
+def _unclaimed(chain: Contracts, provider: str, nodes: list[str]) -> list[tuple[str, EpochWork]]:
     """(node, its epoch's work) for every epoch of `nodes` recorded for `provider` that is
     neither claimed nor invalidated, in order."""
     from eth_utils import to_checksum_address
@@ -448,7 +448,7 @@ def history(
             typer.echo(f"block {event.block}  {event.contract}.{event.name}({args})")
 
 
-def _role_names(chain: Protocol) -> dict[bytes, str]:
+def _role_names(chain: Contracts) -> dict[bytes, str]:
     """Role ids to names: OpenZeppelin's admin role is zero, every other role is the
     keccak of its constant's name (`bytes32 public constant X_ROLE = keccak256("X_ROLE")`)."""
     from eth_utils import keccak

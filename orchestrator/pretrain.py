@@ -30,7 +30,7 @@ import torch
 
 from orchestrator.tasks.generators import demo_solution, demo_tasks
 from swarmrl.models import tiny
-from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.models.directory import encode_prompt
 from swarmrl.tasks import budget_prompt
 
 # Written last into a finished model directory: its presence means "complete".

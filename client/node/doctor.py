@@ -233,15 +233,15 @@ def _keystore(settings: NodeSettings, password: str | None, found: _Found) -> st
 
 
 def _chain(settings: NodeSettings, found: _Found) -> str:
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.chain.errors import RpcUnavailableError
-    from swarmrl.chain.protocol import Protocol
     from swarmrl.chain.tx import TxSettings
 
     found.deployment = load_deployment(settings.deployment)
     rpc_url = found.deployment.rpc_url
     try:
-        found.chain = Protocol.connect(
+        found.chain = Contracts.connect(
             found.deployment, settings=TxSettings(rpc_retries=RPC_RETRIES)
         )
     except RpcUnavailableError as e:

@@ -127,12 +127,12 @@ class Node:
     # ---- setup ------------------------------------------------------------------
 
     def _identity(self) -> Identity:
+        from swarmrl.chain.contracts import Contracts
         from swarmrl.chain.deploy import load_deployment
         from swarmrl.chain.eip712 import pool_domain, swarm_domain
-        from swarmrl.chain.protocol import Protocol
 
         d = load_deployment(self.settings.deployment)
-        provider = Protocol.connect(d).provider_of(self.account.address)
+        provider = Contracts.connect(d).provider_of(self.account.address)
         if provider is None:
             raise ValueError(
                 f"node {self.account.address} has no provider on chain; run `swarmrl node init`"

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from client.node.view import ChainFacts, EpochWork
 
 if TYPE_CHECKING:
-    from swarmrl.chain.protocol import Protocol, WorkRecord
+    from swarmrl.chain.contracts import Contracts, WorkRecord
 
 
 def read_facts(
-    chain: Protocol, node: str, epochs: Iterable[int], final: dict[int, EpochWork]
+    chain: Contracts, node: str, epochs: Iterable[int], final: dict[int, EpochWork]
 ) -> ChainFacts:
     """`node`'s standing now; epochs in `final` are not read again, and epochs that
     became final are added to it."""
@@ -68,15 +68,15 @@ class ChainReader:
         self.deployment = deployment
         self.node = node
         self.receipts = receipts
-        self._chain: Protocol | None = None
+        self._chain: Contracts | None = None
         self._final: dict[int, EpochWork] = {}
 
     def __call__(self) -> ChainFacts:
         if self._chain is None:
+            from swarmrl.chain.contracts import Contracts
             from swarmrl.chain.deploy import load_deployment
-            from swarmrl.chain.protocol import Protocol
 
-            self._chain = Protocol.connect(load_deployment(self.deployment))
+            self._chain = Contracts.connect(load_deployment(self.deployment))
         return read_facts(self._chain, self.node, work_epochs(self.receipts()), self._final)
 
 
@@ -110,14 +110,14 @@ class ProviderClaimer:
         """Claims `epochs`; returns the amount paid. Holds the key's send lock, as
         `swarmrl wallet` does, so a wallet command sending at once cannot collide."""
         from swarmrl import keystore
+        from swarmrl.chain.contracts import Contracts
         from swarmrl.chain.deploy import load_deployment
-        from swarmrl.chain.protocol import Protocol
         from swarmrl.chain.tx import account_lock
 
         if self._account is None:
             if password is None:
                 password = keystore.read_password(self.password_file)
             self._account = keystore.unlock(self.keystore_dir, self.key, password)
-        chain = Protocol.connect(load_deployment(self.deployment), self._account)
+        chain = Contracts.connect(load_deployment(self.deployment), self._account)
         with account_lock(chain.deployment.chain_id, self._account.address):
             return chain.claim(self.node, epochs)

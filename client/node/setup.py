@@ -27,8 +27,8 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
 from swarmrl import keystore
+from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.deploy import Deployment
-from swarmrl.chain.protocol import Protocol
 from swarmrl.chain.tx import account_lock, with_rpc_retries
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
 
@@ -121,7 +121,7 @@ def init_node(
     if had_peer_key:
         load_or_create_peer_key(peer_path)  # a damaged one is refused before any work
     with _chain_errors():
-        chain = Protocol.connect(deployment, rpc_url=rpc_url)
+        chain = Contracts.connect(deployment, rpc_url=rpc_url)
         # Held from the first read to the last receipt: another command sending from
         # the provider would otherwise act on the same state and collide.
         with account_lock(deployment.chain_id, provider, on_wait=on_wait):
@@ -162,7 +162,7 @@ def _existing_key(keystore_dir: Path, name: str) -> keystore.KeyInfo | None:
     return keystore.info(keystore_dir, name)
 
 
-def _read_state(chain: Protocol, provider: str, node: str | None) -> _ChainState:
+def _read_state(chain: Contracts, provider: str, node: str | None) -> _ChainState:
     registered_to = joined_with = None
     if node is not None:
         registered_to = chain.provider_of(node)
@@ -223,7 +223,7 @@ def _check_can_send(
 
 
 def _send(
-    acting: Protocol,
+    acting: Contracts,
     node_account: LocalAccount | None,
     node: str,
     sends: list[Step],

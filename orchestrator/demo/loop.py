@@ -201,9 +201,9 @@ def _cache_before(out: Path, model: Path, config: LoopConfig, reward: float) -> 
 
 
 def _stake(swarm: Swarm, report: Report) -> None:
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.contracts import Contracts
 
-    chain = Protocol.connect(swarm.deployment)
+    chain = Contracts.connect(swarm.deployment)
     for key, provider in [*HONEST.items(), CHEATER]:
         stake_and_init_node(swarm, provider, key, STAKE)
         address = keystore.info(swarm.keystore_dir, key).address
@@ -363,7 +363,7 @@ def _ledger(work: Path) -> list[dict]:
 def _settle(swarm: Swarm, work: Path, report: Report) -> None:
     """Stops the nodes, waits for the cheater's slash, then claims after the window."""
     from swarmrl.chain import anvil
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.contracts import Contracts
 
     for key in [*HONEST, CHEATER[0]]:
         swarm.kill(key, signal.SIGTERM)
@@ -373,7 +373,7 @@ def _settle(swarm: Swarm, work: Path, report: Report) -> None:
     assert isinstance(status, dict)
     report.slash_tx = next(s["tx"] for s in status["slashes"] if s["node"] == cheater.address)
     _say(f"  slashed {cheater.name}: {report.slash_tx}")
-    chain = Protocol.connect(swarm.deployment)
+    chain = Contracts.connect(swarm.deployment)
     anvil.increase_time(swarm.anvil.web3(), INVALIDATION_WINDOW + 1)
     _say(f"  anvil moves its clock past the {INVALIDATION_WINDOW // 60}-minute invalidation window")
     rows = _ledger(work)

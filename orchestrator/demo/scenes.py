@@ -192,6 +192,7 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
     from swarmrl.chain import anvil as anvil_mod
     from swarmrl.chain import eip712
     from swarmrl.chain.anvil import Anvil, dev_accounts
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.deploy import (
         DEV_RECORDER,
         DEV_TREASURY,
@@ -202,7 +203,6 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         run_id_from_name,
     )
     from swarmrl.chain.errors import RevertedError
-    from swarmrl.chain.protocol import Protocol
 
     _say("[chain] a local anvil with the protocol deployed")
     chain = Anvil.start()
@@ -221,11 +221,11 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
             tokens_each=1_000 * TOKEN,
             pool_funding=10_000 * TOKEN,
         )
-        protocol = Protocol(w3, deployment)
+        contracts = Contracts(w3, deployment)
         _say(f"  contracts at {deployment.contracts.compute_pool} (run 'demo'), {chain.rpc_url}")
 
         for provider, node in ((honest, honest_node), (cheater, cheater_node)):
-            p = protocol.as_account(provider)
+            p = contracts.as_account(provider)
             p.register_provider()
             consent, signature = p.node_consent(node, provider.address)
             p.add_node(node.address, consent.deadline, signature)
@@ -236,18 +236,18 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         epochs = {}
         for node in (honest_node, cheater_node):
             subs = [
-                protocol.submission(node.address, s, keccak(text=f"{node.address}{s}"))
+                contracts.submission(node.address, s, keccak(text=f"{node.address}{s}"))
                 for s in (1, 2, 3)
             ]
-            sigs = [protocol.sign_submission(node, sub) for sub in subs]
+            sigs = [contracts.sign_submission(node, sub) for sub in subs]
             tree = eip712.MerkleTree.from_digests(
-                [sub.digest(protocol.pool_domain()) for sub in subs]
+                [sub.digest(contracts.pool_domain()) for sub in subs]
             )
-            protocol.as_account(recorder).submit_work(1, node.address, len(subs), tree.root)
+            contracts.as_account(recorder).submit_work(1, node.address, len(subs), tree.root)
             epochs[node.address] = (subs, sigs, tree)
         _say("  the orchestrator recorded epoch 1 (3 signed rollouts per node), paying the gas")
 
-        dodge = protocol.as_account(cheater)
+        dodge = contracts.as_account(cheater)
         dodge.remove_node(cheater_node.address)
         try:
             dodge.request_unbond(150 * TOKEN)
@@ -261,22 +261,25 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         )
 
         subs, sigs, tree = epochs[cheater_node.address]
-        before = protocol.token_balance(treasury.address), protocol.token_balance(validator.address)
-        protocol.as_account(validator).slash(1, subs[1], sigs[1], tree.proof(1))
-        gained = protocol.token_balance(treasury.address) - before[0]
-        validator_gain = protocol.token_balance(validator.address) - before[1]
+        before = (
+            contracts.token_balance(treasury.address),
+            contracts.token_balance(validator.address),
+        )
+        contracts.as_account(validator).slash(1, subs[1], sigs[1], tree.proof(1))
+        gained = contracts.token_balance(treasury.address) - before[0]
+        validator_gain = contracts.token_balance(validator.address) - before[1]
         _say(
             f"  a validator found a bad rollout and slashed with the cheater's own signature as "
             f"evidence: {gained // TOKEN} SRL to the treasury, {validator_gain} to the validator"
         )
 
         anvil_mod.increase_time(w3, params.invalidation_window + 1)
-        reward = protocol.as_account(honest).claim(honest_node.address, [1])
+        reward = contracts.as_account(honest).claim(honest_node.address, [1])
         _say(
             f"  after the 24 h invalidation window the honest provider claimed {reward / TOKEN} SRL"
         )
 
-        h = protocol.as_account(honest)
+        h = contracts.as_account(honest)
         h.request_unbond(50 * TOKEN)
         anvil_mod.increase_time(w3, params.unbonding_period + 1)
         _say(f"  it unbonded 50 SRL and withdrew {h.withdraw() // TOKEN} after the 7-day period")

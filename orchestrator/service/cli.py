@@ -51,7 +51,7 @@ def init(
     from orchestrator.service.settings import ROLE, OrchestratorSettings
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.files import check_data_dir, check_output_path
-    from swarmrl.models.checkpoint import check_model, load_tokenizer
+    from swarmrl.models.directory import check_model, load_tokenizer
     from swarmrl.settings_toml import write_settings
     from swarmrl.tasks import read_tasks
 
@@ -92,7 +92,7 @@ def run(
     from swarmrl.chain.deploy import load_deployment
     from swarmrl.files import check_data_dir, claim_data_dir
     from swarmrl.logs import setup_logging
-    from swarmrl.models.checkpoint import check_model, load_tokenizer
+    from swarmrl.models.directory import check_model, load_tokenizer
     from swarmrl.tasks import read_tasks
 
     settings = _settings(config)

@@ -29,10 +29,10 @@ from eth_account.signers.local import LocalAccount
 
 from orchestrator.service import recorder, trainer_process, validator
 from orchestrator.service.child import Child, ChildSpec
-from orchestrator.service.intake import ChainView, Intake, RunContext
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.settings import OrchestratorSettings
+from orchestrator.service.work_server import ChainView, RunContext, WorkServer
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.chain.deploy import Deployment
 from swarmrl.work.states import NodeState, SubmissionStatus
@@ -55,11 +55,11 @@ class Keys:
 class ProtocolChainView(ChainView):
     """Join checks against the chain, through a read-only Protocol."""
 
-    def __init__(self, protocol: Any) -> None:
-        self.protocol = protocol
+    def __init__(self, contracts: Any) -> None:
+        self.contracts = contracts
 
     def standing(self, node: str, provider: str) -> str | None:
-        p = self.protocol
+        p = self.contracts
         try:
             if not p.is_provider(provider):
                 return f"{provider} is not a registered provider"
@@ -222,7 +222,7 @@ class Orchestrator:
         latest = store.latest()
         self.published = latest.step if latest is not None else None
         chain = _read_only_protocol(self.deployment)
-        intake = Intake(
+        work_server = WorkServer(
             s,
             self.context,
             self.ledger,
@@ -235,7 +235,7 @@ class Orchestrator:
         incoming = self.data_dir / "incoming"
         for leftover in incoming.glob("upload-*.part"):  # a SIGKILL mid-upload leaves these
             leftover.unlink(missing_ok=True)
-        intake.serve(host, incoming)
+        work_server.serve(host, incoming)
         for addr in host.addrs:
             log.info("listening on %s", addr)
 
@@ -329,6 +329,6 @@ class _StopOnSignal:
 
 
 def _read_only_protocol(deployment: Deployment) -> Any:
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.contracts import Contracts
 
-    return Protocol.connect(deployment)
+    return Contracts.connect(deployment)

@@ -30,9 +30,9 @@ from orchestrator.service.ledger.slashes import SlashOutcome, SlashRow
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
 from swarmrl.chain import eip712
+from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
-from swarmrl.chain.protocol import Protocol
 from swarmrl.work.states import SubmissionStatus
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,8 @@ class Recorder:
     def __init__(
         self,
         ledger: Ledger,
-        recorder: Protocol,
-        validator: Protocol,
+        recorder: Contracts,
+        validator: Contracts,
         *,
         epoch_seconds: float,
         validation_grace: float,
@@ -262,7 +262,7 @@ def main(config: RecorderConfig, stop: StopSignal) -> None:
         while not stop.is_set():
             try:
                 if recorder is None:
-                    chain = Protocol.connect(
+                    chain = Contracts.connect(
                         config.deployment, Account.from_key(config.recorder_key)
                     )
                     validator = chain.as_account(Account.from_key(config.validator_key))

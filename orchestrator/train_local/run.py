@@ -102,7 +102,7 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
     """Train until the step count or the time limit; return the newest checkpoint."""
     import torch
 
-    from swarmrl.models.checkpoint import check_model, load_tokenizer
+    from swarmrl.models.directory import check_model, load_tokenizer
     from swarmrl.models.torch_backend import parse_device
 
     tasks = read_tasks(run.tasks)

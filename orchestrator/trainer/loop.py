@@ -28,7 +28,7 @@ from orchestrator.trainer.optim import build_optimizer, lr_at
 from orchestrator.trainer.recipe import GRPORecipe
 from orchestrator.trainer.samples import staleness
 from orchestrator.trainer.step import train_step
-from swarmrl.models.checkpoint import load_tokenizer
+from swarmrl.models.directory import load_tokenizer
 from swarmrl.tasks import Task
 
 

@@ -11,6 +11,7 @@ stays fast to start):
 - ``eip712``     NodeConsent, Submission and Permit digests and signatures; the
                  work-commitment Merkle tree (OpenZeppelin MerkleProof)
 - ``deploy``     deploying the protocol; the deployment file (pydantic)
-- ``protocol``   Protocol: every contract operation as a typed call
+- ``paths``      where the local chain's state and the deployment file live
+- ``contracts``  Contracts: every contract operation as a typed call
 - ``cli``        `swarmrl chain up|down|status|deploy|mint|fund`
 """

@@ -25,8 +25,8 @@ from swarmrl.chain.paths import DEPLOYMENT_FILE, default_state_dir
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.deploy import Deployment
-    from swarmrl.chain.protocol import Protocol
 
 chain_app = typer.Typer(
     help="The protocol on chain: a local anvil, deployments, test tokens, the reward budget.",
@@ -228,9 +228,9 @@ def status(
     state_dir = state_dir or default_state_dir()
     with _one_sentence_errors():
         from swarmrl.chain.anvil import connect
+        from swarmrl.chain.contracts import require_contracts
         from swarmrl.chain.deploy import load_deployment
         from swarmrl.chain.errors import ChainError
-        from swarmrl.chain.protocol import require_contracts
         from swarmrl.chain.tx import with_rpc_retries
 
         pid = _running_pid(state_dir)
@@ -270,9 +270,9 @@ def advance(
     at once; anvil on this machine only (no other chain's clock can be moved)."""
     with _one_sentence_errors():
         from swarmrl.chain.anvil import increase_time, is_anvil, is_loopback
+        from swarmrl.chain.contracts import Contracts
         from swarmrl.chain.deploy import load_deployment
         from swarmrl.chain.errors import ChainConfigError
-        from swarmrl.chain.protocol import Protocol
         from swarmrl.times import date_time, duration
 
         loaded = load_deployment(deployment)
@@ -282,7 +282,7 @@ def advance(
         )
         if not is_loopback(loaded.rpc_url):  # refused before anything is sent there
             raise refusal
-        chain = Protocol.connect(loaded)
+        chain = Contracts.connect(loaded)
         if not is_anvil(chain.w3):
             raise refusal
         increase_time(chain.w3, seconds)
@@ -420,17 +420,17 @@ def _coordinator(
     keystore_dir: Path | None,
     password_file: Path | None,
     deployment: Path | None,
-    check: Callable[[Protocol, str], None],
-) -> Protocol:
+    check: Callable[[Contracts, str], None],
+) -> Contracts:
     """The deployment's protocol and the unlocked key `key`; `check` runs on the key's
     address before the password is asked for, so a refusal costs nothing."""
     from swarmrl import keystore
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.chain.protocol import Protocol
 
     directory = keystore_dir or keystore.default_dir()
     address = keystore.info(directory, key).address
-    chain = Protocol.connect(load_deployment(deployment))
+    chain = Contracts.connect(load_deployment(deployment))
     check(chain, address)
     return chain.as_account(keystore.unlock(directory, key, keystore.read_password(password_file)))
 
@@ -457,7 +457,7 @@ def mint(
         except ValueError as e:
             raise ChainConfigError(f"--to: {e}") from None
 
-        def has_minter_role(chain: Protocol, address: str) -> None:
+        def has_minter_role(chain: Contracts, address: str) -> None:
             if not chain.has_role("StakeToken", "MINTER_ROLE", address):
                 raise ChainConfigError(
                     f"key {key!r} ({address}) does not hold the minter role on the stake "
@@ -485,7 +485,7 @@ def fund(
 
         units = parse_tokens(amount)
 
-        def holds_enough(chain: Protocol, address: str) -> None:
+        def holds_enough(chain: Contracts, address: str) -> None:
             if (held := chain.token_balance(address)) < units:
                 raise ChainConfigError(
                     f"key {key!r} ({address}) holds {format_tokens(held)} tokens, "

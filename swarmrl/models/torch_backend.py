@@ -32,7 +32,7 @@ from swarmrl.models.backend import (
     score_tokens,
     token_logprobs,
 )
-from swarmrl.models.checkpoint import (
+from swarmrl.models.directory import (
     check_finite,
     check_model,
     eos_token_ids,

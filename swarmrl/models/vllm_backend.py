@@ -58,7 +58,7 @@ from swarmrl.models.backend import (
     TokenScores,
     score_tokens,
 )
-from swarmrl.models.checkpoint import check_model, eos_token_ids, load_tokenizer, weight_files
+from swarmrl.models.directory import check_model, eos_token_ids, load_tokenizer, weight_files
 
 # What the hidden-state capture and the log-probability semantics above rely on.
 _ENGINE_SETTINGS = {"enforce_eager": True, "logprobs_mode": "processed_logprobs"}

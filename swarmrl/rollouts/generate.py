@@ -18,7 +18,7 @@ from typing import Any
 from eth_utils import keccak
 
 from swarmrl.models.backend import Backend, SamplingParams
-from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.models.directory import encode_prompt
 from swarmrl.rollouts.records import Rollout
 from swarmrl.tasks import Task, budget_prompt, length_penalty
 

@@ -170,9 +170,9 @@ def _run(swarm, default_model, tmp_path):
         assert serving == (key != OUTBOUND_ONLY), key
 
     # The recorder closes the epochs and slashes the cheater.
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.contracts import Contracts
 
-    chain = Protocol.connect(swarm.deployment)
+    chain = Contracts.connect(swarm.deployment)
 
     def cheater_slashed() -> bool:
         status = json.loads(

@@ -62,8 +62,8 @@ def deployment(anvil):
 
 
 @pytest.fixture
-def protocol(deployment, w3):
+def contracts(deployment, w3):
     """A read-only Protocol on a fresh snapshot; `.as_account(...)` to act."""
-    from swarmrl.chain.protocol import Protocol
+    from swarmrl.chain.contracts import Contracts
 
-    return Protocol(w3, deployment)
+    return Contracts(w3, deployment)

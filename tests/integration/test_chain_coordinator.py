@@ -33,44 +33,44 @@ def env(tmp_path, accounts, deployment, w3):
     }
 
 
-def test_the_deployer_mints_and_funds_from_the_cli(env, protocol, accounts):
+def test_the_deployer_mints_and_funds_from_the_cli(env, contracts, accounts):
     receiver = accounts[PROVIDER_A].address
-    before = protocol.token_balance(receiver)
+    before = contracts.token_balance(receiver)
     minted = run("mint", "--to", receiver.lower(), "--amount", "12.5", "--key", "admin", env=env)
     assert minted.returncode == 0, minted.stderr
-    assert protocol.token_balance(receiver) == before + 12 * TOKEN + TOKEN // 2
+    assert contracts.token_balance(receiver) == before + 12 * TOKEN + TOKEN // 2
     assert minted.stdout.startswith(f"minted 12.5 to {receiver}; it now holds ")
 
     # The coordinator's faucet pays the reward budget too: mint to itself, then fund.
     admin = accounts[ADMIN].address
     assert run("mint", "--to", admin, "--amount", "250", "--key", "admin", env=env).returncode == 0
-    budget = protocol.available_rewards()
+    budget = contracts.available_rewards()
     funded = run("fund", "--amount", "250", "--key", "admin", env=env)
     assert funded.returncode == 0, funded.stderr
-    assert protocol.available_rewards() == budget + 250 * TOKEN
-    assert protocol.token_balance(admin) == 0
+    assert contracts.available_rewards() == budget + 250 * TOKEN
+    assert contracts.token_balance(admin) == 0
     assert funded.stdout.strip() == (
         f"funded the pool with 250; its reward budget is {(budget + 250 * TOKEN) // TOKEN}"
     )
 
 
-def test_a_key_without_the_minter_role_is_refused_before_any_transaction(env, protocol, accounts):
+def test_a_key_without_the_minter_role_is_refused_before_any_transaction(env, contracts, accounts):
     outsider = accounts[OUTSIDER].address
-    before = protocol.w3.eth.get_transaction_count(outsider)
+    before = contracts.w3.eth.get_transaction_count(outsider)
     # No password: the refusal must come before the key is even unlocked.
     env = {k: v for k, v in env.items() if k != "SWARMRL_PASSWORD"}
     done = run("mint", "--to", outsider, "--amount", "1", "--key", "outsider", env=env)
     assert one_error(done) == (
         f"error: key 'outsider' ({outsider}) does not hold the minter role on the stake token "
-        f"{protocol.token.address}; mint with the deployer's key"
+        f"{contracts.token.address}; mint with the deployer's key"
     )
-    held = protocol.token_balance(outsider)
+    held = contracts.token_balance(outsider)
     too_much = run("fund", "--amount", str(held // TOKEN + 1), "--key", "outsider", env=env)
     assert one_error(too_much) == (
         f"error: key 'outsider' ({outsider}) holds {held // TOKEN} tokens, "
         f"less than the {held // TOKEN + 1} to fund"
     )
-    assert protocol.w3.eth.get_transaction_count(outsider) == before
+    assert contracts.w3.eth.get_transaction_count(outsider) == before
 
 
 @pytest.mark.parametrize(

@@ -45,9 +45,9 @@ def caller(tmp_path):
 
 
 def test_node_init_writes_the_key_and_files_it_was_given(
-    caller, protocol, deployment, accounts, monkeypatch
+    caller, contracts, deployment, accounts, monkeypatch
 ):
-    provider = protocol.as_account(accounts[PROVIDER_A])
+    provider = contracts.as_account(accounts[PROVIDER_A])
     provider.register_provider()
     provider.stake(200 * TOKEN, permit=True)
     keystore.save(caller / "keys", "provider", accounts[PROVIDER_A].key, PASSWORD)

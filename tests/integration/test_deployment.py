@@ -7,6 +7,7 @@ import pytest
 
 from swarmrl.chain.anvil import Anvil
 from swarmrl.chain.artifacts import load_artifact
+from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.deploy import (
     TOKEN,
     deploy,
@@ -15,7 +16,6 @@ from swarmrl.chain.deploy import (
     write_deployment,
 )
 from swarmrl.chain.errors import ChainConfigError
-from swarmrl.chain.protocol import Protocol
 
 from .conftest import ADMIN, PROVIDER_A, RECORDER, TREASURY, VALIDATOR
 
@@ -42,7 +42,7 @@ def test_a_deployment_file_is_all_another_chain_needs(tmp_path, accounts, deploy
         loaded = load_deployment(path)
         assert loaded == deployed
         assert loaded.chain_id == BASE_SEPOLIA
-        provider = Protocol.connect(loaded, accounts[PROVIDER_A])
+        provider = Contracts.connect(loaded, accounts[PROVIDER_A])
         provider.register_provider()
         provider.stake(200 * TOKEN)
         assert provider.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN
@@ -50,7 +50,7 @@ def test_a_deployment_file_is_all_another_chain_needs(tmp_path, accounts, deploy
 
         # The session's anvil serves chain 31337: connecting there is refused up front.
         with pytest.raises(ChainConfigError, match=r"serves chain 31337.*on chain 84532"):
-            Protocol.connect(loaded, rpc_url=deployment.rpc_url)
+            Contracts.connect(loaded, rpc_url=deployment.rpc_url)
 
 
 def test_invalid_deployment_files_are_one_sentence(tmp_path, deployment):

@@ -20,18 +20,18 @@ from .test_protocol import _provider_with_node, _signed_epoch
 
 
 def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(
-    protocol, accounts, w3, deployment
+    contracts, accounts, w3, deployment
 ):
     node = accounts[NODE_B]
-    provider = _provider_with_node(protocol, accounts[PROVIDER_B], node, 150 * TOKEN)
-    _, _, tree = _signed_epoch(protocol, node, [10, 11])
-    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 2, tree.root)
-    unlocks_at = protocol.work_of(1, node.address).unlocks_at
+    provider = _provider_with_node(contracts, accounts[PROVIDER_B], node, 150 * TOKEN)
+    _, _, tree = _signed_epoch(contracts, node, [10, 11])
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 2, tree.root)
+    unlocks_at = contracts.work_of(1, node.address).unlocks_at
     # Inside the window: refused, saying when it opens by the chain's clock.
     when = re.escape(date_time(unlocks_at))
     with pytest.raises(RevertedError, match=rf"unlocksAt={when} \(in (9 min \d+ s|10 min)\)\)$"):
         provider.claim(node.address, [1])
-    assert claimable_epochs(read_facts(protocol, node.address, [1], {})) == []
+    assert claimable_epochs(read_facts(contracts, node.address, [1], {})) == []
 
     # The window passes by the chain's clock (as the wall clock would move it), and no
     # block is mined: the latest block still says the window is open.
@@ -39,8 +39,8 @@ def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(
     window = deployment.params.invalidation_window
     anvil_mod.increase_time(w3, window + 1, mine_block=False)
     assert w3.eth.get_block("latest") == latest
-    assert latest["timestamp"] < unlocks_at <= protocol.chain_time()
+    assert latest["timestamp"] < unlocks_at <= contracts.chain_time()
 
-    assert claimable_epochs(read_facts(protocol, node.address, [1], {})) == [1]
+    assert claimable_epochs(read_facts(contracts, node.address, [1], {})) == [1]
     assert provider.claim(node.address, [1]) == 2 * deployment.params.reward_per_unit
-    assert protocol.work_of(1, node.address).claimed
+    assert contracts.work_of(1, node.address).claimed

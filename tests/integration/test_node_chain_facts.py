@@ -14,18 +14,18 @@ PASSWORD = "correct horse"
 
 
 def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
-    protocol, accounts, w3, deployment, tmp_path, monkeypatch
+    contracts, accounts, w3, deployment, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.delenv("SWARMRL_PASSWORD", raising=False)
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
-    p = protocol.as_account(provider)
+    p = contracts.as_account(provider)
     p.register_provider()
     consent, signature = p.node_consent(node, provider.address)
     p.add_node(node.address, consent.deadline, signature)
     p.stake(150 * TOKEN)
     p.join_pool(node.address)
-    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, bytes(32))
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, bytes(32))
     write_deployment(tmp_path / "deployment.json", deployment)
     # Epoch 2 holds only a refused submission: no work of the node's to look up there.
     receipts = [{"epoch": 1, "units": 3}, {"epoch": 3, "units": 2}, {"epoch": 2, "units": 0}]

@@ -44,12 +44,12 @@ ORDER = (
 
 
 @pytest.fixture
-def volunteer(tmp_path, protocol, deployment, accounts, monkeypatch):
+def volunteer(tmp_path, contracts, deployment, accounts, monkeypatch):
     """A node key set up and joined with a provider that staked enough for it."""
     monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
     keys = tmp_path / "keys"
     keystore.save(keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
-    provider = protocol.as_account(accounts[PROVIDER_A])
+    provider = contracts.as_account(accounts[PROVIDER_A])
     provider.register_provider()
     provider.stake(100 * TOKEN, permit=True)
     done = init_node(keys, "node", "provider", lambda name, new: PASSWORD, deployment)

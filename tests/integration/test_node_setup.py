@@ -34,8 +34,8 @@ class Passwords:
         return self.by_key.get(name, PASSWORD)
 
 
-def stake(protocol, account, tokens: int) -> None:
-    provider = protocol.as_account(account)
+def stake(contracts, account, tokens: int) -> None:
+    provider = contracts.as_account(account)
     provider.register_provider()
     provider.stake(tokens * TOKEN, permit=True)
 
@@ -45,9 +45,9 @@ def sent_by(w3, address: str) -> int:
 
 
 def test_a_fresh_node_is_registered_and_joined_and_a_second_run_does_nothing(
-    keys, tmp_path, protocol, deployment, accounts, w3
+    keys, tmp_path, contracts, deployment, accounts, w3
 ):
-    stake(protocol, accounts[PROVIDER_A], 100)
+    stake(contracts, accounts[PROVIDER_A], 100)
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD + "\n")
 
@@ -58,9 +58,9 @@ def test_a_fresh_node_is_registered_and_joined_and_a_second_run_does_nothing(
     assert done.provider == provider
     assert done.node == keystore.unlock(keys, "node", PASSWORD).address
     assert done.peer_id == peer_id_of(load_or_create_peer_key(peer_key_path(keys, "node")))
-    assert protocol.provider_of(done.node) == provider
-    assert protocol.is_joined(done.node)
-    assert protocol.consent_nonce(done.node) == 1
+    assert contracts.provider_of(done.node) == provider
+    assert contracts.is_joined(done.node)
+    assert contracts.consent_nonce(done.node) == 1
     assert "added the node" in done.summary()
 
     before = sent_by(w3, provider)
@@ -73,9 +73,9 @@ def test_a_fresh_node_is_registered_and_joined_and_a_second_run_does_nothing(
 
 
 def test_a_provider_without_enough_stake_gets_one_sentence_and_nothing_changes(
-    keys, protocol, deployment, accounts, w3
+    keys, contracts, deployment, accounts, w3
 ):
-    stake(protocol, accounts[PROVIDER_A], 60)
+    stake(contracts, accounts[PROVIDER_A], 60)
     provider = accounts[PROVIDER_A].address
     before, block = sent_by(w3, provider), w3.eth.block_number
     passwords = Passwords()
@@ -93,8 +93,8 @@ def test_a_provider_without_enough_stake_gets_one_sentence_and_nothing_changes(
     assert not peer_key_path(keys, "node").exists()
 
 
-def test_stake_must_cover_one_more_node(keys, protocol, deployment, accounts, w3):
-    stake(protocol, accounts[PROVIDER_A], 150)
+def test_stake_must_cover_one_more_node(keys, contracts, deployment, accounts, w3):
+    stake(contracts, accounts[PROVIDER_A], 150)
     init_node(keys, "node1", "provider", Passwords(), deployment)
     provider = accounts[PROVIDER_A].address
     before = sent_by(w3, provider)
@@ -112,11 +112,11 @@ def test_an_unregistered_provider_with_no_stake_is_told_to_stake(keys, deploymen
     assert sent_by(w3, provider) == before
 
 
-def test_a_node_registered_and_not_joined_only_joins(keys, protocol, deployment, accounts, w3):
-    stake(protocol, accounts[PROVIDER_A], 100)
+def test_a_node_registered_and_not_joined_only_joins(keys, contracts, deployment, accounts, w3):
+    stake(contracts, accounts[PROVIDER_A], 100)
     node = accounts[NODE_A]
     keystore.save(keys, "node", node.key, PASSWORD)
-    provider = protocol.as_account(accounts[PROVIDER_A])
+    provider = contracts.as_account(accounts[PROVIDER_A])
     consent, signature = provider.node_consent(node, provider.address)
     provider.add_node(node.address, consent.deadline, signature)
     passwords = Passwords()
@@ -124,14 +124,14 @@ def test_a_node_registered_and_not_joined_only_joins(keys, protocol, deployment,
     done = init_node(keys, "node", "provider", passwords, deployment)
 
     assert done.steps == (Step.PEER_IDENTITY, Step.POOL_JOINED)
-    assert protocol.is_joined(node.address)
+    assert contracts.is_joined(node.address)
     assert passwords.asked == [("provider", False)]  # no consent to sign, so no node key
 
 
 def test_a_wrong_provider_password_sends_nothing_and_a_rerun_finishes(
-    keys, protocol, deployment, accounts, w3
+    keys, contracts, deployment, accounts, w3
 ):
-    stake(protocol, accounts[PROVIDER_A], 100)
+    stake(contracts, accounts[PROVIDER_A], 100)
     provider = accounts[PROVIDER_A].address
     before = sent_by(w3, provider)
 
@@ -144,14 +144,14 @@ def test_a_wrong_provider_password_sends_nothing_and_a_rerun_finishes(
     done = init_node(keys, "node", "provider", passwords, deployment)
     assert done.steps == (Step.NODE_ADDED, Step.POOL_JOINED)
     assert passwords.asked == [("provider", False), ("node", False)]
-    assert protocol.is_joined(done.node)
+    assert contracts.is_joined(done.node)
 
 
-def test_a_node_taken_by_another_provider_is_refused(keys, protocol, deployment, accounts, w3):
-    stake(protocol, accounts[PROVIDER_A], 100)
+def test_a_node_taken_by_another_provider_is_refused(keys, contracts, deployment, accounts, w3):
+    stake(contracts, accounts[PROVIDER_A], 100)
     node = accounts[NODE_A]
     keystore.save(keys, "node", node.key, PASSWORD)
-    other = protocol.as_account(accounts[PROVIDER_B])
+    other = contracts.as_account(accounts[PROVIDER_B])
     other.register_provider()
     consent, signature = other.node_consent(node, other.address)
     other.add_node(node.address, consent.deadline, signature)

@@ -21,8 +21,8 @@ from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree
 from swarmrl.chain import eip712
 from swarmrl.chain.anvil import connect
+from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.deploy import TOKEN
-from swarmrl.chain.protocol import Protocol
 from swarmrl.chain.tx import TxSettings
 
 from .conftest import ADMIN, NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR
@@ -33,10 +33,10 @@ STAKE = 100 * TOKEN
 
 
 @pytest.fixture
-def node(protocol, accounts):
+def node(contracts, accounts):
     """Node A, added by provider A (who staked the minimum) and joined to the pool."""
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
-    p = protocol.as_account(provider)
+    p = contracts.as_account(provider)
     p.register_provider()
     consent, signature = p.node_consent(node, provider.address)
     p.add_node(node.address, consent.deadline, signature)
@@ -52,11 +52,11 @@ def ledger(tmp_path):
 
 
 @pytest.fixture
-def recorder(ledger, protocol, accounts):
+def recorder(ledger, contracts, accounts):
     return Recorder(
         ledger,
-        protocol.as_account(accounts[RECORDER]),
-        protocol.as_account(accounts[VALIDATOR]),
+        contracts.as_account(accounts[RECORDER]),
+        contracts.as_account(accounts[VALIDATOR]),
         epoch_seconds=EPOCH,
         validation_grace=GRACE,
     )
@@ -66,8 +66,8 @@ class Submit:
     """Signs submissions with the node's key and writes them to the ledger as intake
     does, then sets the validator's verdict."""
 
-    def __init__(self, protocol: Protocol, ledger: Ledger, node) -> None:
-        self.protocol, self.ledger, self.node = protocol, ledger, node
+    def __init__(self, contracts: Contracts, ledger: Ledger, node) -> None:
+        self.contracts, self.ledger, self.node = contracts, ledger, node
         self.count = 0
 
     def __call__(
@@ -82,11 +82,11 @@ class Submit:
         order_id = keccak(text=f"order-{self.count}").hex()
         sha = keccak(text=f"file-{self.count}").hex()
         rollout_digest = keccak(bytes.fromhex(order_id) + bytes.fromhex(sha))
-        signed = self.protocol.submission(self.node.address, self.count, rollout_digest)
-        signature = self.protocol.sign_submission(self.node, signed)
+        signed = self.contracts.submission(self.node.address, self.count, rollout_digest)
+        signature = self.contracts.sign_submission(self.node, signed)
         row, created = self.ledger.submissions.record(
             SubmissionRow(
-                digest=signed.digest(self.protocol.pool_domain()).hex(),
+                digest=signed.digest(self.contracts.pool_domain()).hex(),
                 node=self.node.address,
                 order_id=order_id,
                 epoch=epoch,
@@ -108,8 +108,8 @@ class Submit:
 
 
 @pytest.fixture
-def submit(protocol, ledger, node):
-    return Submit(protocol, ledger, node)
+def submit(contracts, ledger, node):
+    return Submit(contracts, ledger, node)
 
 
 def after(ledger: Ledger, epoch: int, seconds: float = 1.0) -> float:
@@ -117,12 +117,12 @@ def after(ledger: Ledger, epoch: int, seconds: float = 1.0) -> float:
     return ledger.epochs.genesis() + (epoch + 1) * EPOCH + seconds
 
 
-def nonce(protocol: Protocol, index: int, accounts) -> int:
-    return protocol.w3.eth.get_transaction_count(accounts[index].address)
+def nonce(contracts: Contracts, index: int, accounts) -> int:
+    return contracts.w3.eth.get_transaction_count(accounts[index].address)
 
 
 def record_and_vote_by_hand(
-    protocol: Protocol,
+    contracts: Contracts,
     accounts,
     epoch: int,
     units: int,
@@ -133,15 +133,15 @@ def record_and_vote_by_hand(
     were lost): the work, then a slash vote with `evidence`."""
     tree = commitment_tree(rows)
     node = evidence.node
-    protocol.as_account(accounts[RECORDER]).submit_work(epoch, node, units, tree.root)
-    signed = protocol.submission(node, evidence.step, bytes.fromhex(evidence.rollout_digest))
+    contracts.as_account(accounts[RECORDER]).submit_work(epoch, node, units, tree.root)
+    signed = contracts.submission(node, evidence.step, bytes.fromhex(evidence.rollout_digest))
     index = sorted(r.digest for r in rows).index(evidence.digest)
     signature = bytes.fromhex(evidence.signature.removeprefix("0x"))
-    protocol.as_account(accounts[VALIDATOR]).slash(epoch, signed, signature, tree.proof(index))
+    contracts.as_account(accounts[VALIDATOR]).slash(epoch, signed, signature, tree.proof(index))
 
 
 def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submission(
-    recorder, ledger, protocol, node, submit, accounts
+    recorder, ledger, contracts, node, submit, accounts
 ):
     rows = [
         submit(0, "accepted", 8),
@@ -156,7 +156,7 @@ def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submissio
     assert str(sent.tx_hash).startswith("0x")
     assert ledger.epochs.get(0, node.address) == sent
 
-    work = protocol.work_of(0, node.address)
+    work = contracts.work_of(0, node.address)
     assert (work.units, work.provider, work.slashed) == (20, accounts[PROVIDER_A].address, False)
     assert work.commitment.hex() == sent.commitment
     # Each submission the node signed proves into the root on chain.
@@ -165,37 +165,37 @@ def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submissio
     for i, leaf in enumerate(leaves):
         assert eip712.verify_proof(tree.proof(i), work.commitment, eip712.leaf_hash(leaf))
 
-    sent_before = nonce(protocol, RECORDER, accounts)
+    sent_before = nonce(contracts, RECORDER, accounts)
     again = recorder.run_once(after(ledger, 0, 5 * EPOCH))
     assert (again.sent, again.found, again.empty, again.errors) == ([], [], [], [])
-    assert nonce(protocol, RECORDER, accounts) == sent_before
+    assert nonce(contracts, RECORDER, accounts) == sent_before
 
 
 def test_work_sent_before_a_crash_is_found_on_chain_and_not_sent_again(
-    recorder, ledger, protocol, node, submit, accounts
+    recorder, ledger, contracts, node, submit, accounts
 ):
     rows = [submit(0, "accepted", 8), submit(0, "accepted", 2)]
     # The recorder sent epoch 0 and died before writing the ledger.
     root = commitment_tree(rows).root
-    protocol.as_account(accounts[RECORDER]).submit_work(0, node.address, 10, root)
-    sent_before = nonce(protocol, RECORDER, accounts)
+    contracts.as_account(accounts[RECORDER]).submit_work(0, node.address, 10, root)
+    sent_before = nonce(contracts, RECORDER, accounts)
 
     report = recorder.run_once(after(ledger, 0))
     assert report.sent == []
     [found] = report.found
     assert (found.epoch, found.units, found.commitment, found.tx_hash) == (0, 10, root.hex(), None)
     assert ledger.epochs.get(0, node.address) == found
-    assert nonce(protocol, RECORDER, accounts) == sent_before
-    assert protocol.work_of(0, node.address).units == 10
+    assert nonce(contracts, RECORDER, accounts) == sent_before
+    assert contracts.work_of(0, node.address).units == 10
 
 
 def test_evidence_is_slashed_once_with_the_nodes_own_signature(
-    recorder, ledger, protocol, node, submit, accounts, deployment
+    recorder, ledger, contracts, node, submit, accounts, deployment
 ):
     provider = accounts[PROVIDER_A].address
     submit(0, "accepted", 8)
     bad = submit(0, "rejected", slashable=True)  # e.g. TOPLOC beyond its tolerance
-    treasury_before = protocol.token_balance(deployment.treasury)
+    treasury_before = contracts.token_balance(deployment.treasury)
 
     report = recorder.run_once(after(ledger, 0))
     assert report.errors == []
@@ -208,100 +208,100 @@ def test_evidence_is_slashed_once_with_the_nodes_own_signature(
         "sent",
     )
     penalty = deployment.params.slash_penalty
-    assert protocol.stake_of(provider) == STAKE - penalty
-    assert protocol.token_balance(deployment.treasury) == treasury_before + penalty
-    work = protocol.work_of(0, node.address)
+    assert contracts.stake_of(provider) == STAKE - penalty
+    assert contracts.token_balance(deployment.treasury) == treasury_before + penalty
+    work = contracts.work_of(0, node.address)
     assert (work.slashed, work.invalidated) == (True, True)
-    assert not protocol.is_joined(node.address)  # the pool ejects a slashed node
+    assert not contracts.is_joined(node.address)  # the pool ejects a slashed node
     assert [(s.digest, s.outcome) for s in ledger.slashes.all()] == [(bad.digest, "sent")]
 
-    votes_before = nonce(protocol, VALIDATOR, accounts)
+    votes_before = nonce(contracts, VALIDATOR, accounts)
     again = recorder.run_once(after(ledger, 0, 2 * EPOCH))
     assert (again.sent, again.found, again.slashes, again.errors) == ([], [], [], [])
-    assert nonce(protocol, VALIDATOR, accounts) == votes_before
-    assert protocol.stake_of(provider) == STAKE - penalty
+    assert nonce(contracts, VALIDATOR, accounts) == votes_before
+    assert contracts.stake_of(provider) == STAKE - penalty
 
 
 def test_an_epoch_of_evidence_only_is_recorded_with_one_unit_and_slashed(
-    recorder, ledger, protocol, node, submit, accounts, deployment
+    recorder, ledger, contracts, node, submit, accounts, deployment
 ):
     bad = submit(0, "rejected", slashable=True)
     submit(0, "rejected")
     report = recorder.run_once(after(ledger, 0))
     assert [row.units for row in report.sent] == [1]
     assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
-    assert protocol.work_of(0, node.address).invalidated  # the one unit never pays
-    assert protocol.stake_of(accounts[PROVIDER_A].address) == (
+    assert contracts.work_of(0, node.address).invalidated  # the one unit never pays
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == (
         STAKE - deployment.params.slash_penalty
     )
 
 
 def test_a_slash_sent_before_a_crash_is_found_and_not_sent_again(
-    recorder, ledger, protocol, node, submit, accounts, deployment
+    recorder, ledger, contracts, node, submit, accounts, deployment
 ):
     good = submit(0, "accepted", 3)
     bad = submit(0, "rejected", slashable=True)
     # The recorder sent the epoch and its slash vote, and died before writing the ledger.
-    record_and_vote_by_hand(protocol, accounts, 0, 3, [good, bad], bad)
-    votes_before = nonce(protocol, VALIDATOR, accounts)
+    record_and_vote_by_hand(contracts, accounts, 0, 3, [good, bad], bad)
+    votes_before = nonce(contracts, VALIDATOR, accounts)
 
     report = recorder.run_once(after(ledger, 0))
     assert [row.tx_hash for row in report.found] == [None]
     assert [(s.digest, s.outcome, s.tx_hash) for s in report.slashes] == [
         (bad.digest, "found", None)
     ]
-    assert nonce(protocol, VALIDATOR, accounts) == votes_before
-    assert protocol.stake_of(accounts[PROVIDER_A].address) == (
+    assert nonce(contracts, VALIDATOR, accounts) == votes_before
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == (
         STAKE - deployment.params.slash_penalty
     )
 
 
-def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, protocol, node, submit, accounts):
+def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, contracts, node, submit, accounts):
     """With two validators needed, our vote slashes nothing yet: it must still be cast
     once, also when a crash lost the ledger's record of it."""
-    admin = protocol.as_account(accounts[ADMIN])
+    admin = contracts.as_account(accounts[ADMIN])
     admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
     admin.set_quorum(2)
     submit(0, "accepted", 5)
     bad = submit(0, "rejected", slashable=True)
     report = recorder.run_once(after(ledger, 0))
     assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
-    assert not protocol.work_of(0, node.address).slashed
-    assert protocol.stake_of(accounts[PROVIDER_A].address) == STAKE
+    assert not contracts.work_of(0, node.address).slashed
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE
 
     # Epoch 1 was recorded and voted on just before a crash that lost both records.
     good = submit(1, "accepted", 2)
     bad_again = submit(1, "rejected", slashable=True)
-    record_and_vote_by_hand(protocol, accounts, 1, 2, [good, bad_again], bad_again)
+    record_and_vote_by_hand(contracts, accounts, 1, 2, [good, bad_again], bad_again)
 
-    votes_before = nonce(protocol, VALIDATOR, accounts)
+    votes_before = nonce(contracts, VALIDATOR, accounts)
     again = recorder.run_once(after(ledger, 1))
     assert again.errors == []
     assert [row.epoch for row in again.found] == [1]
     assert [(s.digest, s.outcome) for s in again.slashes] == [(bad_again.digest, "found")]
-    assert nonce(protocol, VALIDATOR, accounts) == votes_before
-    assert protocol.stake_of(accounts[PROVIDER_A].address) == STAKE
+    assert nonce(contracts, VALIDATOR, accounts) == votes_before
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE
 
 
 def test_an_epoch_of_rejections_without_evidence_sends_nothing(
-    recorder, ledger, protocol, node, submit, accounts
+    recorder, ledger, contracts, node, submit, accounts
 ):
     submit(0, "rejected")
     submit(0, "rejected")
-    sent_before = nonce(protocol, RECORDER, accounts)
+    sent_before = nonce(contracts, RECORDER, accounts)
     report = recorder.run_once(after(ledger, 0))
     assert report.sent == []
     [empty] = report.empty
     assert (empty.epoch, empty.units, empty.tx_hash) == (0, 0, None)
-    assert protocol.work_of(0, node.address).units == 0
-    assert nonce(protocol, RECORDER, accounts) == sent_before
+    assert contracts.work_of(0, node.address).units == 0
+    assert nonce(contracts, RECORDER, accounts) == sent_before
     # Marked, so it is not looked at again.
     assert recorder.run_once(after(ledger, 0, 10 * EPOCH)).empty == []
     assert ledger.epochs.unrecorded(100) == []
 
 
 def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
-    recorder, ledger, protocol, node, submit
+    recorder, ledger, contracts, node, submit
 ):
     submit(0, "accepted", 6)
     waiting = submit(0, "received")  # the validator has not got to it yet
@@ -311,17 +311,17 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
     for now in (after(ledger, 0, -EPOCH / 2), after(ledger, 0), after(ledger, 0, GRACE - 1)):
         report = recorder.run_once(now)
         assert (report.sent, report.empty, report.found) == ([], [], [])
-    assert protocol.work_of(0, node.address).units == 0
+    assert contracts.work_of(0, node.address).units == 0
 
     # Past the grace time it goes on chain with what was accepted by then; the
     # unvalidated submission is still in the commitment.
     report = recorder.run_once(after(ledger, 0, GRACE))
     assert [(row.epoch, row.units) for row in report.sent] == [(0, 6)]
-    work = protocol.work_of(0, node.address)
+    work = contracts.work_of(0, node.address)
     assert work.units == 6
     assert work.commitment == commitment_tree(ledger.submissions.all(epoch=0)).root
     assert waiting.digest in {s.digest for s in ledger.submissions.all(epoch=0)}
-    assert protocol.work_of(1, node.address).units == 0
+    assert contracts.work_of(1, node.address).units == 0
 
     # Epoch 1, fully validated, goes as soon as it has ended.
     report = recorder.run_once(after(ledger, 1))
@@ -329,10 +329,10 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
 
 
 def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
-    ledger, protocol, node, submit, accounts, deployment, caplog
+    ledger, contracts, node, submit, accounts, deployment, caplog
 ):
     submit(0, "accepted", 2)
-    dead = Protocol(
+    dead = Contracts(
         connect("http://127.0.0.1:9"),
         deployment,
         accounts[RECORDER],
@@ -359,8 +359,8 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
 
     working = Recorder(
         ledger,
-        protocol.as_account(accounts[RECORDER]),
-        protocol.as_account(accounts[VALIDATOR]),
+        contracts.as_account(accounts[RECORDER]),
+        contracts.as_account(accounts[VALIDATOR]),
         epoch_seconds=EPOCH,
         validation_grace=GRACE,
     )
@@ -368,12 +368,12 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
 
 
 def test_the_recorder_process_records_and_stops_on_its_flag(
-    tmp_path, protocol, node, accounts, deployment
+    tmp_path, contracts, node, accounts, deployment
 ):
     """Started as the daemon starts it: a spawned child, so its config must pickle."""
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
-        Submit(protocol, ledger, node)(0, "accepted", 3)
+        Submit(contracts, ledger, node)(0, "accepted", 3)
     config = RecorderConfig(
         ledger_path=path,
         deployment=deployment,
@@ -397,6 +397,6 @@ def test_the_recorder_process_records_and_stops_on_its_flag(
     finally:
         child.shutdown(timeout=60)
     assert child.process.exitcode == 0
-    assert protocol.work_of(0, node.address).units == 3
+    assert contracts.work_of(0, node.address).units == 3
     log = (tmp_path / "logs" / "recorder.log").read_text()
     assert f"recorder: epoch 0 of node {node.address}: 3 units in 0x" in log

@@ -17,7 +17,7 @@ from orchestrator.tasks.generators import demo_tasks
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.models.backend import SamplingParams
-from swarmrl.models.checkpoint import read_state_dict
+from swarmrl.models.directory import read_state_dict
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.records import file_digest, read_rollout_file, write_rollouts
 from swarmrl.rollouts.signing import FileSignature, run_domain
@@ -65,7 +65,7 @@ def test_model_init_is_seeded_and_cached(tmp_path):
 @pytest.mark.slow
 def test_the_default_model_solves_some_demo_tasks_but_not_most(default_model):
     backend = TorchBackend(default_model, device="cpu")
-    from swarmrl.models.checkpoint import encode_prompt
+    from swarmrl.models.directory import encode_prompt
     from swarmrl.tasks import budget_prompt
 
     tasks = demo_tasks(32, seed=4242)

@@ -4,44 +4,44 @@ import pytest
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.anvil import connect
+from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.errors import RevertedError, RpcUnavailableError, TxTimeoutError
-from swarmrl.chain.protocol import Protocol
 from swarmrl.chain.tx import TxSender, TxSettings
 
 from .conftest import PROVIDER_A
 
 
-def test_a_revert_mined_on_chain_is_replayed_and_decoded(protocol, accounts):
-    sender = TxSender(protocol.w3, accounts[PROVIDER_A], protocol.decoder)
-    fn = protocol.stake_manager.functions.withdraw()
+def test_a_revert_mined_on_chain_is_replayed_and_decoded(contracts, accounts):
+    sender = TxSender(contracts.w3, accounts[PROVIDER_A], contracts.decoder)
+    fn = contracts.stake_manager.functions.withdraw()
     with pytest.raises(
         RevertedError,
         match=r"^StakeManager reverted: NothingToWithdraw\(\) \(transaction 0x[0-9a-f]{64}\)$",
     ):
         sender.transact(fn, "StakeManager", gas=100_000)  # no estimate: it goes on chain
-    sender.transact(protocol.token.functions.approve(protocol.pool.address, 1), "StakeToken")
+    sender.transact(contracts.token.functions.approve(contracts.pool.address, 1), "StakeToken")
 
 
-def test_no_receipt_in_time_is_a_timeout(protocol, accounts, w3):
+def test_no_receipt_in_time_is_a_timeout(contracts, accounts, w3):
     settings = TxSettings(receipt_timeout=0.3)
-    sender = TxSender(w3, accounts[PROVIDER_A], protocol.decoder, settings)
+    sender = TxSender(w3, accounts[PROVIDER_A], contracts.decoder, settings)
     w3.provider.make_request("evm_setAutomine", [False])
     try:
         with pytest.raises(TxTimeoutError, match=r"had no receipt after 0.3 s; it may still be"):
             sender.transact(
-                protocol.token.functions.approve(protocol.pool.address, 1), "StakeToken"
+                contracts.token.functions.approve(contracts.pool.address, 1), "StakeToken"
             )
     finally:
         w3.provider.make_request("evm_setAutomine", [True])
     anvil_mod.mine(w3)
-    assert protocol.allowance(accounts[PROVIDER_A].address, protocol.pool.address) == 1
+    assert contracts.allowance(accounts[PROVIDER_A].address, contracts.pool.address) == 1
 
 
 def test_a_dead_rpc_is_retried_then_reported(deployment, accounts):
     dead = connect("http://127.0.0.1:9")
     settings = TxSettings(rpc_retries=2, backoff=0.01)
-    chain = Protocol(dead, deployment, accounts[PROVIDER_A], settings)
+    chain = Contracts(dead, deployment, accounts[PROVIDER_A], settings)
     with pytest.raises(RpcUnavailableError, match=r"after 3 attempts \(connection refused"):
         chain.register_provider()
     with pytest.raises(RpcUnavailableError):
-        Protocol.connect(deployment, rpc_url="http://127.0.0.1:9", settings=settings)
+        Contracts.connect(deployment, rpc_url="http://127.0.0.1:9", settings=settings)

@@ -159,15 +159,15 @@ def test_failures_are_one_sentence_and_change_nothing(wallet):
     assert lines(wallet("balance", "provider"))["staked"] == "0"
 
 
-def test_unstake_says_what_holds_the_stake_back(wallet, protocol, accounts, w3, deployment):
+def test_unstake_says_what_holds_the_stake_back(wallet, contracts, accounts, w3, deployment):
     """Stake behind a node and behind recorded work stays; the wallet says so before any gas."""
     assert wallet("stake", "provider", "150").returncode == 0
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
-    p = protocol.as_account(provider)
+    p = contracts.as_account(provider)
     consent, signature = p.node_consent(node, provider.address)
     p.add_node(node.address, consent.deadline, signature)
     p.join_pool(node.address)
-    protocol.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
     assert lines(wallet("balance", "provider"))["locked"].startswith("50 ")
 
     held = wallet("unstake", "provider", "100")
@@ -190,17 +190,17 @@ def test_unstake_says_what_holds_the_stake_back(wallet, protocol, accounts, w3, 
 
 
 def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
-    wallet, protocol, accounts, w3, deployment
+    wallet, contracts, accounts, w3, deployment
 ):
     """The README's claim commands on an idle local chain: the window ends by the chain's
     clock with no block mined, and the claim goes through."""
     assert wallet("stake", "provider", "150").returncode == 0
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
-    p = protocol.as_account(provider)
+    p = contracts.as_account(provider)
     consent, signature = p.node_consent(node, provider.address)
     p.add_node(node.address, consent.deadline, signature)
     p.join_pool(node.address)
-    recorder = protocol.as_account(accounts[RECORDER])
+    recorder = contracts.as_account(accounts[RECORDER])
     recorder.submit_work(3, node.address, 2, bytes(32))
     recorder.submit_work(4, node.address, 1, bytes(32))
     unit = deployment.params.reward_per_unit / 10**18

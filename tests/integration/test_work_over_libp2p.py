@@ -1,6 +1,6 @@
 """The work protocols between real libp2p hosts on loopback: intake serves them as the
 orchestrator's daemon does (Intake.serve), a node's Session calls them, and what
-test_intake checks in process holds over the wire, refusals included, which reach
+test_work_server checks in process holds over the wire, refusals included, which reach
 the node as the orchestrator's sentence."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from client.node.session import Session
-from orchestrator.service.intake import RateLimiter
+from orchestrator.service.work_server import RateLimiter
 from swarmrl.p2p.host import Host, RemoteError
-from tests.unit.test_intake import (
+from tests.unit.test_work_server import (
     NODE,
     PUBLISHED,
     REPORT,
@@ -31,7 +31,7 @@ def served(tmp_path) -> Iterator[tuple[Orchestrator, Host, Host]]:
     orchestrator = Orchestrator(tmp_path)
     try:
         with Host(create_new_key_pair()) as server, Host(create_new_key_pair()) as node:
-            orchestrator.intake.serve(server, tmp_path / "incoming")
+            orchestrator.work_server.serve(server, tmp_path / "incoming")
             node.connect(server.addrs[0])
             yield orchestrator, server, node
     finally:
@@ -71,7 +71,7 @@ def test_refusals_reach_the_node_as_the_orchestrators_sentence(served):
         session.work()
     assert str(refused.value) == "this peer has not joined; send a join request first"
 
-    orchestrator.intake.limiter = RateLimiter(rate=1e-6, burst=1)  # no refill within the test
+    orchestrator.work_server.limiter = RateLimiter(rate=1e-6, burst=1)  # no refill within the test
     session.join(REPORT)
     with pytest.raises(RemoteError) as refused:
         session.heartbeat(None, None)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from swarmrl.models.backend import SamplingParams
-from swarmrl.models.checkpoint import check_model, encode_prompt, load_tokenizer
+from swarmrl.models.directory import check_model, encode_prompt, load_tokenizer
 from swarmrl.models.torch_backend import TorchBackend, parse_device
 
 # -- the model directory -------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 
 from swarmrl import toploc
 from swarmrl.models.backend import SamplingParams
-from swarmrl.models.checkpoint import encode_prompt
+from swarmrl.models.directory import encode_prompt
 from swarmrl.models.torch_backend import TorchBackend
 from tests.model_fixtures import random_tiny_model
 

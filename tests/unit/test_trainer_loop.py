@@ -15,7 +15,7 @@ from orchestrator.trainer.loop import Trainer
 from orchestrator.trainer.metrics import read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.models.backend import SamplingParams
-from swarmrl.models.checkpoint import read_state_dict
+from swarmrl.models.directory import read_state_dict
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 
 TASKS = demo_tasks(6, seed=4)

@@ -1,4 +1,6 @@
-"""The orchestrator's side of the work protocols: join, heartbeat, work, submit.
+"""The work server: the orchestrator's side of the work protocols. It admits nodes
+(join), keeps their liveness (heartbeat), issues signed work orders (work) and takes
+in their submissions (submit, the intake).
 
 Every handler runs in one of the host's worker threads and takes nothing a peer
 sent on trust. Cheap checks come first and answer at once; a submission is
@@ -94,7 +96,7 @@ class RunContext:
     signer: LocalAccount  # signs work orders and receipts
 
 
-class Intake:
+class WorkServer:
     """The four protocol handlers, over one ledger."""
 
     def __init__(
@@ -403,13 +405,13 @@ class Intake:
 class _Submissions:
     """The submit protocol's upload handler (see ``Host.serve_upload``)."""
 
-    intake: Intake
+    work_server: WorkServer
 
     def check(self, peer: str, header: submit.SubmitHeader) -> None:
-        self.intake.check_submission(peer, header)
+        self.work_server.check_submission(peer, header)
 
     def receive(self, peer: str, header: submit.SubmitHeader, path: Path) -> submit.SubmitResponse:
-        return self.intake.receive_submission(peer, header, path)
+        return self.work_server.receive_submission(peer, header, path)
 
 
 def _receipt_reply(row: SubmissionRow) -> submit.SubmitResponse:

@@ -1,4 +1,4 @@
-"""The protocol as typed Python calls: one object per (deployment, account).
+"""The protocol's contracts as typed Python calls: one object per (deployment, account).
 
 Providers register, take nodes (with the node's signed consent) and stake;
 nodes join the run's pool; the orchestrator records work; validators
@@ -64,7 +64,7 @@ class ChainEvent:
     args: dict[str, Any]
 
 
-class Protocol:
+class Contracts:
     """Bound contracts of one deployment; writes act as `account` if one is given."""
 
     def __init__(
@@ -97,7 +97,7 @@ class Protocol:
         *,
         rpc_url: str | None = None,
         settings: TxSettings | None = None,
-    ) -> Protocol:
+    ) -> Contracts:
         """Connects to `rpc_url` (default: the deployment's) and checks the chain id."""
         w3 = connect(rpc_url or deployment.rpc_url)
         s = settings or TxSettings()
@@ -112,9 +112,9 @@ class Protocol:
         require_contracts(w3, deployment)
         return cls(w3, deployment, account, settings)
 
-    def as_account(self, account: LocalAccount) -> Protocol:
+    def as_account(self, account: LocalAccount) -> Contracts:
         """The same deployment and connection, acting as another account."""
-        return Protocol(self.w3, self.deployment, account, self.settings)
+        return Contracts(self.w3, self.deployment, account, self.settings)
 
     @property
     def address(self) -> str:

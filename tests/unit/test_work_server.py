@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from client.node.session import Identity, Session
-from orchestrator.service.intake import RATE_BURST, Intake, RateLimiter, RunContext
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
+from orchestrator.service.work_server import RATE_BURST, RateLimiter, RunContext, WorkServer
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
 from swarmrl.p2p import protocol, wire
@@ -164,7 +164,7 @@ class Orchestrator:
         context = RunContext(
             run=RUN, swarm_domain=SWARM, pool_domain=POOL_DOMAIN, signer=ORCHESTRATOR
         )
-        self.intake = Intake(
+        self.work_server = WorkServer(
             self.settings,
             context,
             self.ledger,
@@ -175,7 +175,7 @@ class Orchestrator:
             weights_addrs=lambda: ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"],
         )
         self.host = OrchestratorHost()
-        self.intake.serve(self.host, root / "spool")
+        self.work_server.serve(self.host, root / "spool")
 
     def session(self, account=NODE, peer: str | None = None) -> Session:
         identity = Identity(
@@ -244,13 +244,13 @@ def test_join_then_heartbeat_makes_the_node_active(orchestrator):
 
 def test_a_claim_from_another_peer_than_it_names_is_refused(orchestrator):
     with pytest.raises(wire.WireError, match=r"names peer .* not the sender"):
-        orchestrator.intake.join(PEERS[OTHER.address], claim(peer=PEERS[NODE.address]))
+        orchestrator.work_server.join(PEERS[OTHER.address], claim(peer=PEERS[NODE.address]))
     assert orchestrator.ledger.nodes.all() == []
 
 
 def test_a_claim_signed_by_another_key_is_refused(orchestrator):
     with pytest.raises(wire.WireError, match=f"not signed by {NODE.address}"):
-        orchestrator.intake.join(PEERS[NODE.address], claim(signer=STRANGER))
+        orchestrator.work_server.join(PEERS[NODE.address], claim(signer=STRANGER))
     assert orchestrator.ledger.nodes.all() == []
     assert orchestrator.chain.asked == []  # refused before asking the chain
 
@@ -259,12 +259,12 @@ def test_a_claim_signed_by_another_key_is_refused(orchestrator):
 def test_a_claim_issued_more_than_10_minutes_off_is_refused(orchestrator, minutes):
     late = claim(issued_at=int(time.time()) - minutes * 60)
     with pytest.raises(wire.WireError, match="more than 10 minutes off"):
-        orchestrator.intake.join(PEERS[NODE.address], late)
+        orchestrator.work_server.join(PEERS[NODE.address], late)
     assert orchestrator.ledger.nodes.all() == []
 
 
 def test_a_claim_issued_9_minutes_ago_is_accepted(orchestrator):
-    orchestrator.intake.join(PEERS[NODE.address], claim(issued_at=int(time.time()) - 540))
+    orchestrator.work_server.join(PEERS[NODE.address], claim(issued_at=int(time.time()) - 540))
     assert orchestrator.ledger.nodes.get(NODE.address).state == "joined"
 
 
@@ -471,7 +471,7 @@ def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, 
     # One digest, whoever computes it: the node, intake, and the contract's Submission.
     contract = Submission(bytes.fromhex(RUN[2:]), NODE.address, PUBLISHED, header.rollout_digest())
     assert receipt.submission == session.digest(header)
-    assert receipt.submission == orchestrator.intake._digest(header).hex()
+    assert receipt.submission == orchestrator.work_server._digest(header).hex()
     assert receipt.submission == contract.digest(POOL_DOMAIN).hex()
 
     row = orchestrator.ledger.submissions.get(receipt.submission)
@@ -514,7 +514,7 @@ def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
 
 def refused_header(orchestrator, header: SubmitHeader, match: str, peer=PEERS[NODE.address]):
     with pytest.raises(wire.WireError, match=match):
-        orchestrator.intake.check_submission(peer, header)
+        orchestrator.work_server.check_submission(peer, header)
     assert orchestrator.ledger.submissions.all() == []
 
 
@@ -678,7 +678,7 @@ def test_an_answered_order_cannot_be_answered_again(orchestrator, ordered, tmp_p
     orchestrator.published += 1
     again = session.sign(order, PUBLISHED + 1, path)  # the same records, signed as newer
     with pytest.raises(wire.WireError):
-        orchestrator.intake.check_submission(PEERS[NODE.address], again)
+        orchestrator.work_server.check_submission(PEERS[NODE.address], again)
     assert len(orchestrator.ledger.submissions.all()) == 1
 
 
@@ -718,7 +718,7 @@ def test_tokens_refill_with_time():
 
 
 def test_intake_refuses_a_flood_from_one_peer_before_reading_it(orchestrator):
-    orchestrator.intake.limiter = RateLimiter(rate=1e-6, burst=3)
+    orchestrator.work_server.limiter = RateLimiter(rate=1e-6, burst=3)
     peer = PEERS[NODE.address]
     for _ in range(3):
         with pytest.raises(wire.WireError):
@@ -754,7 +754,7 @@ def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
     assert theirs.seed != order.seed  # the new order's own seed, drawn as always
     assert orchestrator.ledger.orders.get(order_id).state == "reassigned"
     with pytest.raises(wire.WireError, match="already reassigned"):
-        orchestrator.intake.check_submission(
+        orchestrator.work_server.check_submission(
             PEERS[NODE.address], session.sign(order, PUBLISHED, path)
         )
     # Taken over once: left now are the two later orders, each for the other node.
@@ -767,10 +767,10 @@ def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
 def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator):
     order = orchestrator.active(NODE).work().order
     orchestrator.ledger.orders.expire(order.deadline + 1)
-    orchestrator.intake.tasks.pop(order.tasks[0].problem_id)  # a restart with another file
+    orchestrator.work_server.tasks.pop(order.tasks[0].problem_id)  # a restart with another file
     theirs = orchestrator.active(OTHER).work().order
     drawn = draw_order(
-        orchestrator.intake.task_list,
+        orchestrator.work_server.task_list,
         run=RUN,
         node=OTHER.address,
         step=PUBLISHED,

@@ -1,0 +1,381 @@
+"""The protocol end to end on a real anvil: the whole story, then each rejection.
+
+Every revert is checked by its decoded sentence, as a user would read it.
+"""
+
+import re
+
+import pytest
+from eth_utils import keccak
+
+from swarmrl.chain import anvil as anvil_mod
+from swarmrl.chain import eip712
+from swarmrl.chain.deploy import TOKEN
+from swarmrl.chain.errors import RevertedError
+from swarmrl.chain.tx import TxSender
+from swarmrl.times import date_time
+
+from .conftest import (
+    ADMIN,
+    NODE_A,
+    NODE_B,
+    OUTSIDER,
+    PROVIDER_A,
+    PROVIDER_B,
+    RECORDER,
+    TREASURY,
+    VALIDATOR,
+)
+
+
+def _provider_with_node(contracts, provider, node, stake):
+    """Provider registers, node consents, provider adds it, stakes, and joins it to the pool."""
+    p = contracts.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.stake(stake)
+    p.join_pool(node.address)
+    return p
+
+
+def _signed_epoch(contracts, node, steps):
+    """The node signs one submission per step; the orchestrator commits to them."""
+    subs = [contracts.submission(node.address, s, keccak(text=f"rollout-{s}")) for s in steps]
+    sigs = [contracts.sign_submission(node, s) for s in subs]
+    tree = eip712.MerkleTree.from_digests([s.digest(contracts.pool_domain()) for s in subs])
+    return subs, sigs, tree
+
+
+def test_the_whole_story(contracts, accounts, w3, deployment):
+    params = deployment.params
+    provider_a, node_a = accounts[PROVIDER_A], accounts[NODE_A]
+    provider_b, node_b = accounts[PROVIDER_B], accounts[NODE_B]
+    _provider_with_node(contracts, provider_a, node_a, 100 * TOKEN)
+    b = _provider_with_node(contracts, provider_b, node_b, 150 * TOKEN)
+    assert contracts.provider_of(node_a.address) == provider_a.address
+    assert contracts.nodes_of(provider_b.address) == [node_b.address]
+    assert contracts.stake_of(provider_b.address) == 150 * TOKEN
+    assert contracts.is_joined(node_a.address)
+    assert contracts.is_joined(node_b.address)
+
+    recorder = contracts.as_account(accounts[RECORDER])
+    validator = contracts.as_account(accounts[VALIDATOR])
+    subs_a, sigs_a, tree_a = _signed_epoch(contracts, node_a, [10, 11, 12])
+    recorder.submit_work(1, node_a.address, 3, tree_a.root)
+    recorder.submit_work(2, node_a.address, 3, tree_a.root)
+    _, _, tree_b = _signed_epoch(contracts, node_b, [10, 11])
+    recorder.submit_work(1, node_b.address, 2, tree_b.root)
+    record = contracts.work_of(1, node_b.address)
+    assert (record.units, record.commitment, record.reward, record.penalty) == (
+        2,
+        tree_b.root,
+        2 * params.reward_per_unit,
+        params.slash_penalty,
+    )
+    assert record.provider == provider_b.address
+    assert record.unlocks_at == record.recorded_at + params.invalidation_window
+    assert contracts.locked_of(provider_b.address) == params.slash_penalty
+    assert not record.invalidated
+    assert not record.claimed
+
+    # A validator drops node A's epoch 2 within the window.
+    validator.invalidate(2, node_a.address)
+    assert contracts.work_of(2, node_a.address).invalidated
+
+    # ... and slashes node A for epoch 1 with its own signed submission as evidence.
+    treasury_before = contracts.token_balance(accounts[TREASURY].address)
+    validator_before = contracts.token_balance(accounts[VALIDATOR].address)
+    validator.slash(1, subs_a[1], sigs_a[1], tree_a.proof(1))
+    assert contracts.token_balance(accounts[TREASURY].address) == (
+        treasury_before + params.slash_penalty
+    )
+    assert contracts.token_balance(accounts[VALIDATOR].address) == validator_before
+    assert contracts.stake_of(provider_a.address) == 100 * TOKEN - params.slash_penalty
+    assert contracts.work_of(1, node_a.address).invalidated
+    assert not contracts.is_joined(node_a.address)
+
+    # Provider B claims only once the invalidation window has passed.
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: WindowOpen\(epoch=1, node="):
+        b.claim(node_b.address, [1])
+    anvil_mod.increase_time(w3, params.invalidation_window + 1)
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: WindowClosed\(epoch=1, "):
+        validator.invalidate(1, node_b.address)
+    balance = contracts.token_balance(provider_b.address)
+    assert b.claim(node_b.address, [1]) == 2 * params.reward_per_unit
+    assert contracts.token_balance(provider_b.address) == balance + 2 * params.reward_per_unit
+    assert contracts.work_of(1, node_b.address).claimed
+    with pytest.raises(RevertedError, match=r"AlreadyClaimed\(epoch=1, "):
+        b.claim(node_b.address, [1])
+
+    # Unbonding: the stake backing a node stays; the rest waits out the period.
+    with pytest.raises(
+        RevertedError,
+        match=r"^StakeManager reverted: "
+        r"StakeBacksNodes\(remaining=0, required=100000000000000000000\)$",
+    ):
+        b.request_unbond(150 * TOKEN)
+    b.request_unbond(50 * TOKEN)
+    assert contracts.unbonding_of(provider_b.address).total == 50 * TOKEN
+    with pytest.raises(RevertedError, match=r"^StakeManager reverted: NothingToWithdraw\(\)$"):
+        b.withdraw()
+    anvil_mod.increase_time(w3, params.unbonding_period + 1)
+    assert contracts.unbonding_of(provider_b.address).withdrawable == 50 * TOKEN
+    balance = contracts.token_balance(provider_b.address)
+    assert b.withdraw() == 50 * TOKEN
+    assert contracts.token_balance(provider_b.address) == balance + 50 * TOKEN
+
+    history = contracts.history(provider_b.address)
+    names = [e.name for e in history if e.contract != "StakeToken"]
+    for expected in ("ProviderRegistered", "NodeAdded", "Staked", "NodeJoined", "RewardClaimed"):
+        assert expected in names
+    assert names[-2:] == ["UnbondRequested", "Withdrawn"]
+    assert history[-1].name == "Transfer"  # the withdrawal's token transfer, last
+    assert "NodeSlashed" in [e.name for e in contracts.history(node_a.address)]
+
+
+def test_contract_digests_match_ours(contracts, accounts):
+    node = accounts[NODE_A]
+    consent = eip712.NodeConsent(accounts[PROVIDER_A].address, node.address, 0, 2_000_000_000)
+    assert contracts.consent_digest(consent) == consent.digest(contracts.registry_domain())
+    sub = contracts.submission(node.address, 2**63, keccak(text="x"))
+    assert contracts.submission_digest(sub) == sub.digest(contracts.pool_domain())
+
+
+def test_a_replayed_consent_is_rejected(contracts, accounts):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = contracts.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    p.add_node(node.address, consent.deadline, signature)
+    p.remove_node(node.address)
+    with pytest.raises(
+        RevertedError, match=rf"^ProviderRegistry reverted: BadConsent\(node={node.address}\)$"
+    ):
+        p.add_node(node.address, consent.deadline, signature)
+
+
+def test_a_consent_for_another_chain_is_rejected(contracts, accounts):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = contracts.as_account(provider)
+    p.register_provider()
+    consent = eip712.NodeConsent(provider.address, node.address, 0, contracts.chain_time() + 60)
+    other_chain = eip712.registry_domain(84532, contracts.registry.address)
+    signature = eip712.sign_consent(node, consent, other_chain)
+    with pytest.raises(RevertedError, match=r"BadConsent\(node="):
+        p.add_node(node.address, consent.deadline, signature)
+
+
+def test_a_consent_signed_by_someone_else_or_expired_is_rejected(contracts, accounts, w3):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = contracts.as_account(provider)
+    p.register_provider()
+    consent = eip712.NodeConsent(provider.address, node.address, 0, contracts.chain_time() + 60)
+    forged = eip712.sign_digest(accounts[OUTSIDER], consent.digest(contracts.registry_domain()))
+    with pytest.raises(RevertedError, match=r"BadConsent"):
+        p.add_node(node.address, consent.deadline, forged)
+    signature = eip712.sign_consent(node, consent, contracts.registry_domain())
+    anvil_mod.increase_time(w3, 120)
+    when = re.escape(date_time(consent.deadline))
+    with pytest.raises(RevertedError, match=rf"ConsentExpired\(deadline={when} \([^)]+ ago\)\)"):
+        p.add_node(node.address, consent.deadline, signature)
+
+
+def test_slashing_with_bad_evidence_is_rejected(contracts, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+    subs, sigs, tree = _signed_epoch(contracts, node, [1, 2])
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 2, tree.root)
+    validator = contracts.as_account(accounts[VALIDATOR])
+
+    by_other_key = eip712.sign_digest(accounts[OUTSIDER], subs[0].digest(contracts.pool_domain()))
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: BadSignature\(\)$"):
+        validator.slash(1, subs[0], by_other_key, tree.proof(0))
+    stray = contracts.submission(node.address, 9, keccak(text="never committed"))
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: NotInCommitment\(\)$"):
+        validator.slash(1, stray, contracts.sign_submission(node, stray), tree.proof(0))
+    other_run = eip712.Submission(keccak(text="other"), node.address, 1, subs[0].rollout_digest)
+    with pytest.raises(RevertedError, match=r"WrongRun\("):
+        validator.slash(1, other_run, sigs[0], tree.proof(0))
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
+
+
+def test_an_epoch_is_slashed_once_whatever_the_evidence(contracts, accounts, deployment):
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 300 * TOKEN)
+    subs, sigs, tree = _signed_epoch(contracts, node, [1, 2, 3])
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, tree.root)
+    validator = contracts.as_account(accounts[VALIDATOR])
+    validator.slash(1, subs[0], sigs[0], tree.proof(0))
+    # The other submissions are as valid evidence, but the epoch had its penalty.
+    for i in (1, 2):
+        with pytest.raises(
+            RevertedError, match=r"^ComputePool reverted: AlreadySlashed\(epoch=1, node=0x"
+        ):
+            validator.slash(1, subs[i], sigs[i], tree.proof(i))
+    penalty = deployment.params.slash_penalty
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 300 * TOKEN - penalty
+
+
+def test_roles_are_enforced(contracts, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+    outsider = contracts.as_account(accounts[OUTSIDER])
+    with pytest.raises(
+        RevertedError,
+        match=rf"^ComputePool reverted: AccessControlUnauthorizedAccount\(account="
+        rf"{accounts[OUTSIDER].address}, neededRole=0x",
+    ):
+        outsider.submit_work(1, node.address, 1, bytes(32))
+    with pytest.raises(RevertedError, match=r"NotNodeProvider\("):
+        outsider.join_pool(node.address)
+
+
+def test_stake_with_permit_and_insufficient_unbond(contracts, accounts):
+    provider = contracts.as_account(accounts[PROVIDER_A])
+    provider.register_provider()
+    provider.stake(30 * TOKEN, permit=True)
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 30 * TOKEN
+    with pytest.raises(
+        RevertedError,
+        match=r"^StakeManager reverted: InsufficientStake\(available=30000000000000000000, "
+        r"requested=40000000000000000000\)$",
+    ):
+        provider.request_unbond(40 * TOKEN)
+
+
+def test_nonce_resync_after_another_sender_used_the_key(contracts, accounts):
+    provider = accounts[PROVIDER_A]
+    first = contracts.as_account(provider)
+    second = TxSender(contracts.w3, provider, contracts.decoder)
+    first.approve(contracts.pool.address, 1)  # caches first's nonce
+    second.transact(contracts.token.functions.approve(contracts.pool.address, 2), "StakeToken")
+    first.approve(contracts.pool.address, 3)  # stale nonce: the node says so, first resyncs
+    assert contracts.allowance(provider.address, contracts.pool.address) == 3
+
+
+def test_a_quorum_of_validators_invalidates(contracts, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+    admin = contracts.as_account(accounts[ADMIN])
+    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    assert contracts.has_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    admin.set_quorum(2)
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 4, bytes(32))
+    reserved = contracts.reserved_rewards()
+
+    first = contracts.as_account(accounts[VALIDATOR])
+    first.invalidate(1, node.address)
+    assert not contracts.work_of(1, node.address).invalidated
+    with pytest.raises(
+        RevertedError, match=rf"AlreadyVoted\(validator={accounts[VALIDATOR].address}\)"
+    ):
+        first.invalidate(1, node.address)
+    contracts.as_account(accounts[OUTSIDER]).invalidate(1, node.address)
+    assert contracts.work_of(1, node.address).invalidated
+    assert contracts.reserved_rewards() == reserved - contracts.work_of(1, node.address).reward
+
+
+def test_the_pool_accepts_our_proof_for_every_leaf(contracts, accounts):
+    """On-chain MerkleProof agrees with our tree at every position, odd leaves included."""
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+    admin = contracts.as_account(accounts[ADMIN])
+    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    admin.set_quorum(2)  # one vote checks evidence, slashes nothing
+    subs, sigs, tree = _signed_epoch(contracts, node, range(5))
+    contracts.as_account(accounts[RECORDER]).submit_work(3, node.address, 5, tree.root)
+    validator = contracts.as_account(accounts[VALIDATOR])
+    for i in range(5):
+        receipt = validator.slash(3, subs[i], sigs[i], tree.proof(i))
+        (vote,) = contracts.pool.events.SlashVoted().process_receipt(receipt)
+        assert vote["args"]["digest"] == subs[i].digest(contracts.pool_domain())
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
+    assert [e.name for e in contracts.history(node.address, chunk=2)].count("SlashVoted") == 5
+
+
+def test_funding_leaving_and_work_for_a_node_not_in_the_pool(contracts, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+    available = contracts.available_rewards()
+    contracts.as_account(accounts[OUTSIDER]).fund(25 * TOKEN)  # anyone may fund
+    assert contracts.available_rewards() == available + 25 * TOKEN
+
+    contracts.as_account(node).leave_pool(node.address)  # a node may leave on its own
+    assert not contracts.is_joined(node.address)
+    with pytest.raises(
+        RevertedError, match=rf"^ComputePool reverted: NotJoined\(node={node.address}\)$"
+    ):
+        contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: ZeroAmount\(\)$"):
+        contracts.as_account(accounts[OUTSIDER]).fund(0)
+
+
+def test_the_stake_behind_recorded_work_stays_until_its_window_ends(contracts, accounts, w3):
+    """The attack: remove the node and unbond everything while the work is slashable."""
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = _provider_with_node(contracts, provider, node, 100 * TOKEN)
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
+    p.remove_node(node.address)
+    with pytest.raises(
+        RevertedError,
+        match=r"^StakeManager reverted: "
+        r"StakeBacksWork\(remaining=0, locked=50000000000000000000\)$",
+    ):
+        p.request_unbond(100 * TOKEN)
+    p.request_unbond(50 * TOKEN)  # what no work needs may go
+    anvil_mod.increase_time(w3, contracts.deployment.params.invalidation_window)
+    assert contracts.locked_of(provider.address) == 0
+    p.request_unbond(50 * TOKEN)
+    assert contracts.stake_of(provider.address) == 0
+
+
+def test_one_signed_submission_is_evidence_for_one_penalty(contracts, accounts):
+    """The attack: a recorder commits the same signed leaf in two epochs."""
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 200 * TOKEN)
+    subs, sigs, tree = _signed_epoch(contracts, node, [1])
+    recorder = contracts.as_account(accounts[RECORDER])
+    recorder.submit_work(1, node.address, 1, tree.root)
+    recorder.submit_work(2, node.address, 1, tree.root)
+    validator = contracts.as_account(accounts[VALIDATOR])
+    validator.slash(1, subs[0], sigs[0], tree.proof(0))
+    digest = "0x" + subs[0].digest(contracts.pool_domain()).hex()
+    with pytest.raises(
+        RevertedError, match=rf"^ComputePool reverted: EvidenceUsed\(digest={digest}\)$"
+    ):
+        validator.slash(2, subs[0], sigs[0], tree.proof(0))
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 150 * TOKEN
+
+
+def test_a_revoked_validators_vote_stops_counting(contracts, accounts):
+    node = accounts[NODE_A]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+    admin = contracts.as_account(accounts[ADMIN])
+    for extra in (OUTSIDER, TREASURY):
+        admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[extra].address)
+    admin.set_quorum(2)
+    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
+    contracts.as_account(accounts[VALIDATOR]).invalidate(1, node.address)
+    admin.revoke_role("ComputePool", "VALIDATOR_ROLE", accounts[VALIDATOR].address)
+    contracts.as_account(accounts[OUTSIDER]).invalidate(1, node.address)
+    assert not contracts.work_of(1, node.address).invalidated  # one current vote
+    contracts.as_account(accounts[TREASURY]).invalidate(1, node.address)
+    assert contracts.work_of(1, node.address).invalidated
+
+
+def test_the_admin_cannot_set_a_quorum_above_the_validators(contracts, accounts):
+    with pytest.raises(
+        RevertedError, match=r"^ComputePool reverted: BadQuorum\(quorum=2, validators=1\)$"
+    ):
+        contracts.as_account(accounts[ADMIN]).set_quorum(2)
+
+
+def test_a_node_revokes_a_consent_it_has_not_used(contracts, accounts):
+    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+    p = contracts.as_account(provider)
+    p.register_provider()
+    consent, signature = p.node_consent(node, provider.address)
+    contracts.as_account(node).revoke_consent()
+    with pytest.raises(RevertedError, match=rf"BadConsent\(node={node.address}\)"):
+        p.add_node(node.address, consent.deadline, signature)
