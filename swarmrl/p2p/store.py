@@ -256,8 +256,10 @@ class WeightStore:
             except BundleError:
                 self.drop(version)
                 raise
+        # Older versions go before this one counts as complete: whoever waits for it
+        # then finds the store as it will stay, never `keep` + 1 versions.
+        self.prune(arriving=version)
         version.complete = True
-        self.prune()
         return final
 
     # ---- state on disk -----------------------------------------------------------
@@ -326,17 +328,26 @@ class WeightStore:
         if incoming > free:
             raise StoreError(f"a {incoming}-byte checkpoint does not fit in {free} free bytes")
 
-    def prune(self) -> None:
+    def prune(self, arriving: Version | None = None) -> None:
         """Drops complete versions past `keep` (oldest first), then any over budget;
-        never the newest complete one."""
-        self._evict(lambda: sum(v.complete for v in self.versions()) > self.keep)
+        never the newest complete one. `arriving` counts as complete already."""
+        self._evict(
+            lambda: sum(v.complete or v is arriving for v in self.versions()) > self.keep,
+            arriving=arriving,
+        )
         if self.max_bytes is not None:
             budget = self.max_bytes
-            self._evict(lambda: self._bytes_used() > budget)
+            self._evict(lambda: self._bytes_used() > budget, arriving=arriving)
 
-    def _evict(self, over: Callable[[], bool], *, spare_newest: bool = True) -> None:
+    def _evict(
+        self,
+        over: Callable[[], bool],
+        *,
+        spare_newest: bool = True,
+        arriving: Version | None = None,
+    ) -> None:
         while over():
-            complete = [v for v in self.versions() if v.complete]
+            complete = [v for v in self.versions() if v.complete or v is arriving]
             if spare_newest:
                 complete = complete[:-1]
             if not complete:
