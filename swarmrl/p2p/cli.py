@@ -10,6 +10,7 @@ needs (the origin's multiaddr, the pulled checkpoint's path).
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -49,6 +50,8 @@ LISTEN_EXAMPLE = "/ip4/127.0.0.1/tcp/0"
 PEER_EXAMPLE = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooW..."
 # In the store's folder; held while a command uses it, so two cannot write it at once.
 STORE_LOCK_FILE = ".lock"
+# A puller without a key makes a throwaway libp2p identity in its store.
+PEER_KEY_FILE = ".peer-key"
 
 
 def _logging() -> None:
@@ -99,13 +102,21 @@ class _ProgressLine:
 @contextmanager
 def _store_folder(folder: Path, flag: str, command: str) -> Iterator[None]:
     """Creates `folder` and holds its lock for the block; a file in its place, or another
-    command already using it, is one sentence at once (not a wait for the timeout)."""
+    command already using it, is one sentence at once (not a wait for the timeout). A
+    folder this call made is removed again if the block fails before anything worth
+    keeping (a shard to resume from) is in it."""
     from swarmrl.locks import exclusive_use
 
     _check_folder(folder, flag)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    with exclusive_use(folder / STORE_LOCK_FILE, folder, command):
-        yield
+    try:
+        with exclusive_use(folder / STORE_LOCK_FILE, folder, command):
+            yield
+    except BaseException:
+        if made and {p.name for p in folder.iterdir()} <= {PEER_KEY_FILE, STORE_LOCK_FILE}:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _check_multiaddrs(listen: str, bootstrap: list[str]) -> None:
@@ -304,7 +315,7 @@ def pull(
         if key is not None:
             account, identity = _unlock(key, keystore_dir, password_file)
         else:  # an anonymous peer, but the same one across restarts of this store
-            account, identity = None, out / ".peer-key"
+            account, identity = None, out / PEER_KEY_FILE
     with _os_errors_in_words(), _store_folder(out, "--out", "swarmrl weights pull"):
         peer_key = load_or_create_peer_key(identity)
         stop = _until_signalled()
