@@ -1,5 +1,10 @@
 """`swarmrl demo` end to end, as `make demo` runs it: the whole loop in a short
-configuration, Ctrl-C in the middle of it, and the single scenes."""
+configuration, Ctrl-C in the middle of it, and the single scenes.
+
+The demo is also where the swarm's learning is measured end to end (the swarm's own
+e2e test, tests/e2e/test_swarm_at_work.py, crashes and recovers it instead). Both runs
+start from one caller's folder with the default relative --out, as a newcomer does; the
+second finds the initial policy's evaluation the first cached there."""
 
 import json
 import os
@@ -19,19 +24,27 @@ def _env(default_model: Path) -> dict[str, str]:
     return {**os.environ, "SWARMRL_MODELS_DIR": str(default_model.parent)}
 
 
+@pytest.fixture(scope="module")
+def caller(tmp_path_factory) -> Path:
+    """The folder a newcomer runs `make demo` from (the clone's root)."""
+    return tmp_path_factory.mktemp("caller")
+
+
 @pytest.mark.slow
-def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, tmp_path):
-    out = tmp_path / "demo"
+def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, caller):
     run = subprocess.run(
-        # The swarm e2e's bar (twice the evaluation's standard error), checked every 10
-        # steps up to its 40: a demo run here rose 0.030 by step 10.
-        [SWARMRL, "demo", "--out", out, "--max-steps", "40", "--rise", "0.025"],
+        # Twice the evaluation's standard error, checked every 10 steps up to 40: a demo
+        # run here rose 0.030 by step 10.
+        [SWARMRL, "demo", "--max-steps", "40", "--rise", "0.025"],
         capture_output=True,
         text=True,
         timeout=1500,
+        cwd=caller,
         env=_env(default_model),
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = caller / "demo"  # the default --out, beside the caller
+    assert sorted(p.name for p in caller.iterdir()) == ["demo"]
     report = json.loads((out / "report.json").read_text())
     assert report["rose"], report["held_out"]
     assert report["held_out_after"] >= report["held_out_before"] + report["rise"]
@@ -80,14 +93,12 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_the_demo_started_as_make_demo_starts_it_runs_its_swarm_and_ctrl_c_stops_it(
-    default_model, tmp_path
+    default_model, caller, tmp_path
 ):
     """`make demo`'s command as it is (`swarmrl demo`, its output in the relative folder
     `demo`), from the caller's own folder: on a fresh clone it ended before the
     orchestrator's address, whose config named demo/run/demo/run/train.jsonl (every test
     gave an absolute --out). Then Ctrl-C stops every process it started."""
-    caller = tmp_path / "caller"
-    caller.mkdir()
     log = tmp_path / "demo.out"
     with log.open("w") as f:
         demo = subprocess.Popen(

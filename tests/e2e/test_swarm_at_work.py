@@ -1,11 +1,15 @@
-"""The swarm trains: anvil, the orchestrator and three nodes as real processes on
+"""The swarm at work: anvil, the orchestrator and three nodes as real processes on
 loopback, plus a node that generates with another model.
 
-After the run: held-out reward rose; every receipt a node holds is in the ledger
-exactly once; work on chain equals the ledger per node and epoch; the cheater is
-rejected and slashed with its own signed submission, no honest node is; the
-orchestrator killed with SIGKILL and restarted lost nothing it acknowledged; a
-node killed and restarted resent its journal and was not counted twice.
+After the run: every receipt a node holds is in the ledger exactly once; work on chain
+equals the ledger per node and epoch; the cheater is rejected and slashed with its own
+signed submission, no honest node is; the orchestrator killed with SIGKILL and restarted
+lost nothing it acknowledged; a node killed and restarted resent its journal and was not
+counted twice; a node behind NAT (listening nowhere) still pulls weights and works.
+
+That the held-out reward rises is the demo's end-to-end test (tests/e2e/test_demo.py):
+the same swarm, recipe and cast, measured by the demo's own rule; this run only needs
+steps enough to crash and recover in the middle of.
 """
 
 from __future__ import annotations
@@ -31,17 +35,11 @@ from orchestrator.local_swarm import (
 )
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl import keystore
-from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
 
-# Async training on three nodes varies from run to run far more than the evaluation
-# does: after 30 steps the held-out reward rose by 0.03 on one run and 0.09 on another
-# (0.057 before). 40 steps, and a rise of 0.025: over twice the evaluation's own
-# standard error (about 0.01 for 96 tasks x 8 samples at this reward), which a policy
-# that did not learn seldom reaches, while one that learns clears it with room at some
-# checkpoint (below: the one `swarmrl demo` applies).
-STEPS = 40
-LEARNING_RISE = 0.025
+# Enough steps for both crashes to land mid-run (a third of the way) and for every
+# honest node, the one behind NAT included, to have work accepted after them.
+STEPS = 12
 OUTBOUND_ONLY = "node6"
 
 
@@ -61,27 +59,12 @@ def _receipts(node_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_swarm_trains_verifies_and_slashes(
-    default_model, default_model_held_out, held_out, tmp_path
-):
+def test_the_swarm_survives_crashes_verifies_and_slashes(default_model, tmp_path):
     swarm = make_swarm(tmp_path)
     try:
         _run(swarm, default_model, tmp_path)
     finally:
         swarm.stop_all()
-    # The demo's rule: the checkpoint of every tenth step from the middle on is measured,
-    # and the first to clear the bar shows learning (a clean-clone CI run measured
-    # +0.043, +0.055 and +0.020 at steps 20, 30 and 40: held-out reward wanders as it climbs).
-    run_dir = tmp_path / "orchestrator" / "run"
-    measured = {}
-    for step in range(STEPS // 2, STEPS + 1, 10):
-        measured[step] = held_out_reward(ckpt.step_dir(run_dir, step), held_out)
-        if measured[step] >= default_model_held_out + LEARNING_RISE:
-            break
-    assert max(measured.values()) >= default_model_held_out + LEARNING_RISE, (
-        default_model_held_out,
-        measured,
-    )
 
 
 def _run(swarm, default_model, tmp_path):
