@@ -31,18 +31,39 @@ def init(
         help="Also write a commented node.toml here, with the key, keystore, password file "
         "and deployment given.",
     ),
+    data_dir: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        help="The node's data folder, written into --config-out (a second node on one "
+        "machine needs its own).",
+    ),
+    metrics_port: int | None = typer.Option(
+        None,
+        "--metrics-port",
+        min=1,
+        max=65535,
+        help="Its Prometheus port on 127.0.0.1, written into --config-out (a second node "
+        "on one machine needs its own; the default is 9465).",
+    ),
 ) -> None:
     """Create the node's key and identity, and with the provider's key register it and
     join the run's pool; running it again only checks."""
-    from client.node.settings import NodeSettings
+    from client.node.settings import ROLE, NodeSettings
     from client.node.setup import init_node, passwords_from
     from swarmrl import keystore
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.files import check_output_path
+    from swarmrl.files import check_data_dir, check_output_path
     from swarmrl.settings_toml import write_settings
 
+    if out is None and (data_dir is not None or metrics_port is not None):
+        raise typer.BadParameter(
+            "they are written into the node's config file; give --config-out too",
+            param_hint="'--data-dir' / '--metrics-port'",
+        )
     if out is not None:
         check_output_path(out)
+    if data_dir is not None:
+        check_data_dir(data_dir, ROLE)
     done = init_node(
         keystore_dir or keystore.default_dir(),
         key,
@@ -59,6 +80,8 @@ def init(
             "keystore_dir": keystore_dir,
             "password_file": password_file,
             "deployment": deployment,
+            "data_dir": data_dir,
+            "metrics_port": metrics_port,
         }
         write_settings(out, given, template_of=NodeSettings)
         typer.echo(f"wrote {out}; set orchestrator in it, then: swarmrl node run --config {out}")

@@ -57,7 +57,8 @@ def test_node_init_writes_the_key_and_files_it_was_given(
     done = swarmrl(
         caller, "node", "init", "--provider", "provider", "--key", "node2",
         "--keystore-dir", "keys", "--password-file", "password", "--deployment",
-        "deployment.json", "--config-out", "conf/node2.toml",
+        "deployment.json", "--config-out", "conf/node2.toml", "--data-dir", "node2-data",
+        "--metrics-port", "9466",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
 
@@ -67,6 +68,9 @@ def test_node_init_writes_the_key_and_files_it_was_given(
     assert settings.keystore_dir == caller / "keys"
     assert settings.password_file == caller / "password"
     assert settings.deployment == caller / "deployment.json"
+    # A second node on the machine: its own data folder and metrics port.
+    assert settings.data_dir == caller / "node2-data"
+    assert settings.metrics_port == 9466
 
     # The doctor checks the node that was set up: node2, not the default "node".
     doctor = swarmrl(caller, "node", "doctor", "--config", "conf/node2.toml")
@@ -78,6 +82,13 @@ def test_node_init_writes_the_key_and_files_it_was_given(
     assert f"key 'node2' unlocks: node {node2}" in keystore_line
     joined = next(line for line in doctor.stdout.splitlines() if line.split()[1:2] == ["joined"])
     assert joined.startswith("ok"), doctor.stdout
+
+
+def test_node_init_refuses_node_settings_without_a_config_to_write_them_to(caller):
+    done = swarmrl(caller, "node", "init", "--provider", "p", "--data-dir", "node2-data")
+    assert done.returncode == 2
+    assert "give --config-out too" in done.stderr
+    assert sorted(caller.iterdir()) == []
 
 
 def test_orchestrator_init_writes_the_files_it_was_given(caller, deployment, monkeypatch):
