@@ -69,7 +69,7 @@ class Swarm:
     deployment_file: Path
     keystore_dir: Path
     password_file: Path
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Every process group started, kept after the process is gone: `still_running` looks
     # for anything left in them (an orchestrator's trainer, say) once all were stopped.
     groups: dict[int, str] = field(default_factory=dict)
@@ -81,7 +81,9 @@ class Swarm:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, name: str, args: list[object], log: Path, *, nice: int = 0) -> subprocess.Popen:
+    def start(
+        self, name: str, args: list[object], log: Path, *, nice: int = 0
+    ) -> subprocess.Popen[bytes]:
         """Starts `args` in a process group of its own, output to `log`; `nice` above 0
         lowers its CPU priority (the demo's measurements run before the swarm's work)."""
         handle = log.open("a")
@@ -125,7 +127,7 @@ class Swarm:
         self.anvil.stop()
         return killed
 
-    def _stop(self, processes: dict[str, subprocess.Popen], sig: int) -> list[str]:
+    def _stop(self, processes: dict[str, subprocess.Popen[bytes]], sig: int) -> list[str]:
         """Signals the process groups led by `processes` (a leader that has ended may
         have left children in its group) and waits for every process in them, reaping
         the leaders; at STOP_SECONDS the rest are killed. The names of those killed."""

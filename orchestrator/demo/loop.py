@@ -225,7 +225,7 @@ class Evaluations:
         self.tasks = tasks
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.running: tuple[int, subprocess.Popen] | None = None
+        self.running: tuple[int, subprocess.Popen[bytes]] | None = None
 
     def start(self, step: int, model: Path) -> None:
         c = self.config
