@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from swarmrl import keystore
 from swarmrl.chain.anvil import Anvil, dev_accounts
@@ -59,6 +60,8 @@ LEARNING_RECIPE: dict[str, object] = {
     "heartbeat_seconds": 2,
     "max_backlog": 3,
 }
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -280,7 +283,9 @@ def node_toml(
     return write_settings(path, {**values, **settings})
 
 
-def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Swarm) -> object:
+def wait_for(condition: Callable[[], T | None], what: str, limit: float, swarm: Swarm) -> T:
+    """The first true value `condition` returns, asked every half second; RuntimeError
+    if a process of `swarm` exits first, AssertionError after `limit` seconds."""
     deadline = time.monotonic() + limit
     while True:
         value = condition()
@@ -297,7 +302,8 @@ def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Sw
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def orchestrator_addr(log: Path) -> str | None:
