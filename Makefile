@@ -79,9 +79,13 @@ contracts-test: $(NODE_STAMP)
 	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs --check
 	cd contracts && node_modules/.bin/forge test
 
-lint: $(DEPS_STAMP)
+# mypy reads its settings from pyproject.toml; stubtest checks swarmrl/_native.pyi
+# against the built extension, hence $(NATIVE).
+lint: $(DEPS_STAMP) $(NATIVE)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m mypy.stubtest swarmrl._native
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
@@ -123,7 +127,7 @@ lock: | $(BIN)/python
 		--extra dev pyproject.toml -o requirements.lock
 
 clean:
-	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .hypothesis contracts/node_modules contracts/build
+	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .mypy_cache .hypothesis contracts/node_modules contracts/build
 
 # The README's configuration reference, regenerated from the settings models
 # (tests/unit/test_readme.py fails when it is stale).

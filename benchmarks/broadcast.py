@@ -32,10 +32,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.shards import write_random_file
+
+if TYPE_CHECKING:
+    from benchmarks.shardcast_ref import RefResult
+    from swarmrl.p2p.swarm import SwarmNode
 
 MIB = 1024 * 1024
 SHARD_MIB = 16
@@ -55,6 +61,11 @@ def _say(**fields: object) -> None:
 
 
 # ---- the processes -------------------------------------------------------------------
+
+
+def _served(node: SwarmNode) -> int:
+    """Bytes `node` served to its peers (none if it listens nowhere)."""
+    return node.server.bytes_served if node.server is not None else 0
 
 
 def _peer_main(args: argparse.Namespace) -> None:
@@ -89,13 +100,13 @@ def _peer_main(args: argparse.Namespace) -> None:
         announced, cpu = time.monotonic(), _cpu()
         _say(announced=announced, prepare=announced - start)
         sys.stdin.readline()  # "done": every node has it
-        _say(cpu=_cpu() - cpu, served=node.server.bytes_served, shards=version.manifest.shard_count)
+        _say(cpu=_cpu() - cpu, served=_served(node), shards=version.manifest.shard_count)
     else:
         cpu = _cpu()
         node.wait_for(1, timeout=TIMEOUT)
         _say(done=time.monotonic(), cpu=_cpu() - cpu)
         sys.stdin.readline()  # keep serving the others until the driver says stop
-        _say(served=node.server.bytes_served)
+        _say(served=_served(node))
     node.close()
 
 
@@ -123,16 +134,21 @@ class _Proc:
             text=True,
             start_new_session=True,
         )
+        assert self.p.stdin is not None  # PIPE
+        assert self.p.stdout is not None  # PIPE
+        self.stdin, self.stdout = self.p.stdin, self.p.stdout
 
-    def read(self) -> dict:
-        line = self.p.stdout.readline()  # type: ignore[union-attr]
+    def read(self) -> dict[str, Any]:
+        """The process's next line: a JSON object of what it measured."""
+        line = self.stdout.readline()
         if not line:
             raise RuntimeError(f"a benchmark process exited with {self.p.wait()}")
-        return json.loads(line)
+        fields: dict[str, Any] = json.loads(line)
+        return fields
 
     def tell(self, word: str) -> None:
-        self.p.stdin.write(word + "\n")  # type: ignore[union-attr]
-        self.p.stdin.flush()  # type: ignore[union-attr]
+        self.stdin.write(word + "\n")
+        self.stdin.flush()
 
     def kill(self) -> None:
         if self.p.poll() is None:
@@ -260,7 +276,8 @@ def machine_floor(checkpoint: Path, nodes: int, workdir: Path) -> float:
         for p in procs:
             p.tell("go")
         times = [p.read() for p in procs]
-        return max(t["end"] for t in times) - min(t["start"] for t in times)
+        seconds: float = max(t["end"] for t in times) - min(t["start"] for t in times)
+        return seconds
     finally:
         for p in procs:
             p.kill()
@@ -278,7 +295,7 @@ def loopback_ceiling(checkpoint: Path) -> float:
             sent = 0
             while sent < size:
                 sent += os.sendfile(s.fileno(), f.fileno(), sent, size - sent)
-        end = receiver.read()["at"]
+        end: float = receiver.read()["at"]
         return size / (end - start) / 1e9
     finally:
         receiver.kill()
@@ -288,8 +305,8 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def _median(results: list, field: str) -> float:
-    return statistics.median(getattr(r, field) for r in results)
+def _median(results: Sequence[Result | RefResult], field: str) -> float:
+    return statistics.median(float(getattr(r, field)) for r in results)
 
 
 def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -> None:
@@ -306,7 +323,7 @@ def main(runs: int = 3, size_mib: int = 1024, nodes: tuple[int, ...] = (1, 8)) -
         base = None
         for n in nodes:
             ours: list[Result] = []
-            ref: list = []
+            ref: list[RefResult] = []
             for _ in range(runs):  # interleaved, so drift in the machine hits both alike
                 ours.append(run_swarmrl(checkpoint, n, Path(tmp)))
                 ref.append(run_shardcast(checkpoint, n, Path(tmp)))

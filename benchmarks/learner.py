@@ -35,6 +35,7 @@ from swarmrl.models.backend import SamplingParams
 from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.tasks import write_tasks
+from swarmrl.tasks.format import Task
 
 TRAIN_SEED, HELD_OUT_SEED = 1, 12345
 
@@ -66,7 +67,7 @@ def run_ours(
     return snapshots, waited / max(rows[-1]["elapsed"], 1e-9) if rows else 1.0
 
 
-def held_out_reward(path: Path, tasks: list, settings: LearnerSettings) -> float:
+def held_out_reward(path: Path, tasks: list[Task], settings: LearnerSettings) -> float:
     backend = TorchBackend(path, device="cpu")
     params = SamplingParams(
         max_tokens=settings.recipe.max_tokens, temperature=settings.recipe.temperature

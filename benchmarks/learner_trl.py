@@ -118,7 +118,9 @@ def _reward_function(tasks: list[Task]) -> Any:
     return swarmrl_reward
 
 
-def _check_prompts(trainer: Any, tokenizer: Any, tasks: list[Task], rows: list[dict]) -> None:
+def _check_prompts(
+    trainer: Any, tokenizer: Any, tasks: list[Task], rows: list[dict[str, Any]]
+) -> None:
     """Raise unless TRL tokenizes every prompt to exactly our trainer's ids."""
     # _tokenize_prompts is the method TRL's generation step calls on a batch of prompts.
     theirs, _, _ = trainer._tokenize_prompts([row["prompt"] for row in rows])

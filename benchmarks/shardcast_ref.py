@@ -203,7 +203,8 @@ class _Child:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _child_env(max_concurrent_downloads: int | None) -> dict[str, str]:

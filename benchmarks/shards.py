@@ -54,7 +54,9 @@ def reference_mmap(path: Path, max_threads: int) -> bytes:
     return blake3.blake3(max_threads=max_threads).update_mmap(path).digest()
 
 
-def measure(path: Path, size: int, shard_size: int, runs: int, one_thread: bool) -> dict:
+def measure(
+    path: Path, size: int, shard_size: int, runs: int, one_thread: bool
+) -> dict[str, float]:
     threads, max_threads = (1, 1) if one_thread else (None, blake3.blake3.AUTO)
     ours = shards.build_manifest(
         path, model="bench", step=0, shard_size=shard_size, threads=threads

@@ -37,6 +37,7 @@ from typing import Any
 
 from orchestrator.local_swarm import (
     SWARMRL,
+    Swarm,
     make_swarm,
     node_toml,
     orchestrator_addr,
@@ -92,7 +93,7 @@ def _process_tree_cpu(root: int) -> float:
     return total
 
 
-def _cpu_by_program(swarm: Any) -> dict[str, float]:
+def _cpu_by_program(swarm: Swarm) -> dict[str, float]:
     programs = {name: p.pid for name, p in swarm.processes.items()}
     programs["anvil"] = swarm.anvil.pid
     return {name: _process_tree_cpu(pid) for name, pid in programs.items()}
@@ -113,7 +114,8 @@ def run_local(model: Path, tasks: Path, out: Path, seconds: float) -> float:
     for stats in (out / "samplers").glob("*.json"):
         batches += json.loads(stats.read_text())["batches"]
     rollouts = batches * RECIPE.prompts_per_step * RECIPE.group_size
-    return rollouts / max(rows[-1]["elapsed"], 1e-9)
+    elapsed: float = rows[-1]["elapsed"]
+    return rollouts / max(elapsed, 1e-9)
 
 
 def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str, Any]:
@@ -182,14 +184,17 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
 
 
 def _cpu_per_rollout(checks: list[dict[str, Any]]) -> float:
-    return sum(c["cpu_seconds"] for c in checks) / max(1, sum(c["rollouts"] for c in checks))
+    cpu: float = sum(c["cpu_seconds"] for c in checks)
+    rollouts: int = sum(c["rollouts"] for c in checks)
+    return cpu / max(1, rollouts)
 
 
 def _units(data: Path) -> int:
     import sqlite3
 
     with sqlite3.connect(f"file:{data / 'ledger.sqlite3'}?mode=ro", uri=True) as db:
-        return db.execute("SELECT COALESCE(SUM(units), 0) FROM submissions").fetchone()[0]
+        units: int = db.execute("SELECT COALESCE(SUM(units), 0) FROM submissions").fetchone()[0]
+        return units
 
 
 def _percentile(values: list[float], q: float) -> float:

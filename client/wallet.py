@@ -35,7 +35,7 @@ app = typer.Typer(
 
 RpcUrl = typer.Option(None, "--rpc-url", help="Override the deployment's RPC URL.")
 DECIMALS = 18
-UNIT = 10**DECIMALS
+UNIT: int = 10**DECIMALS  # int ** int is Any to mypy: the exponent might be negative
 PLAIN_DECIMAL = re.compile(r"([0-9]+)(?:\.([0-9]+))?")
 MAX_KEY_FILE_BYTES = 1024  # 64 hex digits, a 0x and a newline, with room to spare
 MAX_EPOCH = 2**64 - 1  # ComputePool keys work by uint64 epoch
@@ -156,9 +156,10 @@ def _chain_errors() -> Iterator[None]:
     except ChainError as e:
         message = str(e)
     except Exception as e:
-        message = rpc_failure_sentence(e)
-        if message is None:
+        sentence = rpc_failure_sentence(e)
+        if sentence is None:
             raise
+        message = sentence
     else:
         return
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
@@ -419,7 +420,7 @@ def _unclaimed(chain: Contracts, provider: str, nodes: list[str]) -> list[tuple[
 
     from client.node.onchain import epoch_work
 
-    found = []
+    found: list[tuple[str, EpochWork]] = []
     for node in nodes:
         for epoch in chain.recorded_epochs(node):
             work = chain.work_of(epoch, node)
@@ -451,13 +452,13 @@ def history(
 def _role_names(chain: Contracts) -> dict[bytes, str]:
     """Role ids to names: OpenZeppelin's admin role is zero, every other role is the
     keccak of its constant's name (`bytes32 public constant X_ROLE = keccak256("X_ROLE")`)."""
-    from eth_utils import keccak
+    from eth_utils import filter_abi_by_type, keccak
 
     names = {bytes(32): "DEFAULT_ADMIN_ROLE"}
     for contract in chain.contracts.values():
-        for item in contract.abi:
-            name = item.get("name", "")
-            if item.get("type") == "function" and name.endswith("_ROLE") and not item["inputs"]:
+        for item in filter_abi_by_type("function", contract.abi):
+            name = item["name"]
+            if name.endswith("_ROLE") and not item["inputs"]:
                 names.setdefault(keccak(text=name), name)
     return names
 

@@ -138,15 +138,17 @@ def tasks_check(
 
     by_id = {t.problem_id: t for t in read_tasks(tasks)}
     items = read_completions(completions, known=by_id)
-    results = []
+    results: list[dict[str, object]] = []
+    rewards: list[float] = []
     for line, problem_id, text in items:
         reward = task_reward(by_id[problem_id], text)
         results.append({"line": line, "problem_id": problem_id, "reward": reward})
+        rewards.append(reward)
         if not as_json:
             verdict = "pass" if reward >= 1.0 else "partial" if reward > 0 else "fail"
             typer.echo(f"{line:>5} {problem_id}: {verdict}  reward {reward:g}")
-    passed = sum(r["reward"] >= 1.0 for r in results)
-    mean = sum(r["reward"] for r in results) / len(results)
+    passed = sum(reward >= 1.0 for reward in rewards)
+    mean = sum(rewards) / len(rewards)
     summary = {"completions": len(results), "passed": passed, "mean_reward": mean}
     if as_json:
         typer.echo(json.dumps({"results": results, "summary": summary}))

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from swarmrl import keystore
 from swarmrl.chain.anvil import Anvil, dev_accounts
@@ -60,6 +61,8 @@ LEARNING_RECIPE: dict[str, object] = {
     "max_backlog": 3,
 }
 
+T = TypeVar("T")
+
 
 @dataclass
 class Swarm:
@@ -69,7 +72,7 @@ class Swarm:
     deployment_file: Path
     keystore_dir: Path
     password_file: Path
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Every process group started, kept after the process is gone: `still_running` looks
     # for anything left in them (an orchestrator's trainer, say) once all were stopped.
     groups: dict[int, str] = field(default_factory=dict)
@@ -81,7 +84,9 @@ class Swarm:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, name: str, args: list[object], log: Path, *, nice: int = 0) -> subprocess.Popen:
+    def start(
+        self, name: str, args: list[object], log: Path, *, nice: int = 0
+    ) -> subprocess.Popen[bytes]:
         """Starts `args` in a process group of its own, output to `log`; `nice` above 0
         lowers its CPU priority (the demo's measurements run before the swarm's work)."""
         handle = log.open("a")
@@ -125,7 +130,7 @@ class Swarm:
         self.anvil.stop()
         return killed
 
-    def _stop(self, processes: dict[str, subprocess.Popen], sig: int) -> list[str]:
+    def _stop(self, processes: dict[str, subprocess.Popen[bytes]], sig: int) -> list[str]:
         """Signals the process groups led by `processes` (a leader that has ended may
         have left children in its group) and waits for every process in them, reaping
         the leaders; at STOP_SECONDS the rest are killed. The names of those killed."""
@@ -278,7 +283,9 @@ def node_toml(
     return write_settings(path, {**values, **settings})
 
 
-def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Swarm) -> object:
+def wait_for(condition: Callable[[], T | None], what: str, limit: float, swarm: Swarm) -> T:
+    """The first true value `condition` returns, asked every half second; RuntimeError
+    if a process of `swarm` exits first, AssertionError after `limit` seconds."""
     deadline = time.monotonic() + limit
     while True:
         value = condition()
@@ -295,7 +302,8 @@ def wait_for(condition: Callable[[], object], what: str, limit: float, swarm: Sw
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def orchestrator_addr(log: Path) -> str | None:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,6 +33,9 @@ from orchestrator.tasks.generators import demo_solution, demo_tasks
 from swarmrl.models import tiny
 from swarmrl.models.directory import encode_prompt
 from swarmrl.tasks import budget_prompt
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 # Written last into a finished model directory: its presence means "complete".
 RECIPE_FILE = "swarmrl-init.json"
@@ -148,7 +152,9 @@ def unboxed(solution: str) -> str:
     return f"{body}\nAnswer: {last[len(opening) : -1]}"
 
 
-def _train(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tuple:
+def _train(
+    recipe: Recipe, progress: Callable[[int, float], None] | None
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     model, tokenizer = tiny.build_model(recipe.seed)
     # The training set's tasks come from a seed the demo's evaluation tasks never use.
     pairs = training_texts(
@@ -176,7 +182,9 @@ def _train(recipe: Recipe, progress: Callable[[int, float], None] | None) -> tup
     return model.eval(), tokenizer
 
 
-def _batch(pairs: list[tuple[list[int], list[int]]], tokenizer: object) -> tuple:
+def _batch(
+    pairs: list[tuple[list[int], list[int]]], tokenizer: PreTrainedTokenizerBase
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids with labels only on the completion (the prompt is given)."""
     width = max(len(p) + len(c) for p, c in pairs)
     ids = torch.full((len(pairs), width), tokenizer.pad_token_id, dtype=torch.long)

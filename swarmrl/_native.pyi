@@ -107,7 +107,7 @@ def shards_verify(data: Buffer, plan: ShardPlan, index: int, threads: int | None
     """ValueError unless ``data`` (read in place) is shard ``index`` of ``plan``."""
 
 def shards_store(
-    dir: _Path, data: bytes, plan: ShardPlan, index: int, threads: int | None = None
+    dir: _Path, data: bytes | bytearray, plan: ShardPlan, index: int, threads: int | None = None
 ) -> Path:
     """Verifies shard ``index`` and writes it atomically under ``dir``; its path."""
 

@@ -15,7 +15,7 @@ import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import pydantic_core
 from eth_account import Account
@@ -67,7 +67,7 @@ def check_folder(directory: Path) -> None:
     raise KeystoreError(f"the keystore folder {directory} is under {nearest}, which is a file")
 
 
-def _write_new(path: Path, document: dict) -> None:
+def _write_new(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # Unique per writer, threads of one process included.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
@@ -138,7 +138,7 @@ class _Keystore:
 
     path: Path
     address: str
-    crypto: dict
+    crypto: dict[str, Any]
 
 
 def _read(path: Path) -> _Keystore:
@@ -164,10 +164,15 @@ def _read(path: Path) -> _Keystore:
         raise KeystoreError(f"keystore {path} is damaged: {e}") from None
 
 
-_KIND_NAMES = {dict: "JSON object", str: "string", int: "whole number"}
+T = TypeVar("T")
+_KIND_NAMES: dict[type[object], str] = {dict: "JSON object", str: "string", int: "whole number"}
 
 
-def _get(section: dict, name: str, kind: type | None = None) -> Any:
+@overload
+def _get(section: dict[str, Any], name: str) -> Any: ...
+@overload
+def _get(section: dict[str, Any], name: str, kind: type[T]) -> T: ...
+def _get(section: dict[str, Any], name: str, kind: type[Any] | None = None) -> Any:
     """Field `name` in any letter case, as eth-account reads it (geth writes "crypto",
     older wallets "Crypto"); a field written twice in different cases is refused."""
     found = [value for key, value in section.items() if key.lower() == name]
@@ -183,7 +188,7 @@ def _get(section: dict, name: str, kind: type | None = None) -> Any:
     return value
 
 
-def _hex(section: dict, name: str, *, size: int | None = None, most: int = 1024) -> str:
+def _hex(section: dict[str, Any], name: str, *, size: int | None = None, most: int = 1024) -> str:
     value = _get(section, name, str)
     if not _HEX.fullmatch(value):
         raise KeystoreError(f"its {name!r} field is not hex")
@@ -195,14 +200,14 @@ def _hex(section: dict, name: str, *, size: int | None = None, most: int = 1024)
     return value
 
 
-def _whole(section: dict, name: str, least: int) -> int:
+def _whole(section: dict[str, Any], name: str, least: int) -> int:
     value = _get(section, name, int)
     if value < least:
         raise KeystoreError(f"its {name!r} field must be at least {least}")
     return value
 
 
-def _crypto(crypto: dict) -> dict:
+def _crypto(crypto: dict[str, Any]) -> dict[str, Any]:
     """The checked crypto section; kdf costs above the caps are refused here."""
     if _get(crypto, "cipher", str) != "aes-128-ctr":
         raise KeystoreError("its cipher is not aes-128-ctr, the one JSON V3 cipher")
@@ -249,7 +254,7 @@ def _crypto(crypto: dict) -> dict:
     }
 
 
-def _address_of(document: dict) -> str:
+def _address_of(document: dict[str, Any]) -> str:
     raw = _get(document, "address")
     if not isinstance(raw, str) or not re.fullmatch(r"(0x)?[0-9a-fA-F]{40}", raw):
         raise KeystoreError("it does not record a valid address")
@@ -294,7 +299,8 @@ def unlock(directory: Path, name: str, password: str) -> LocalAccount:
         # Every field was checked, so the MAC mismatch is all that is left.
         raise KeystoreError(f"wrong password for key {name!r}") from None
     try:
-        account = Account.from_key(key)
+        # Account's methods are combomethods, which erase their annotations.
+        account: LocalAccount = Account.from_key(key)
     except ValueError:
         raise KeystoreError(f"keystore {keystore.path} holds no valid private key") from None
     if account.address != keystore.address:
@@ -338,4 +344,5 @@ def read_password(password_file: Path | None, *, confirm: bool = False) -> str:
         )
     import typer
 
-    return typer.prompt("Password", hide_input=True, confirmation_prompt=confirm)
+    password: str = typer.prompt("Password", hide_input=True, confirmation_prompt=confirm)
+    return password

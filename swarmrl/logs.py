@@ -14,10 +14,8 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 class _UtcFormatter(logging.Formatter):
-    converter = time.gmtime
-
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        return time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created)) + (
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + (
             f".{int(record.msecs):03d}Z"
         )
 

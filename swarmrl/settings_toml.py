@@ -27,6 +27,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -112,6 +113,7 @@ class SwarmrlSettings(BaseSettings):
     @field_validator("*", mode="before")
     @classmethod
     def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None  # "*": a field validator of every field
         annotation = cls.model_fields[info.field_name].annotation
         if isinstance(value, bool) and _admits(annotation, (int, float)):
             # pydantic would read true as 1: a typo that must not pass as a number.
@@ -367,7 +369,7 @@ def _source_of(
 
 
 def _sentence(
-    error: Any,
+    error: ErrorDetails,
     env: dict[str, str],
     from_file: dict[str, Any],
     file: str,
@@ -395,7 +397,7 @@ def _shown(value: Any, *, from_env: bool) -> str:
     return _cut(_toml_value(value) if _renderable(value) else str(value))
 
 
-def problem(error: Any, ctx: dict[str, Any]) -> str:
+def problem(error: ErrorDetails, ctx: dict[str, Any]) -> str:
     """What is wrong with a value, from pydantic's ``error`` and its ``ctx``, in the words
     of these sentences ("must be at least 2"), for whoever reports it."""
     kind = error["type"]
@@ -432,8 +434,11 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "..."
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)
+def _number(value: object) -> str:
+    """A bound as a sentence states it: a whole number without a decimal point."""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return str(int(value))
+    return repr(value)
 
 
 # -- writing -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ LAST_SHOWN = 253_402_300_799
 
 def duration(seconds: int) -> str:
     """A span of time in its two largest units, e.g. "2 d 3 h", "59 min 30 s"."""
-    parts = []
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
         if seconds >= size or (unit == "s" and not parts):
             parts.append(f"{seconds // size} {unit}")

@@ -76,7 +76,8 @@ def _bf16_bits(acts: Any) -> np.ndarray:
                 raise ValueError(f"activations must be a floating-point tensor, got {tensor.dtype}")
             tensor = tensor.to(torch.bfloat16)
         # A same-size integer view of the bits; numpy has no bfloat16.
-        return tensor.cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+        bits: np.ndarray = tensor.cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+        return bits
     if isinstance(acts, np.ndarray):
         if acts.dtype != np.uint16:
             raise ValueError(

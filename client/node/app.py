@@ -200,7 +200,7 @@ class NodeApp(App[None]):
         # the app's loop is where it can. Off the main thread there are no signals.
         self._sigterm_before = signal.getsignal(signal.SIGTERM)  # given back on unmount
         with contextlib.suppress(RuntimeError, NotImplementedError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.action_quit)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._quit)
         self.node_thread.start()
         self.refresh_chain()
         self.set_interval(self.chain_seconds, self.refresh_chain)
@@ -228,7 +228,8 @@ class NodeApp(App[None]):
         chart.plt.clear_data()
         chart.plt.plot(steps, means, marker="braille")
         # Steps are whole numbers; plotext would tick 2.25, 2.5, ...
-        chart.plt.xticks(steps[:: max(1, len(steps) // CHART_TICKS)])
+        ticks: list[float] = list(steps[:: max(1, len(steps) // CHART_TICKS)])
+        chart.plt.xticks(ticks)
         chart.refresh()
 
     # ---- what arrives ------------------------------------------------------------------
@@ -313,7 +314,11 @@ class NodeApp(App[None]):
 
         self.claim_thread = self._in_thread("swarmrl-claim", claim)
 
-    def action_quit(self) -> None:
+    async def action_quit(self) -> None:
+        self._quit()
+
+    def _quit(self) -> None:
+        """Stops the node, then the app once the node's thread has ended (q, SIGTERM)."""
         if not self.view.stopping:
             self.view.stopping = True
             self.runner.stop()

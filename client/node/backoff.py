@@ -31,7 +31,7 @@ class Backoff:
         """The longest the next delay can be."""
         if self.attempts >= self._doublings_to_cap:
             return self.cap
-        return min(self.cap, self.base * 2**self.attempts)
+        return min(self.cap, self.base * 2.0**self.attempts)
 
     def next_delay(self) -> float:
         """Seconds to wait before the next try; counts one more failure."""

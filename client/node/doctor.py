@@ -20,6 +20,7 @@ from typing import Any
 
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import check_data_dir
+from swarmrl.models.backend import BackendName
 
 GiB = 1024**3
 # The weight store holds the version being fetched beside the one in use; two
@@ -51,7 +52,7 @@ class _CheckSkippedError(Exception):
 class _Found:
     """What earlier checks learnt that later ones build on."""
 
-    backend: str = "torch"
+    backend: BackendName = "torch"
     device: str = "cpu"
     node: str | None = None  # the node's address, readable without the password
     account: Any = None  # the unlocked node key

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from client.node.backoff import Backoff
 from client.node.events import Event, EventKind, Listener
@@ -43,6 +43,12 @@ from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.work.assign import WorkOrder
 from swarmrl.work.heartbeat import MAX_OUTCOMES
 from swarmrl.work.states import SubmissionStatus
+
+if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 load
+    from eth_account.signers.local import LocalAccount
+
+    from swarmrl.models.backend import Backend, BackendName
+    from swarmrl.p2p.swarm import SwarmNode
 
 log = logging.getLogger("swarmrl.node")
 
@@ -89,7 +95,7 @@ class Node:
     def __init__(
         self,
         settings: NodeSettings,
-        account: Any,
+        account: LocalAccount,
         *,
         on_event: Listener | None = None,
         on_state: Callable[[NodeState, int], None] | None = None,
@@ -109,11 +115,11 @@ class Node:
         self.state = NodeState()
         self.stopping = threading.Event()
         self.backoff = Backoff(base=1.0, cap=30.0)
-        self.backend: Any = None
+        self.backend: Backend | None = None
         self.backend_step: int | None = None
         # The process's one libp2p host: the weight swarm and the work session share it.
         self.host: Host | None = None
-        self.swarm: Any = None
+        self.swarm: SwarmNode | None = None
         self.session: Session | None = None
         self.heartbeat_seconds = 10.0  # until the orchestrator says otherwise
         # Outcomes already counted; heartbeats repeat the last few, so a short memory does.
@@ -190,6 +196,7 @@ class Node:
     def _connect_and_join(self) -> None:
         assert self.session is not None
         assert self.host is not None
+        assert self.swarm is not None
         assert self.settings.orchestrator is not None
         if self.orchestrator_peer not in self.host.peers():
             self.swarm.join(self.settings.orchestrator)
@@ -206,7 +213,7 @@ class Node:
             Event(EventKind.JOINED, step=response.policy_step, extra={"state": response.state})
         )
 
-    def _backend_name(self) -> str:
+    def _backend_name(self) -> BackendName:
         """vLLM when it is installed and the node is to use a GPU; torch otherwise."""
         if self.settings.backend != "auto":
             return self.settings.backend
@@ -249,7 +256,8 @@ class Node:
                     self.stopping.wait(delay)
         finally:
             self.on_event(Event(EventKind.STOPPED))
-            self.swarm.close()
+            if self.swarm is not None:
+                self.swarm.close()
             if self.host is not None:
                 self.host.close()
 
@@ -321,6 +329,7 @@ class Node:
 
     def _weights(self, at_least: int) -> Path:
         """The newest complete weights, at least step ``at_least``, loaded into the backend."""
+        assert self.swarm is not None
         version = self.swarm.wait_for(step=at_least, timeout=self.settings.weights_timeout)
         model_dir = version.unpacked
         if model_dir is None:
@@ -338,6 +347,7 @@ class Node:
 
     def _one_order(self) -> None:
         assert self.session is not None
+        assert self.swarm is not None
         self._weights(0)
         response = self.session.work()
         if response.order is None:
@@ -397,6 +407,7 @@ class Node:
 
         # math-verify's worker scores the rewards: its CPU is generation's too.
         began, cpu = time.perf_counter(), cpu_seconds_with_checker()
+        assert self.backend is not None  # loaded by _weights before any order
         records = generate_rollouts(
             self.backend,
             tasks,

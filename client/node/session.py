@@ -17,6 +17,7 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
 from swarmrl.chain.eip712 import UNSIGNED, Domain
+from swarmrl.models.backend import BackendName
 from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Caller
 from swarmrl.work import assign, heartbeat, join, submit
@@ -36,7 +37,7 @@ class Identity:
     trusted: frozenset[str]  # checksummed addresses that may sign orders and receipts
 
 
-def node_report(backend: str, device: str) -> join.NodeReport:
+def node_report(backend: BackendName, device: str) -> join.NodeReport:
     from swarmrl import __version__
 
     gpu, memory = None, None
@@ -47,7 +48,7 @@ def node_report(backend: str, device: str) -> join.NodeReport:
         gpu = torch.cuda.get_device_name(index)[:128]
         memory = torch.cuda.get_device_properties(index).total_memory / 2**30
     return join.NodeReport(
-        backend=backend,  # type: ignore[arg-type]
+        backend=backend,
         device=device,
         cpu_cores=len(os.sched_getaffinity(0)),
         gpu=gpu,

@@ -87,9 +87,10 @@ def passwords_from(password_file: Path | None) -> PasswordFor:
         if not keystore.password_given(password_file) and sys.stdin.isatty():
             import typer
 
-            return typer.prompt(
+            password: str = typer.prompt(
                 f"Password for key {name!r}", hide_input=True, confirmation_prompt=new
             )
+            return password
         return keystore.read_password(password_file, confirm=new)
 
     return password_for
@@ -138,7 +139,9 @@ def init_node(
                     keystore_dir, node_key, node_account.key, password_for(node_key, True)
                 )
                 steps.append(Step.NODE_KEY)
-            node_address = node_account.address if node_account else node.address
+                node_address: str = node_account.address
+            else:
+                node_address = node.address
             peer_id = peer_id_of(load_or_create_peer_key(peer_path))
             if not had_peer_key:
                 steps.append(Step.PEER_IDENTITY)

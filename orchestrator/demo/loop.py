@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -225,7 +226,7 @@ class Evaluations:
         self.tasks = tasks
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.running: tuple[int, subprocess.Popen] | None = None
+        self.running: tuple[int, subprocess.Popen[bytes]] | None = None
 
     def start(self, step: int, model: Path) -> None:
         c = self.config
@@ -354,7 +355,7 @@ def _say_first_rejection(work: Path, report: Report) -> bool:
     return False
 
 
-def _ledger(work: Path) -> list[dict]:
+def _ledger(work: Path) -> list[dict[str, Any]]:
     from orchestrator.service.status import ledger_rows
 
     return ledger_rows(work / "orchestrator")
@@ -394,7 +395,7 @@ def _settle(swarm: Swarm, work: Path, report: Report) -> None:
     swarm.kill("orchestrator", signal.SIGTERM)
 
 
-def _slashed(work: Path, address: str) -> dict | None:
+def _slashed(work: Path, address: str) -> dict[str, Any] | None:
     status = read_status(work / "orchestrator")
     return status if any(s["node"] == address and s["tx"] for s in status["slashes"]) else None
 

@@ -22,9 +22,10 @@ from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
-from swarmrl.rollouts.records import file_digest, read_rollouts, write_rollouts
+from swarmrl.rollouts.records import Rollout, file_digest, read_rollouts, write_rollouts
 from swarmrl.rollouts.verify import verify_rollouts
 from swarmrl.tasks.code import sandbox_kind, verify_code
+from swarmrl.tasks.format import Task
 from swarmrl.tasks.rewards import choose_target_length, node_task_reward, task_reward
 
 TASKS, GROUP = 12, 4
@@ -117,7 +118,9 @@ COMPLETION_FIELDS = ("output_ids", "logprobs", "proofs", "finish_reason")
 REWARD_FIELDS = ("task_reward", "length_penalty", "reward")
 
 
-def _cheating_scenes(backend: TorchBackend, records: list, task_set: dict) -> None:
+def _cheating_scenes(
+    backend: TorchBackend, records: list[Rollout], task_set: dict[str, Task]
+) -> None:
     """A node that lies about its task, and one that pads its group with copies: each
     group re-verified alone, as the validator sees it."""
     unsolved = next((r for r in records if r.task_reward == 0), None)
@@ -160,7 +163,7 @@ def _training_progress(recipe: Recipe) -> Callable[[int, float], None]:
     return report
 
 
-def _cheaper_model_scene(workdir: Path, backend: TorchBackend, tasks: list) -> None:
+def _cheaper_model_scene(workdir: Path, backend: TorchBackend, tasks: list[Task]) -> None:
     model, tokenizer = tiny.build_model(seed=99)
     cheap_dir = workdir / "cheap-model"
     tiny.save(model, tokenizer, cheap_dir)

@@ -52,10 +52,10 @@ def _toploc_stage() -> None:
 
     cheat = torch.randn(hidden.shape, generator=gen)
     cheat[:512] = hidden[:512]  # honest for half the tokens, then a cheaper model
-    verdicts = [v.accepted for v in toploc.verify_proofs(cheat, proofs)]
+    chunks = [v.accepted for v in toploc.verify_proofs(cheat, proofs)]
     _say(
-        f"  cheater who swapped models after token 512: {sum(verdicts[:16])}/16 chunks before "
-        f"accepted, {16 - sum(verdicts[16:])}/16 after rejected"
+        f"  cheater who swapped models after token 512: {sum(chunks[:16])}/16 chunks before "
+        f"accepted, {16 - sum(chunks[16:])}/16 after rejected"
     )
 
 
@@ -133,7 +133,7 @@ def _swarm_stage(workdir: Path, deployment: Deployment, origin_key: LocalAccount
         origin.publish(checkpoint, model="demo", step=1, shard_size=shard_size)
         copies = [v.wait_for(1, timeout=120).path for v in volunteers]
         same = all(c.read_bytes() == checkpoint.read_bytes() for c in copies)
-        served = [n.server.bytes_served for n in (origin, *volunteers)]
+        served = [n.server.bytes_served if n.server else 0 for n in (origin, *volunteers)]
         _say(
             f"  manifest signed by {origin_key.address[:10]}... (EIP-712, chain "
             f"{deployment.chain_id}, this run's pool); 4 nodes hold a verified copy after "

@@ -21,6 +21,7 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -57,7 +58,7 @@ class Child:
         self.context = multiprocessing.get_context("spawn")
         self.stop = StopFlag(self.context)
         self.restarts = 0
-        self.process: Any = None
+        self.process: SpawnProcess | None = None
         self.finished = False
 
     @property
@@ -73,6 +74,7 @@ class Child:
 
     def check(self) -> None:
         """Restarts the child if it died; raises once it died too often."""
+        assert self.process is not None, "check a child after starting it"
         if self.finished or self.process.is_alive():
             return
         code = self.process.exitcode

@@ -7,10 +7,14 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from swarmrl.cli_options import DeploymentFile
+
+if TYPE_CHECKING:
+    from orchestrator.service.settings import OrchestratorSettings
 
 orchestrator_app = typer.Typer(
     help="Coordinate a training run: schedule, validate, train, broadcast, record on chain.",
@@ -22,7 +26,7 @@ ConfigOption = typer.Option(
 )
 
 
-def _settings(config: Path | None):
+def _settings(config: Path | None) -> OrchestratorSettings:
     from orchestrator.service.settings import OrchestratorSettings
     from swarmrl.settings_toml import load_settings
 

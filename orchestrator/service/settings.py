@@ -219,8 +219,9 @@ class ServiceSettings(SwarmrlSettings):
 
 # The bases in this order put the service's keys first and the recipe's after them, in
 # the template and wherever else the fields are listed (pydantic lists the fields of the
-# last base first).
-class OrchestratorSettings(GRPORecipe, ServiceSettings):
+# last base first). Their model_config are a ConfigDict and a SettingsConfigDict, which
+# pydantic merges and mypy takes for a clash.
+class OrchestratorSettings(GRPORecipe, ServiceSettings):  # type: ignore[misc]
     """Settings of the swarmrl orchestrator (`swarmrl orchestrator run --config FILE`).
 
     The defaults run a small swarm on one laptop against `swarmrl chain up`."""

@@ -11,6 +11,7 @@ it went (the pipe reads as closed): no child outlives its daemon.
 from __future__ import annotations
 
 import contextlib
+from multiprocessing.context import BaseContext
 from typing import Any, Protocol
 
 
@@ -25,7 +26,7 @@ class StopSignal(Protocol):
 class StopFlag:
     """Set once by the parent; ``is_set`` and ``wait`` in the child, like an Event's."""
 
-    def __init__(self, context: Any) -> None:
+    def __init__(self, context: BaseContext) -> None:
         self._reader, self._writer = context.Pipe(duplex=False)
 
     def set(self) -> None:

@@ -202,8 +202,10 @@ class WorkServer:
         if allowed(node.state, NodeState.ACTIVE):
             self.ledger.nodes.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
         recent = self.ledger.submissions.latest(node.address, heartbeat.MAX_OUTCOMES)
+        current = self.ledger.nodes.get(node.address)
+        assert current is not None  # found by _node above, and nodes are never deleted
         return heartbeat.HeartbeatResponse(
-            state=self.ledger.nodes.get(node.address).state,
+            state=current.state,
             policy_step=self.published_step(),
             epoch=self.ledger.epochs.at(now, self.settings.epoch_seconds),
             outcomes=[

@@ -39,12 +39,13 @@ def _recipe_option(name: str, field: FieldInfo) -> inspect.Parameter:
     """The typer option of one field. Closed bounds become click's range (it refuses what
     is outside and shows the range in the help); open ones are said in the help and
     checked by the model."""
-    low = high = None
+    low: float | None = None
+    high: float | None = None
     said = []
     for rule in field.metadata:
-        if isinstance(rule, Ge):
+        if isinstance(rule, Ge) and isinstance(rule.ge, int | float):
             low = rule.ge
-        elif isinstance(rule, Le):
+        elif isinstance(rule, Le) and isinstance(rule.le, int | float):
             high = rule.le
         elif isinstance(rule, Gt):
             said.append(f"more than {rule.gt:g}")

@@ -87,7 +87,8 @@ def load_state(run_dir: Path, step: int) -> dict[str, Any]:
     """The trainer state saved with step ``step``; ValueError if it cannot be read."""
     path = step_dir(run_dir, step) / STATE_FILE
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        return state
     except (OSError, RuntimeError, ValueError, EOFError) as e:
         raise ValueError(f"{path} is not a readable trainer state ({e})") from None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -43,7 +44,9 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
     """
     device = next(model.parameters()).device
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    for layer in model.model.layers:
+    layers = model.get_submodule("model.layers")  # a decoder-only HF model's
+    assert isinstance(layers, torch.nn.ModuleList)
+    for layer in layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     for module in model.modules():
@@ -141,7 +144,9 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
     other ranks get an empty dict.
     """
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=options)
+    # A model's state dict holds tensors only (the ValueType it is declared with also
+    # covers optimizer states).
+    return cast(dict[str, Tensor], get_model_state_dict(model, options=options))
 
 
 def _passes(n_samples: int, micro_batch: int) -> int:

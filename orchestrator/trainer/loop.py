@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from orchestrator.trainer.samples import staleness
 from orchestrator.trainer.step import train_step
 from swarmrl.models.directory import load_tokenizer
 from swarmrl.tasks import Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ class Trainer:
             raise ValueError(f"{self.run_dir} holds run {state.get('run')!r}, not {self.run!r}")
 
 
-def _load_model(path: Path, device: str) -> torch.nn.Module:
+def _load_model(path: Path, device: str) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
     try:
@@ -213,4 +216,7 @@ def _load_model(path: Path, device: str) -> torch.nn.Module:
         )
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is not a loadable model directory ({e})") from None
-    return model.to(device).eval()
+    # PreTrainedModel.to is functools.wraps(Module.to), which mypy does not bind as a
+    # method (it takes the device for `self`).
+    loaded: PreTrainedModel = model.to(device).eval()  # type: ignore[arg-type]
+    return loaded

@@ -63,7 +63,9 @@ def recent_samples_per_second(rows: list[dict[str, Any]], steps: int) -> float |
     timed = [row for row in rows[-(steps + 1) :] if {"time", "samples"} <= row.keys()]
     if len(timed) < 2 or timed[-1]["time"] <= timed[0]["time"]:
         return None
-    return sum(row["samples"] for row in timed[1:]) / (timed[-1]["time"] - timed[0]["time"])
+    samples: float = sum(row["samples"] for row in timed[1:])
+    span: float = timed[-1]["time"] - timed[0]["time"]
+    return samples / span
 
 
 # The first row is what the issue asked to see at a glance; the second, why it looks so.

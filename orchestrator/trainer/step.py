@@ -94,6 +94,7 @@ def accumulate_gradients(
         else:
             denominator = padded([s.sampler_logprobs for s in chunk], logprobs.shape[1], device)
         if loss_config.kl_coef > 0:
+            assert reference is not None  # checked above
             with torch.no_grad():
                 ref_logprobs, _ = completion_logprobs(reference, prompts, outputs, temperature)
         advantages = torch.tensor([s.advantage for s in chunk], device=device)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import HTTPProvider, Web3
+from web3.types import RPCEndpoint
 
 from swarmrl.chain.errors import ChainConfigError, ChainError, RpcUnavailableError
 
@@ -90,7 +91,9 @@ def connect(rpc_url: str, *, timeout: float = 10.0) -> Web3:
     )
 
 
-def wait_for_rpc(rpc_url: str, *, timeout: float = 30.0, process: Any = None) -> None:
+def wait_for_rpc(
+    rpc_url: str, *, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
     """Polls eth_chainId until it answers; fails early if `process` (a Popen) exits."""
     w3 = connect(rpc_url, timeout=2.0)
     deadline = time.monotonic() + timeout
@@ -106,7 +109,7 @@ def wait_for_rpc(rpc_url: str, *, timeout: float = 30.0, process: Any = None) ->
             time.sleep(0.05)
 
 
-def _wait_for_port(log_path: Path, process: subprocess.Popen, timeout: float) -> int:
+def _wait_for_port(log_path: Path, process: subprocess.Popen[bytes], timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while True:
         match = _LISTENING.search(log_path.read_bytes())
@@ -126,7 +129,7 @@ def _wait_for_port(log_path: Path, process: subprocess.Popen, timeout: float) ->
 class Anvil:
     """A running anvil process; use as a context manager or call `stop()`."""
 
-    def __init__(self, process: subprocess.Popen, rpc_url: str, log_path: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], rpc_url: str, log_path: Path) -> None:
         self.process = process
         self.rpc_url = rpc_url
         self.log_path = log_path
@@ -234,7 +237,7 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _terminate(process: subprocess.Popen, timeout: float = 5.0) -> None:
+def _terminate(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     if process.poll() is not None:
         return
     process.terminate()
@@ -339,7 +342,7 @@ def revert(w3: Web3, snapshot_id: str) -> None:
 
 
 def _rpc(w3: Web3, method: str, params: list[Any]) -> Any:
-    response = w3.provider.make_request(method, params)  # type: ignore[arg-type]
+    response = w3.provider.make_request(RPCEndpoint(method), params)
     if "error" in response:
         raise ChainError(f"{method} failed: {response['error'].get('message', response['error'])}")
     return response.get("result")

@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+
+from eth_typing import ABI
 
 from swarmrl.chain.errors import ChainConfigError
 
@@ -22,7 +23,7 @@ CONTRACTS = ("StakeToken", "ProviderRegistry", "StakeManager", "ComputePool")
 @dataclass(frozen=True)
 class Artifact:
     name: str
-    abi: list[dict[str, Any]]
+    abi: ABI
     bytecode: str  # 0x-prefixed creation code
 
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from eth_account.signers.local import LocalAccount
-from eth_utils import to_checksum_address
+from eth_typing import ChecksumAddress, Hash32
+from eth_utils import filter_abi_by_type, to_checksum_address
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
+from web3.contract.contract import ContractEvent, ContractFunction
 from web3.logs import DISCARD
-from web3.types import TxReceipt
+from web3.types import FilterParams, LogReceipt, TxReceipt
 
 from swarmrl.chain import eip712
 from swarmrl.chain.anvil import DEV_CHAIN_ID, connect
@@ -30,6 +33,8 @@ from swarmrl.chain.revert import revert_data_of
 from swarmrl.chain.tx import TxSender, TxSettings, chain_time, with_rpc_retries
 
 LOG_CHUNK_BLOCKS = 10_000  # public RPCs cap eth_getLogs ranges
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class Contracts:
         self.settings = settings
         self.decoder = decoder()
         self.contracts: dict[str, Contract] = {
-            name: w3.eth.contract(address=addr, abi=load_artifact(name).abi)
+            name: w3.eth.contract(address=_cs(addr), abi=load_artifact(name).abi)
             for name, addr in deployment.contracts.by_name().items()
         }
         self.token = self.contracts["StakeToken"]
@@ -129,10 +134,11 @@ class Contracts:
             raise ChainError("this operation needs an account to sign with")
         return self._sender
 
-    def _send(self, contract: str, fn: Any) -> TxReceipt:
+    def _send(self, contract: str, fn: ContractFunction) -> TxReceipt:
         return self._require_sender().transact(fn, contract)
 
-    def _call(self, contract: str, fn: Any) -> Any:
+    def _call(self, contract: str, fn: ContractFunction) -> Any:
+        """`fn`'s result, decoded by its ABI (so of whatever type that says)."""
         if self._sender is not None:
             return self._sender.call(fn, contract)
         try:
@@ -142,6 +148,16 @@ class Contracts:
             if data is None:
                 raise
             raise self.decoder.decode(data, contract, now=self.chain_time) from None
+
+    def _read(self, kind: type[T], contract: str, fn: ContractFunction) -> T:
+        """`fn`'s result, which its ABI says is a `kind` (uint: int, bool: bool,
+        address: str)."""
+        value = self._call(contract, fn)
+        if not isinstance(value, kind):
+            raise ChainError(
+                f"{contract}.{fn.fn_name} returned {type(value).__name__}, not {kind.__name__}"
+            )
+        return value
 
     # Domains: chain id and contract address of this deployment.
 
@@ -168,7 +184,7 @@ class Contracts:
     def has_role(self, contract: str, role: str, account: str) -> bool:
         c = self.contracts[contract]
         role_id = self._call(contract, c.functions[role]())
-        return self._call(contract, c.functions.hasRole(role_id, _cs(account)))
+        return self._read(bool, contract, c.functions.hasRole(role_id, _cs(account)))
 
     def set_quorum(self, quorum: int) -> TxReceipt:
         return self._send("ComputePool", self.pool.functions.setQuorum(quorum))
@@ -179,13 +195,15 @@ class Contracts:
     # Tokens.
 
     def token_balance(self, account: str) -> int:
-        return self._call("StakeToken", self.token.functions.balanceOf(_cs(account)))
+        return self._read(int, "StakeToken", self.token.functions.balanceOf(_cs(account)))
 
     def eth_balance(self, account: str) -> int:
         return with_rpc_retries(lambda: self.w3.eth.get_balance(_cs(account)), what="balance")
 
     def allowance(self, owner: str, spender: str) -> int:
-        return self._call("StakeToken", self.token.functions.allowance(_cs(owner), _cs(spender)))
+        return self._read(
+            int, "StakeToken", self.token.functions.allowance(_cs(owner), _cs(spender))
+        )
 
     def approve(self, spender: str, amount: int) -> TxReceipt:
         return self._send("StakeToken", self.token.functions.approve(_cs(spender), amount))
@@ -207,7 +225,9 @@ class Contracts:
         return self._send("ProviderRegistry", self.registry.functions.registerProvider())
 
     def is_provider(self, account: str) -> bool:
-        return self._call("ProviderRegistry", self.registry.functions.isProvider(_cs(account)))
+        return self._read(
+            bool, "ProviderRegistry", self.registry.functions.isProvider(_cs(account))
+        )
 
     def provider_of(self, node: str) -> str | None:
         provider = self._call("ProviderRegistry", self.registry.functions.providerOf(_cs(node)))
@@ -218,7 +238,7 @@ class Contracts:
         return [to_checksum_address(n) for n in nodes]
 
     def consent_nonce(self, node: str) -> int:
-        return self._call("ProviderRegistry", self.registry.functions.consentNonce(_cs(node)))
+        return self._read(int, "ProviderRegistry", self.registry.functions.consentNonce(_cs(node)))
 
     def node_consent(
         self, node: LocalAccount, provider: str, *, deadline: int | None = None, ttl: int = 3600
@@ -268,7 +288,7 @@ class Contracts:
             chain_id=self.deployment.chain_id,
             verifying_contract=self.token.address,
         )
-        signed = owner.unsafe_sign_hash(message.digest(domain))
+        signed = owner.unsafe_sign_hash(Hash32(message.digest(domain)))
         fn = self.stake_manager.functions.stakeWithPermit(
             amount, deadline, signed.v, signed.r.to_bytes(32, "big"), signed.s.to_bytes(32, "big")
         )
@@ -284,7 +304,7 @@ class Contracts:
         return sum(int(e["args"]["amount"]) for e in events)
 
     def stake_of(self, provider: str) -> int:
-        return self._call("StakeManager", self.stake_manager.functions.stakeOf(_cs(provider)))
+        return self._read(int, "StakeManager", self.stake_manager.functions.stakeOf(_cs(provider)))
 
     def unbonding_of(self, provider: str) -> Unbonding:
         total, withdrawable = self._call(
@@ -294,13 +314,13 @@ class Contracts:
 
     def locked_of(self, provider: str) -> int:
         """Active stake locked by recorded work still inside its invalidation window."""
-        return self._call("StakeManager", self.stake_manager.functions.lockedOf(_cs(provider)))
+        return self._read(int, "StakeManager", self.stake_manager.functions.lockedOf(_cs(provider)))
 
     def min_stake_per_node(self) -> int:
-        return self._call("StakeManager", self.stake_manager.functions.minStakePerNode())
+        return self._read(int, "StakeManager", self.stake_manager.functions.minStakePerNode())
 
     def total_staked(self) -> int:
-        return self._call("StakeManager", self.stake_manager.functions.totalStaked())
+        return self._read(int, "StakeManager", self.stake_manager.functions.totalStaked())
 
     def treasury(self) -> str:
         return to_checksum_address(
@@ -316,7 +336,7 @@ class Contracts:
         return self._send("ComputePool", self.pool.functions.leavePool(_cs(node)))
 
     def is_joined(self, node: str) -> bool:
-        return self._call("ComputePool", self.pool.functions.isJoined(_cs(node)))
+        return self._read(bool, "ComputePool", self.pool.functions.isJoined(_cs(node)))
 
     def fund(self, amount: int) -> TxReceipt:
         """Adds `amount` of the caller's tokens to the reward budget (approves first)."""
@@ -324,10 +344,10 @@ class Contracts:
         return self._send("ComputePool", self.pool.functions.fund(amount))
 
     def available_rewards(self) -> int:
-        return self._call("ComputePool", self.pool.functions.availableRewards())
+        return self._read(int, "ComputePool", self.pool.functions.availableRewards())
 
     def reserved_rewards(self) -> int:
-        return self._call("ComputePool", self.pool.functions.reservedRewards())
+        return self._read(int, "ComputePool", self.pool.functions.reservedRewards())
 
     def submission(self, node: str, step: int, rollout_digest: bytes) -> eip712.Submission:
         """The Submission a node signs for one rollout file of this run."""
@@ -369,7 +389,7 @@ class Contracts:
 
     def unlocks_at(self, epoch: int, node: str) -> int:
         """When `node`'s work at `epoch` becomes claimable (0 if none recorded)."""
-        return self._call("ComputePool", self.pool.functions.unlocksAt(epoch, _cs(node)))
+        return self._read(int, "ComputePool", self.pool.functions.unlocksAt(epoch, _cs(node)))
 
     def work_of(self, epoch: int, node: str) -> WorkRecord:
         fields = self._call("ComputePool", self.pool.functions.workOf(epoch, _cs(node)))
@@ -404,11 +424,9 @@ class Contracts:
         """Every protocol event naming `account` in any address argument, oldest first
         (from the deploy block, or `from_block`)."""
         account = _cs(account)
-        topics: dict[bytes, tuple[str, Any]] = {}
+        topics: dict[bytes, tuple[str, ContractEvent]] = {}
         for name, contract in self.contracts.items():
-            for item in contract.abi:
-                if item.get("type") != "event":
-                    continue
+            for item in filter_abi_by_type("event", contract.abi):
                 event = contract.events[item["name"]]()
                 topics[bytes(HexBytes(event.topic))] = (name, event)
         addresses = [c.address for c in self.contracts.values()]
@@ -416,7 +434,7 @@ class Contracts:
         for log in self._logs({"address": addresses}, from_block, chunk):
             if not log["topics"] or bytes(log["topics"][0]) not in topics:
                 continue
-            contract, event = topics[bytes(log["topics"][0])]
+            contract_name, event = topics[bytes(log["topics"][0])]
             decoded = event.process_log(log)
             args = dict(decoded["args"])
             if not any(isinstance(v, str) and v == account for v in args.values()):
@@ -426,7 +444,7 @@ class Contracts:
                     block=log["blockNumber"],
                     log_index=log["logIndex"],
                     tx_hash="0x" + bytes(log["transactionHash"]).hex(),
-                    contract=contract,
+                    contract=contract_name,
                     name=decoded["event"],
                     args=args,
                 )
@@ -435,8 +453,8 @@ class Contracts:
 
     def event_types(self, contract: str, event: str) -> dict[str, str]:
         """The ABI type of each argument of `contract`'s `event`, by name."""
-        for item in self.contracts[contract].abi:
-            if item.get("type") == "event" and item["name"] == event:
+        for item in filter_abi_by_type("event", self.contracts[contract].abi):
+            if item["name"] == event:
                 return {p["name"]: p["type"] for p in item["inputs"]}
         raise KeyError(f"{contract} has no event {event}")
 
@@ -460,19 +478,17 @@ class Contracts:
         return list(dict.fromkeys(nodes))
 
     def _logs(
-        self, query: dict[str, Any], from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
-    ) -> list[Any]:
+        self, query: FilterParams, from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS
+    ) -> list[LogReceipt]:
         """The logs matching `query` from the deploy block (or `from_block`) to the latest,
         fetched `chunk` blocks at a time, since public RPCs limit eth_getLogs ranges."""
         start = self.deployment.deploy_block if from_block is None else from_block
         end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
-        logs: list[Any] = []
+        logs: list[LogReceipt] = []
         for lo in range(start, end + 1, chunk):
             hi = min(end, lo + chunk - 1)
-            window = {**query, "fromBlock": lo, "toBlock": hi}
-            logs += with_rpc_retries(
-                lambda window=window: self.w3.eth.get_logs(window), what="eth_getLogs"
-            )
+            window: FilterParams = {**query, "fromBlock": lo, "toBlock": hi}
+            logs += with_rpc_retries(partial(self.w3.eth.get_logs, window), what="eth_getLogs")
         return logs
 
     def wait_until(self, timestamp: int, *, poll: float = 1.0) -> None:
@@ -489,7 +505,7 @@ def require_contracts(w3: Web3, deployment: Deployment) -> None:
     result; one sentence here says what happened instead.
     """
     for address in deployment.contracts.by_name().values():
-        code = with_rpc_retries(lambda a=address: w3.eth.get_code(a), what="eth_getCode")
+        code = with_rpc_retries(partial(w3.eth.get_code, _cs(address)), what="eth_getCode")
         if not code:
             hint = (
                 "was the chain restarted? run `swarmrl chain up`"
@@ -501,7 +517,7 @@ def require_contracts(w3: Web3, deployment: Deployment) -> None:
             )
 
 
-def _cs(address: str) -> str:
+def _cs(address: str) -> ChecksumAddress:
     return to_checksum_address(address)
 
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import pydantic_core
 from eth_account.signers.local import LocalAccount
+from eth_typing import ChecksumAddress
 from eth_utils import is_address, keccak, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from web3 import Web3
@@ -25,7 +26,7 @@ from web3.logs import DISCARD
 
 from swarmrl.chain.anvil import Anvil, dev_accounts
 from swarmrl.chain.artifacts import CONTRACTS, load_artifact
-from swarmrl.chain.errors import ChainConfigError
+from swarmrl.chain.errors import ChainConfigError, ChainError
 from swarmrl.chain.paths import deployment_path
 from swarmrl.chain.revert import RevertDecoder
 from swarmrl.chain.tx import TxSender, TxSettings
@@ -34,7 +35,7 @@ from swarmrl.files import os_error_reason, write_atomically
 # 2: the pool is created by the stake manager through a PoolFactory, and records lock stake.
 DEPLOYMENT_VERSION = 2
 TOKEN_DECIMALS = 18  # StakeToken's
-TOKEN = 10**TOKEN_DECIMALS
+TOKEN: int = 10**TOKEN_DECIMALS  # int ** int is Any to mypy: the exponent might be negative
 MAX_UINT256 = 2**256 - 1
 # Bounds of the amounts a deployment takes, round and within a uint256 (10**77 wei is
 # below 2**256), so --help can state them.
@@ -268,11 +269,14 @@ def decoder() -> RevertDecoder:
     return RevertDecoder({name: load_artifact(name).abi for name in CONTRACTS})
 
 
-def _deploy_contract(sender: TxSender, w3: Web3, name: str, *args: Any) -> str:
+def _deploy_contract(sender: TxSender, w3: Web3, name: str, *args: Any) -> ChecksumAddress:
     artifact = load_artifact(name)
     factory = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
-    receipt = sender.transact(factory.constructor(*args), name)  # type: ignore[arg-type]
-    return to_checksum_address(receipt["contractAddress"])
+    receipt = sender.transact(factory.constructor(*args), name)
+    address = receipt["contractAddress"]
+    if address is None:
+        raise ChainError(f"deploying {name} created no contract")
+    return to_checksum_address(address)
 
 
 def deploy(

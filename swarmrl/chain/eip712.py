@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Self
 from eth_abi import encode as abi_encode
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_typing import Hash32
 from eth_utils import keccak, to_checksum_address
 
 from swarmrl.schema import MAX_UINT32, HexSignature, Strict
@@ -240,12 +241,14 @@ class Submission:
 
 def sign_digest(account: LocalAccount, digest: bytes) -> bytes:
     """A 65-byte r || s || v signature (v = 27 or 28), as OpenZeppelin's ECDSA expects."""
-    return bytes(account.unsafe_sign_hash(digest).signature)
+    return bytes(account.unsafe_sign_hash(Hash32(digest)).signature)
 
 
 def recover(digest: bytes, signature: bytes) -> str:
     """The address that signed `digest`."""
-    return Account._recover_hash(digest, signature=signature)
+    # Account's methods are combomethods, which erase their annotations (a str here).
+    signer: str = Account._recover_hash(Hash32(digest), signature=signature)
+    return signer
 
 
 def signer_of(digest: bytes, signature: str) -> str | None:

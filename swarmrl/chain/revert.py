@@ -38,7 +38,7 @@ PANIC_REASONS = {
 
 def canonical_type(param: Mapping[str, Any]) -> str:
     """The ABI type as it appears in a signature, tuples expanded."""
-    kind = param["type"]
+    kind: str = param["type"]
     if kind.startswith("tuple"):
         inner = ",".join(canonical_type(c) for c in param.get("components", []))
         return f"({inner}){kind[len('tuple') :]}"

@@ -19,14 +19,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import requests
 from eth_account.signers.local import LocalAccount
+from eth_account.types import TransactionDictType
+from eth_typing import ChecksumAddress
 from hexbytes import HexBytes
 from web3 import Web3
-from web3.contract.contract import ContractFunction
+from web3.contract.contract import ContractConstructor, ContractFunction
 from web3.exceptions import (
     BlockNotFound,
     ContractLogicError,
@@ -34,7 +37,7 @@ from web3.exceptions import (
     TransactionNotFound,
     Web3RPCError,
 )
-from web3.types import TxReceipt
+from web3.types import BlockIdentifier, Nonce, TxParams, TxReceipt, Wei
 
 from swarmrl.chain.errors import (
     ChainError,
@@ -188,7 +191,7 @@ class TxSender:
         self._chain_id: int | None = None
 
     @property
-    def address(self) -> str:
+    def address(self) -> ChecksumAddress:
         return self.account.address
 
     def _retry(self, call: Callable[[], T], what: str) -> T:
@@ -208,8 +211,11 @@ class TxSender:
         )
         return self._nonce
 
-    def call(self, fn: ContractFunction, contract: str, *, block: Any = "latest") -> Any:
-        """An eth_call from this account, reverts decoded."""
+    def call(
+        self, fn: ContractFunction, contract: str, *, block: BlockIdentifier = "latest"
+    ) -> Any:
+        """An eth_call from this account, reverts decoded; the result as `fn`'s ABI decodes
+        it."""
         try:
             return self._retry(
                 lambda: fn.call({"from": self.address}, block_identifier=block), "eth_call"
@@ -217,7 +223,7 @@ class TxSender:
         except (ContractLogicError, Web3RPCError) as e:
             raise self._reverted(e, contract) from None
 
-    def fees(self) -> dict[str, int]:
+    def fees(self) -> TxParams:
         """EIP-1559 fees: twice the latest base fee plus the node's suggested tip."""
         block = self._retry(lambda: self.w3.eth.get_block("latest"), "eth_getBlockByNumber")
         base = block.get("baseFeePerGas")
@@ -226,11 +232,19 @@ class TxSender:
         try:
             tip = self._retry(lambda: self.w3.eth.max_priority_fee, "eth_maxPriorityFeePerGas")
         except Web3RPCError:
-            tip = 10**9
-        return {"maxFeePerGas": 2 * int(base) + int(tip), "maxPriorityFeePerGas": int(tip)}
+            tip = Wei(10**9)
+        return {
+            "maxFeePerGas": Wei(2 * int(base) + int(tip)),
+            "maxPriorityFeePerGas": Wei(int(tip)),
+        }
 
     def transact(
-        self, fn: ContractFunction, contract: str, *, value: int = 0, gas: int | None = None
+        self,
+        fn: ContractFunction | ContractConstructor,
+        contract: str,
+        *,
+        value: int = 0,
+        gas: int | None = None,
     ) -> TxReceipt:
         """Estimates, signs, sends and waits for `fn`; returns the successful receipt.
 
@@ -239,7 +253,7 @@ class TxSender:
         the node stops answering. A given `gas` skips the estimate (and its
         early revert check).
         """
-        params: dict[str, Any] = {"from": self.address, "value": value}
+        params: TxParams = {"from": self.address, "value": Wei(value)}
         if gas is None:
             # Against the pending block, which the transaction lands in (geth's default;
             # anvil's is the latest block, whose clock stands still on an idle chain).
@@ -260,17 +274,19 @@ class TxSender:
             raise self._mined_revert(params, receipt, fn, contract)
         return receipt
 
-    def _send(self, fn: ContractFunction, params: dict[str, Any]) -> HexBytes:
+    def _send(self, fn: ContractFunction | ContractConstructor, params: TxParams) -> HexBytes:
         with self._lock:
             for _ in range(self.settings.nonce_retries + 1):
                 if self._nonce is None:
                     self.resync_nonce()
                 assert self._nonce is not None
-                tx = fn.build_transaction({**params, "nonce": self._nonce})
-                signed = self.account.sign_transaction(tx)
+                tx = fn.build_transaction({**params, "nonce": Nonce(self._nonce)})
+                # eth-account annotates the transaction it signs as a plain dict, web3 builds
+                # a TxParams TypedDict (the same mapping), which mypy never takes as a dict.
+                signed = self.account.sign_transaction(cast(TransactionDictType, tx))
                 try:
                     tx_hash = self._retry(
-                        lambda s=signed: self.w3.eth.send_raw_transaction(s.raw_transaction),
+                        partial(self.w3.eth.send_raw_transaction, signed.raw_transaction),
                         "eth_sendRawTransaction",
                     )
                 except RpcUnavailableError:
@@ -325,21 +341,27 @@ class TxSender:
         return RevertedError(f"{contract} reverted: {message}", contract=contract)
 
     def _mined_revert(
-        self, params: dict[str, Any], receipt: TxReceipt, fn: ContractFunction, contract: str
+        self,
+        params: TxParams,
+        receipt: TxReceipt,
+        fn: ContractFunction | ContractConstructor,
+        contract: str,
     ) -> ChainError:
-        """Replays a transaction that reverted on chain to learn why."""
+        """Replays a transaction that reverted on chain to learn why (a function call; a
+        constructor cannot be replayed by eth_call)."""
         tx_hash = "0x" + bytes(receipt["transactionHash"]).hex()
-        try:
-            fn.call(
-                {k: v for k, v in params.items() if k in ("from", "value", "gas")},
-                block_identifier=receipt["blockNumber"] - 1,
-            )
-        except (ContractLogicError, Web3RPCError) as e:
-            error = self._reverted(e, contract)
-            error.args = (f"{error} (transaction {tx_hash})",)
-            return error
-        except Exception:
-            pass
+        if isinstance(fn, ContractFunction):
+            try:
+                fn.call(
+                    {"from": params["from"], "value": params["value"], "gas": params["gas"]},
+                    block_identifier=receipt["blockNumber"] - 1,
+                )
+            except (ContractLogicError, Web3RPCError) as e:
+                error = self._reverted(e, contract)
+                error.args = (f"{error} (transaction {tx_hash})",)
+                return error
+            except Exception:
+                pass
         return RevertedError(
             f"{contract} reverted in transaction {tx_hash} (gas used {receipt['gasUsed']})",
             contract=contract,

@@ -14,11 +14,16 @@ The hidden state for output token ``i`` is the one at sequence position
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:  # torch is imported where used: a node's commands start without it
+    import torch
 
 FinishReason = Literal["eos", "stop", "length"]
+BackendName = Literal["torch", "vllm"]
 
 # TOPLOC's settings: one proof per 32 decoded tokens, committing to the top 128 values.
 PROOF_CHUNK = 32
@@ -32,7 +37,9 @@ ARGMAX_SLACK = 0.05  # nats below the best token that still count as its argmax
 NUCLEUS_SLACK = 0.01  # probability mass past top_p that still counts as inside it
 
 
-def token_logprobs(logits: Any, tokens: Any, temperature: float) -> Any:
+def token_logprobs(
+    logits: torch.Tensor, tokens: Sequence[int] | torch.Tensor, temperature: float
+) -> torch.Tensor:
     """Each row's log-probability of its token at ``temperature`` (greedy, 0, counts
     as 1), from a ``len(tokens) x vocab`` tensor of logits: what ``Completion`` and
     ``Prefill`` report, so generators and validators compute it one way."""

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # transformers is imported where used: it takes seconds to load
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+        PreTrainedTokenizerFast,
+    )
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 # Printable ASCII less the form feed and vertical tab, which nothing writes.
@@ -19,7 +28,7 @@ ALPHABET = "".join(c for c in string.printable if c not in "\x0b\x0c\r")
 CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
-def build_tokenizer() -> Any:
+def build_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer over printable ASCII."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -40,7 +49,7 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
-def build_config(vocab_size: int) -> Any:
+def build_config(vocab_size: int) -> LlamaConfig:
     """A four-layer Llama, 128 wide: about 0.8 M parameters."""
     from transformers import LlamaConfig
 
@@ -59,7 +68,7 @@ def build_config(vocab_size: int) -> Any:
     )
 
 
-def build_model(seed: int) -> tuple[Any, Any]:
+def build_model(seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """A freshly initialised model and its tokenizer, the same for the same seed."""
     import torch
     from transformers import LlamaForCausalLM
@@ -70,7 +79,7 @@ def build_model(seed: int) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def save(model: Any, tokenizer: Any, out: Path) -> None:
+def save(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:
     """Write model and tokenizer as an HF directory with safetensors weights."""
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -103,7 +103,9 @@ class TorchBackend:
             )
         except (OSError, ValueError) as e:
             raise ValueError(f"{self.model_dir} is not a loadable model directory ({e})") from None
-        self.model = model.to(self.device).eval()
+        # PreTrainedModel.to is functools.wraps(Module.to), which mypy does not bind as a
+        # method (it takes the device for `self`).
+        self.model = model.to(self.device).eval()  # type: ignore[arg-type]
         self._decoder = self.model.get_decoder()
         self._head = self.model.get_output_embeddings()
         self._max_positions = getattr(self.model.config, "max_position_embeddings", None)

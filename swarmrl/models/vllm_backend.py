@@ -42,8 +42,9 @@ from __future__ import annotations
 import functools
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -85,11 +86,12 @@ class VLLMBackend:
         """
         if vllm is None:
             try:
-                import vllm
+                import vllm as vllm_module
             except ImportError:
                 raise ValueError(
                     "the vllm backend needs a GPU and `pip install swarmrl[gpu]`"
                 ) from None
+            vllm = vllm_module
         self._vllm = vllm
         self.model_dir = Path(model_dir)
         check_model(self.model_dir)
@@ -237,7 +239,26 @@ def _finish_reason(sample: Any) -> FinishReason:
 # -- run inside vLLM's workers through LLM.apply_model ------------------------------------
 
 
-def _final_norm(model: torch.nn.Module) -> torch.nn.Module:
+class _EngineModel(Protocol):
+    """What these functions use of the model inside a vLLM worker (vLLM's own classes,
+    which ship no types here)."""
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None: ...
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> object: ...
+
+
+# The final norm's capture, an attribute of the norm module: the rows of every forward
+# pass since it was armed, None while it is not.
+_ROWS = "_swarmrl_rows"
+
+
+def _captured(norm: torch.nn.Module) -> list[torch.Tensor] | None:
+    rows: list[torch.Tensor] | None = getattr(norm, _ROWS)
+    return rows
+
+
+def _final_norm(model: object) -> torch.nn.Module:
     norm = getattr(getattr(model, "model", None), "norm", None)
     if not isinstance(norm, torch.nn.Module):
         raise ValueError(
@@ -249,30 +270,32 @@ def _final_norm(model: torch.nn.Module) -> torch.nn.Module:
 
 def _install_capture(model: torch.nn.Module) -> None:
     norm = _final_norm(model)
-    if not hasattr(norm, "_swarmrl_rows"):
-        norm._swarmrl_rows = None
+    if not hasattr(norm, _ROWS):
+        setattr(norm, _ROWS, None)
         norm.register_forward_hook(_record_rows)
 
 
 def _record_rows(norm: torch.nn.Module, args: Any, output: Any) -> None:
-    if norm._swarmrl_rows is None:
+    captured = _captured(norm)
+    if captured is None:
         return
     # vLLM's fused residual norm returns (normed, residual).
     rows = output[0] if isinstance(output, tuple) else output
     # The engine may reuse the buffer for the next step.
-    norm._swarmrl_rows.append(rows.detach().reshape(-1, rows.shape[-1]).clone())
+    captured.append(rows.detach().reshape(-1, rows.shape[-1]).clone())
 
 
 def _arm_capture(model: torch.nn.Module) -> None:
-    _final_norm(model)._swarmrl_rows = []
+    setattr(_final_norm(model), _ROWS, [])
 
 
 @torch.no_grad()
 def _take_capture(
-    model: torch.nn.Module, *, start: int, output_ids: list[int], temperature: float, top_p: float
+    model: _EngineModel, *, start: int, output_ids: list[int], temperature: float, top_p: float
 ) -> tuple[torch.Tensor, TokenScores] | None:
     norm = _final_norm(model)
-    rows, norm._swarmrl_rows = norm._swarmrl_rows, None
+    rows = _captured(norm)
+    setattr(norm, _ROWS, None)
     captured = torch.cat(rows) if rows else torch.empty(0)
     end = start + len(output_ids)
     # Rows past the sequence (a trailing decode step some schedulers run) are not used.
@@ -288,7 +311,7 @@ def _take_capture(
     return hidden.cpu(), score_tokens(logits, output_ids, temperature, top_p)
 
 
-def _load_weights(model: torch.nn.Module, *, files: list[str]) -> None:
+def _load_weights(model: _EngineModel, *, files: list[str]) -> None:
     from safetensors.torch import load_file
 
     # One file in memory at a time; the model copies each tensor where it belongs.

@@ -286,7 +286,7 @@ def probe(endpoint: Endpoint, nonce: bytes, *, timeout: float) -> bool:
             status, size = _RESPONSE.unpack(_recv_exactly(sock, _RESPONSE.size))
     except (OSError, DataPathError):
         return False
-    return status == OK and size == 0
+    return bool(status == OK and size == 0)  # unpacked fields are Any to mypy
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:

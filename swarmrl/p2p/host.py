@@ -27,20 +27,20 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar, TypeVarTuple, runtime_checkable
 
 import multiaddr
 import trio
 from libp2p import create_yamux_muxer_option, new_host
+from libp2p.abc import INetStream
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
-from libp2p.network.stream.net_stream import INetStream
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import GossipSub
@@ -71,9 +71,18 @@ SPOOL_PREFIX = "upload-"
 SPOOL_SUFFIX = ".part"
 
 TopicHandler = Callable[[str, bytes], None]
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 H = TypeVar("H")
+
+
+@runtime_checkable
+class _Addressed(Protocol):
+    """A connection that tells the remote end's (host, port)."""
+
+    def get_remote_address(self) -> tuple[str, int] | None: ...
 
 
 class RemoteError(RuntimeError):
@@ -213,12 +222,10 @@ class Host:
         try:
             with trio.fail_after(spec.deadline):
                 request = await wire.read_frame(stream, spec.request_limit)
-                frames = await trio.to_thread.run_sync(
+                frames = await self._in_worker(
                     served.answer,
                     peer,
                     request,
-                    limiter=self._handler_limit,
-                    abandon_on_cancel=True,
                 )
                 for body in frames:
                     await wire.write_frame(stream, body)
@@ -253,24 +260,20 @@ class Host:
         try:
             with trio.fail_after(spec.deadline):
                 head = await wire.read_frame(stream, spec.header_limit)
-                header = await trio.to_thread.run_sync(
+                header = await self._in_worker(
                     served.check,
                     peer,
                     head,
-                    limiter=self._handler_limit,
-                    abandon_on_cancel=True,
                 )
                 spooled = _new_spool_file(spooling.spool_dir)
                 await _spool_body(stream, spec, spooled)
-                frames = await trio.to_thread.run_sync(
+                frames = await self._in_worker(
                     _receive_then_clean,
                     served,
                     peer,
                     header,
                     spooled,
                     claimed,
-                    limiter=self._handler_limit,
-                    abandon_on_cancel=True,
                 )
                 for body in frames:
                     await wire.write_frame(stream, body)
@@ -291,6 +294,15 @@ class Host:
             spooling.slots.release()
             await _close_quietly(stream)
 
+    async def _in_worker(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+        """`fn(*args)` in a worker thread, at most MAX_CONCURRENT_HANDLERS at once; a
+        cancelled caller abandons it (the thread finishes on its own)."""
+        # The trio stubs of trio-typing (which libp2p depends on) shadow trio's own
+        # annotations, and predate abandon_on_cancel (trio 0.23).
+        return await trio.to_thread.run_sync(  # type: ignore[call-arg]
+            fn, *args, limiter=self._handler_limit, abandon_on_cancel=True
+        )
+
     async def _topic_loop(self, topic: str, handler: TopicHandler) -> None:
         subscription = await self._pubsub.subscribe(topic)
         own = self._host.get_id().to_bytes()
@@ -300,12 +312,10 @@ class Host:
                 continue
             peer = ID(message.from_id).to_base58()
             try:
-                await trio.to_thread.run_sync(
+                await self._in_worker(
                     handler,
                     peer,
                     bytes(message.data),
-                    limiter=self._handler_limit,
-                    abandon_on_cancel=True,
                 )
             except wire.WireError as e:
                 log.warning("ignored a message on %s from %s: %s", topic, peer, e)
@@ -351,7 +361,7 @@ class Host:
 
     # ---- the bridge ------------------------------------------------------------
 
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
         if self._stop is None or self._stop.is_set():
             raise RuntimeError("the libp2p host is closed")
         try:
@@ -403,9 +413,11 @@ class Host:
         """The IP addresses `peer_id`'s open connections come from (empty when none)."""
 
         def hosts() -> set[str]:
-            found = set()
+            found: set[str] = set()
             for conn in self._host.get_network().get_connections(ID.from_base58(peer_id)):
-                remote = conn.muxed_conn.get_remote_address()
+                muxed = conn.muxed_conn
+                # libp2p's muxer interface does not declare it; the muxers (yamux) have it.
+                remote = muxed.get_remote_address() if isinstance(muxed, _Addressed) else None
                 if remote is not None:
                     found.add(remote[0])
             return found
@@ -538,7 +550,7 @@ class Host:
         self.close()
 
 
-async def _sync_async(fn: Callable[..., Any], *args: Any) -> Any:
+async def _sync_async(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     return fn(*args)
 
 

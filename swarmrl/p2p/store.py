@@ -31,7 +31,7 @@ from pathlib import Path
 from swarmrl import shards
 from swarmrl.files import write_atomically
 from swarmrl.p2p.records import Announcement
-from swarmrl.shards import Manifest
+from swarmrl.shards import BytesLike, Manifest
 
 log = logging.getLogger("swarmrl.p2p")
 
@@ -222,7 +222,7 @@ class WeightStore:
         self._add(version)
         return version
 
-    def write_shard(self, version: Version, index: int, data: bytes | bytearray) -> bool:
+    def write_shard(self, version: Version, index: int, data: BytesLike) -> bool:
         """Verifies `data` as shard `index` (ValueError if it is not) and writes it.
         Returns False if the shard was already held (another peer was faster)."""
         shards.verify_shard(version.manifest, index, data, threads=1)

@@ -136,6 +136,7 @@ def parse_error(body: bytes, key: str) -> str:
         raw = pydantic_core.from_json(body)
     except ValueError:
         raise WireError("the error reply is not JSON") from None
-    if not isinstance(raw, dict) or set(raw) != {key} or not isinstance(raw[key], str):
+    sentence = raw.get(key) if isinstance(raw, dict) and set(raw) == {key} else None
+    if not isinstance(sentence, str):
         raise WireError("the error reply is malformed")
-    return raw[key][:1000]
+    return sentence[:1000]

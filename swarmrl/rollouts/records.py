@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from eth_utils import keccak
 from pydantic import Field, ValidationError
@@ -28,7 +28,7 @@ from swarmrl.rollouts.signing import FileSignature
 from swarmrl.schema import MAX_UINT64, HexAddress, Strict
 from swarmrl.tasks import MAX_PROMPT_CHARS, Task, TaskType, first_error
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 VERSION_KEY = b"swarmrl.rollouts.version"
 SIGNATURE_KEY = b"swarmrl.rollouts.signature"
 # A signature block is a few hundred bytes; anything far larger is not one.

@@ -276,8 +276,8 @@ def verify_rollouts(
         elif not prefill:
             verdicts[i] = _rewards_verdict(backend, rollout, task, score, 0, 0, None)
         else:
-            key = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
-            to_prefill.setdefault(key, []).append(i)
+            group = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
+            to_prefill.setdefault(group, []).append(i)
     for members in to_prefill.values():
         prefills = _prefill_group(backend, [rollouts[i] for i in members])
         for i, result in zip(members, prefills, strict=True):

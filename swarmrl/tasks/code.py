@@ -156,8 +156,7 @@ def code_tests(
         raise ValueError("code verification_info must be an object")
     if layout == "prime_rl_code":
         return _apps_tests(info.get("test_cases")), None
-    tests = info.get("tests")
-    _check_tests(tests)
+    tests = _check_tests(info.get("tests"))
     time_limit = info.get("time_limit_s")
     if time_limit is not None and (
         isinstance(time_limit, bool)
@@ -171,7 +170,8 @@ def code_tests(
     return tests, time_limit
 
 
-def _check_tests(tests: Any) -> None:
+def _check_tests(tests: Any) -> list[dict[str, Any]]:
+    """`tests` if it is a non-empty list of well-formed test cases; else ValueError."""
     if not isinstance(tests, list) or not tests:
         raise ValueError("code verification_info needs a non-empty list 'tests'")
     for i, case in enumerate(tests):
@@ -189,6 +189,7 @@ def _check_tests(tests: Any) -> None:
                 )
         elif not (isinstance(case.get("stdin"), str) and isinstance(case.get("stdout"), str)):
             raise ValueError(f"test {i} must be an object with string 'stdin' and 'stdout'")
+    return tests
 
 
 def _apps_tests(raw: Any) -> list[dict[str, Any]]:
@@ -498,7 +499,7 @@ def _choose_backend() -> _Backend:
         "%s: candidate programs run under rlimits only, without network or filesystem isolation",
         reason,
     )
-    problem: str | None = "no Python interpreter found"
+    problem = "no Python interpreter found"
     for python in _interpreters():
         backend = _Backend("rlimit", python, None, uid)
         problem = _self_test(backend)

@@ -174,7 +174,8 @@ def _read_rows(path: Path) -> list[Any]:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            rows: list[Any] = pq.read_table(path).to_pylist()
+            return rows
         except (pa.ArrowException, OSError):
             # Arrow's own words name its internals, not the user's file.
             raise ValueError(f"{path} is not a readable parquet file") from None

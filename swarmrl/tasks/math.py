@@ -176,9 +176,11 @@ class _ComparingWorker:
     def equal(self, a: str, b: str, timeout_s: float) -> bool:
         with self._lock:
             process = self._running()
+            stdin = process.stdin
+            assert stdin is not None  # started with stdin=PIPE
             try:
-                process.stdin.write(json.dumps([a, b]).encode() + b"\n")
-                process.stdin.flush()
+                stdin.write(json.dumps([a, b]).encode() + b"\n")
+                stdin.flush()
                 answer = _read_line(process, timeout_s)
             except OSError:
                 answer = None  # the worker died mid-check (e.g. out of memory): not a match
@@ -229,16 +231,19 @@ class _ComparingWorker:
             self._process.kill()
             self._process.wait()
             for pipe in (self._process.stdin, self._process.stdout):
-                pipe.close()
+                if pipe is not None:
+                    pipe.close()
         self._process = None
 
 
 def _read_line(process: subprocess.Popen[bytes], timeout_s: float) -> bytes | None:
     """One reply line, or None if none came within the time limit or the worker died."""
-    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    stdout = process.stdout
+    assert stdout is not None  # started with stdout=PIPE
+    ready, _, _ = select.select([stdout], [], [], timeout_s)
     if not ready:
         return None
-    return process.stdout.readline() or None
+    return stdout.readline() or None
 
 
 _WORKER = _ComparingWorker()

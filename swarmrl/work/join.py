@@ -10,12 +10,13 @@ is registered, staked enough and the node joined the pool.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import pydantic_core
 from pydantic import Field, StringConstraints
 
 from swarmrl.chain.eip712 import Member, Signed, Struct, text_hash
+from swarmrl.models.backend import BackendName
 from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.schema import MAX_UINT64, HexAddress, Multiaddr, PeerId, RunId, Strict
@@ -31,7 +32,7 @@ class NodeReport(Strict):
     """What a node says about itself: shown to the coordinator, never trusted for
     anything but scheduling (a slow report only earns smaller assignments)."""
 
-    backend: Literal["torch", "vllm"]
+    backend: BackendName
     device: Short
     cpu_cores: int = Field(ge=1, le=4096)
     gpu: Short | None = None

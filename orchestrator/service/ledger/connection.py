@@ -91,7 +91,8 @@ class Connection:
 
     def row(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
         with self._lock:
-            return self._db.execute(sql, params).fetchone()
+            row: sqlite3.Row | None = self._db.execute(sql, params).fetchone()
+            return row
 
     def close(self) -> None:
         with self._lock:

@@ -109,7 +109,8 @@ class Submissions:
         self, *, node: str | None = None, epoch: int | None = None, status: str | None = None
     ) -> list[SubmissionRow]:
         """Submissions matching every filter given, in the order they arrived."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[object] = []
         if node is not None:
             where.append("node = ?")
             params.append(to_checksum_address(node))
@@ -179,7 +180,8 @@ class Submissions:
             "SELECT COUNT(*) AS n FROM submissions WHERE status = ?", (status,)
         )
         assert row is not None  # COUNT always answers
-        return row["n"]
+        count: int = row["n"]
+        return count
 
     def tally(self) -> Tally:
         """Submissions and units by status, per node, and rejections by reason: what the
