@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from swarmrl import keystore
+from swarmrl.chain.tokens import format_tokens, parse_tokens
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 from swarmrl.times import date_time, duration
 
@@ -34,39 +35,8 @@ app = typer.Typer(
 )
 
 RpcUrl = typer.Option(None, "--rpc-url", help="Override the deployment's RPC URL.")
-DECIMALS = 18
-UNIT: int = 10**DECIMALS  # int ** int is Any to mypy: the exponent might be negative
-PLAIN_DECIMAL = re.compile(r"([0-9]+)(?:\.([0-9]+))?")
 MAX_KEY_FILE_BYTES = 1024  # 64 hex digits, a 0x and a newline, with room to spare
 MAX_EPOCH = 2**64 - 1  # ComputePool keys work by uint64 epoch
-
-
-def parse_amount(text: str) -> int:
-    """Tokens as a person writes them ("12", "0.5") to base units: a plain decimal in
-    ASCII digits, positive, with at most the token's 18 decimals."""
-    if len(text) > 100:
-        raise ValueError("that amount is too long to be an amount of tokens")
-    # Decimal() would also take "1_000", "1e3", signs, spaces and any script's digits.
-    match = PLAIN_DECIMAL.fullmatch(text)
-    if match is None:
-        raise ValueError(
-            f"{text!r} is not an amount of tokens: write a plain decimal such as 12 or 0.5"
-        )
-    whole, fraction = match.group(1), match.group(2) or ""
-    if len(fraction) > DECIMALS:
-        raise ValueError(f"{text!r} has more than the token's {DECIMALS} decimals")
-    units = int(whole) * UNIT + int(fraction.ljust(DECIMALS, "0"))
-    if units == 0:
-        raise ValueError(f"{text!r} must be a positive amount of tokens")
-    if units >= 2**256:
-        raise ValueError(f"{text!r} is more tokens than can exist")
-    return units
-
-
-def format_amount(units: int) -> str:
-    """Base units as tokens, without trailing zeros."""
-    whole, frac = divmod(units, UNIT)
-    return f"{whole}.{frac:018d}".rstrip("0").rstrip(".")
 
 
 def _dir(path: Path | None) -> Path:
@@ -219,16 +189,16 @@ def balance(
         chain = _protocol(deployment, rpc_url)
         unbonding = chain.unbonding_of(account)
         typer.echo(f"address      {account}")
-        typer.echo(f"tokens       {format_amount(chain.token_balance(account))}")
-        typer.echo(f"gas (ETH)    {format_amount(chain.eth_balance(account))}")
-        typer.echo(f"staked       {format_amount(chain.stake_of(account))}")
+        typer.echo(f"tokens       {format_tokens(chain.token_balance(account))}")
+        typer.echo(f"gas (ETH)    {format_tokens(chain.eth_balance(account))}")
+        typer.echo(f"staked       {format_tokens(chain.stake_of(account))}")
         typer.echo(
-            f"locked       {format_amount(chain.locked_of(account))} "
+            f"locked       {format_tokens(chain.locked_of(account))} "
             "(backs recorded work inside its invalidation window)"
         )
         typer.echo(
-            f"unbonding    {format_amount(unbonding.total)} "
-            f"({format_amount(unbonding.withdrawable)} withdrawable now)"
+            f"unbonding    {format_tokens(unbonding.total)} "
+            f"({format_tokens(unbonding.withdrawable)} withdrawable now)"
         )
 
 
@@ -242,15 +212,15 @@ def stake(
     rpc_url: str | None = RpcUrl,
 ) -> None:
     """Stake tokens as a provider (registering as one first if needed)."""
-    units = parse_amount(amount)
+    units = parse_tokens(amount)
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         have = chain.token_balance(chain.address)
         if have < units:
-            raise ValueError(f"insufficient balance: {format_amount(have)} tokens, {amount} needed")
+            raise ValueError(f"insufficient balance: {format_tokens(have)} tokens, {amount} needed")
         if not chain.is_provider(chain.address):
             chain.register_provider()
         chain.stake(units, permit=True)
-        typer.echo(f"staked {amount}; now {format_amount(chain.stake_of(chain.address))} staked")
+        typer.echo(f"staked {amount}; now {format_tokens(chain.stake_of(chain.address))} staked")
 
 
 @app.command()
@@ -267,7 +237,7 @@ def unstake(
     Stake that backs your registered nodes, or is locked by recorded work still
     inside its invalidation window, stays active until then.
     """
-    units = parse_amount(amount)
+    units = parse_tokens(amount)
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         _check_unbondable(chain, units)
         chain.request_unbond(units)
@@ -285,14 +255,14 @@ def _check_unbondable(chain: Contracts, units: int) -> None:
         return
     reasons = []
     if backing:
-        reasons.append(f"{format_amount(backing)} backs your {nodes} registered node(s)")
+        reasons.append(f"{format_tokens(backing)} backs your {nodes} registered node(s)")
     if locked:
         reasons.append(
-            f"{format_amount(locked)} is locked by work still in its invalidation window"
+            f"{format_tokens(locked)} is locked by work still in its invalidation window"
         )
     why = f" ({'; '.join(reasons)})" if reasons else ""
     raise ValueError(
-        f"only {format_amount(free)} of your {format_amount(active)} staked "
+        f"only {format_tokens(free)} of your {format_tokens(active)} staked "
         f"can be unbonded now{why}"
     )
 
@@ -308,7 +278,7 @@ def withdraw(
     """Withdraw every unbonded amount whose unbonding period has passed."""
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         _check_withdrawable(chain)
-        typer.echo(f"withdrew {format_amount(chain.withdraw())}")
+        typer.echo(f"withdrew {format_tokens(chain.withdraw())}")
 
 
 def _check_withdrawable(chain: Contracts) -> None:
@@ -326,8 +296,8 @@ def _check_withdrawable(chain: Contracts) -> None:
     due = sum(amount for amount, release in pending if release == first)
     left = max(0, first - chain.chain_time())
     raise ValueError(
-        f"nothing to withdraw yet: {format_amount(due)} of your "
-        f"{format_amount(unbonding.total)} unbonding becomes withdrawable at {date_time(first)} "
+        f"nothing to withdraw yet: {format_tokens(due)} of your "
+        f"{format_tokens(unbonding.total)} unbonding becomes withdrawable at {date_time(first)} "
         f"(in {duration(left)}, by the chain's clock)"
     )
 
@@ -355,7 +325,7 @@ def claim(
         if not epochs:
             epochs = _claimable_now(chain, chain.address, node)
         amount = chain.claim(node, epochs)
-        typer.echo(f"claimed {format_amount(amount)} for epochs {', '.join(map(str, epochs))}")
+        typer.echo(f"claimed {format_tokens(amount)} for epochs {', '.join(map(str, epochs))}")
 
 
 def _claimable_now(chain: Contracts, provider: str, node: str) -> list[int]:
@@ -406,9 +376,9 @@ def claimable(
     for address, work in unclaimed:
         status = epoch_status(work, now)
         ready += work.reward if status == CLAIMABLE else 0
-        typer.echo(f"node {address}  epoch {work.epoch}  {format_amount(work.reward)}  {status}")
+        typer.echo(f"node {address}  epoch {work.epoch}  {format_tokens(work.reward)}  {status}")
     typer.echo(
-        f"claimable now: {format_amount(ready)} tokens "
+        f"claimable now: {format_tokens(ready)} tokens "
         f"(`swarmrl wallet claim {name} --node NODE` claims a node's)"
     )
 
@@ -471,7 +441,7 @@ def _shown(name: str, value: object, kind: str, roles: dict[bytes, str]) -> str:
 
     if isinstance(value, int) and kind.startswith("uint"):
         if name in ("amount", "value", "reward") or name.endswith("Amount"):
-            return f"{format_amount(value)} tokens"
+            return f"{format_tokens(value)} tokens"
         if is_unix_time(name, kind):
             return date_time(value)
     if not isinstance(value, bytes):

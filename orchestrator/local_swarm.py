@@ -25,13 +25,13 @@ from swarmrl.chain.anvil import Anvil, dev_accounts
 from swarmrl.chain.deploy import (
     DEV_RECORDER,
     DEV_VALIDATOR,
-    TOKEN,
     Deployment,
     ProtocolParams,
     deploy_dev,
     run_id_from_name,
     write_deployment,
 )
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.settings_toml import write_settings
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")

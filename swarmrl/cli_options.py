@@ -23,8 +23,10 @@ ModelDir = typer.Option(..., "--model", help="The policy: an HF model directory 
 
 
 def _backend_name(name: str) -> str:
-    if name not in ("torch", "vllm"):
-        raise typer.BadParameter(f"{name!r} is not one of torch, vllm")
+    from swarmrl.models import BACKENDS
+
+    if name not in BACKENDS:
+        raise typer.BadParameter(f"{name!r} is not one of {', '.join(BACKENDS)}")
     return name
 
 

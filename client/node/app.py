@@ -32,7 +32,7 @@ from textual_plotext import PlotextPlot
 
 from client.node.events import Event, EventKind, describe
 from client.node.view import ChainFacts, NodeView, claimable_epochs, how_to_claim
-from client.wallet import format_amount
+from swarmrl.chain.tokens import format_tokens
 
 if TYPE_CHECKING:
     from client.node.loop import NodeState
@@ -310,7 +310,7 @@ class NodeApp(App[None]):
             except Exception as e:
                 log.warning("claim failed: %s", _sentence(e))
                 return ClaimDone(f"claim failed: {_sentence(e)}")
-            return ClaimDone(f"claimed {format_amount(amount)} for epochs {listed}")
+            return ClaimDone(f"claimed {format_tokens(amount)} for epochs {listed}")
 
         self.claim_thread = self._in_thread("swarmrl-claim", claim)
 

@@ -120,10 +120,10 @@ def _run(name: str, check: Callable[[], str]) -> Check:
 def _backend(settings: NodeSettings, found: _Found) -> str:
     import torch
 
+    from swarmrl.models import choose_backend, resolve_device
+
     has_vllm = importlib.util.find_spec("vllm") is not None
-    device = settings.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(settings.device)
     if device.startswith("cuda"):
         hardware = _gpu(torch, device, settings.device)
     elif device == "mps":
@@ -132,9 +132,7 @@ def _backend(settings: NodeSettings, found: _Found) -> str:
         hardware = "Apple GPU (mps)"
     else:
         hardware = f"cpu, {len(os.sched_getaffinity(0))} cores"
-    backend = settings.backend
-    if backend == "auto":
-        backend = "vllm" if has_vllm and device.startswith("cuda") else "torch"
+    backend = choose_backend(settings.backend, settings.device)
     if backend == "vllm" and not has_vllm:
         raise _CheckFailedError(
             'backend is vllm but vllm is not installed; install it or set backend = "torch"'
@@ -252,7 +250,7 @@ def _chain(settings: NodeSettings, found: _Found) -> str:
 
 
 def _stake(found: _Found) -> str:
-    from client.wallet import format_amount
+    from swarmrl.chain.tokens import format_tokens
 
     chain, node = _needs_chain(found), _needs_node(found)
     provider = chain.provider_of(node)
@@ -265,13 +263,13 @@ def _stake(found: _Found) -> str:
     needed = each * nodes
     if stake < needed:
         raise _CheckFailedError(
-            f"provider {provider} has {format_amount(stake)} tokens staked but its {nodes} "
-            f"node(s) need {format_amount(needed)}; stake {format_amount(needed - stake)} more "
+            f"provider {provider} has {format_tokens(stake)} tokens staked but its {nodes} "
+            f"node(s) need {format_tokens(needed)}; stake {format_tokens(needed - stake)} more "
             "with `swarmrl wallet stake`"
         )
     return (
-        f"ok: provider {provider} stakes {format_amount(stake)} tokens for {nodes} node(s) "
-        f"({format_amount(each)} each)"
+        f"ok: provider {provider} stakes {format_tokens(stake)} tokens for {nodes} node(s) "
+        f"({format_tokens(each)} each)"
     )
 
 

@@ -36,6 +36,7 @@ from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import claim_data_dir
 from swarmrl.locks import exclusive_use
+from swarmrl.models import choose_backend, resolve_device
 from swarmrl.p2p import wire
 from swarmrl.p2p.events import Event as SwarmEvent
 from swarmrl.p2p.events import SwarmEventKind
@@ -47,7 +48,7 @@ from swarmrl.work.states import SubmissionStatus
 if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 load
     from eth_account.signers.local import LocalAccount
 
-    from swarmrl.models.backend import Backend, BackendName
+    from swarmrl.models.backend import Backend
     from swarmrl.p2p.swarm import SwarmNode
 
 log = logging.getLogger("swarmrl.node")
@@ -205,26 +206,14 @@ class Node:
                 self.swarm.join(addr)
             except (ConnectionError, TimeoutError) as e:
                 log.info("bootstrap peer %s unreachable: %s", addr, e)
-        device = "cpu" if self.settings.device == "auto" else self.settings.device
-        response = self.session.join(node_report(self._backend_name(), device))
+        device = resolve_device(self.settings.device)
+        backend = choose_backend(self.settings.backend, self.settings.device)
+        response = self.session.join(node_report(backend, device))
         self.state.joined = True
         self.heartbeat_seconds = response.heartbeat_seconds
         self.on_event(
             Event(EventKind.JOINED, step=response.policy_step, extra={"state": response.state})
         )
-
-    def _backend_name(self) -> BackendName:
-        """vLLM when it is installed and the node is to use a GPU; torch otherwise."""
-        if self.settings.backend != "auto":
-            return self.settings.backend
-        if self.settings.device != "auto" and not self.settings.device.startswith("cuda"):
-            return "torch"
-        try:
-            import torch
-            import vllm  # noqa: F401
-        except ImportError:
-            return "torch"
-        return "vllm" if torch.cuda.is_available() else "torch"
 
     # ---- the loop -----------------------------------------------------------------
 
@@ -338,7 +327,11 @@ class Node:
             from swarmrl.models import load_backend
 
             device = None if self.settings.device == "auto" else self.settings.device
-            self.backend = load_backend(self._backend_name(), model_dir, device=device)
+            self.backend = load_backend(
+                choose_backend(self.settings.backend, self.settings.device),
+                model_dir,
+                device=device,
+            )
         elif self.backend_step != version.step:
             self.backend.load_weights(model_dir)
         self.backend_step = version.step

@@ -207,16 +207,16 @@ def _check_can_send(
     state: _ChainState, sends: list[Step], provider_key: str, provider: str
 ) -> None:
     """One sentence, before anything is created or sent, if the provider cannot pay."""
-    from client.wallet import format_amount
+    from swarmrl.chain.tokens import format_tokens
 
     nodes = state.nodes + (1 if Step.NODE_ADDED in sends else 0)
     needed = nodes * state.min_stake_per_node
     if state.stake < needed:
-        missing = format_amount(needed - state.stake)
+        missing = format_tokens(needed - state.stake)
         raise NodeSetupError(
-            f"provider {provider_key!r} ({provider}) has {format_amount(state.stake)} tokens "
-            f"staked, but {nodes} node(s) need {format_amount(needed)} "
-            f"({format_amount(state.min_stake_per_node)} each); stake {missing} more with "
+            f"provider {provider_key!r} ({provider}) has {format_tokens(state.stake)} tokens "
+            f"staked, but {nodes} node(s) need {format_tokens(needed)} "
+            f"({format_tokens(state.min_stake_per_node)} each); stake {missing} more with "
             f"`swarmrl wallet stake {provider_key} {missing}`"
         )
     if state.gas == 0:

@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from client.node.events import Event, EventKind
-from client.wallet import format_amount
+from swarmrl.chain.tokens import format_tokens
 from swarmrl.times import duration
 from swarmrl.work.states import SubmissionStatus
 
@@ -52,9 +52,9 @@ class ChainFacts:
 
 def stake_status(facts: ChainFacts) -> str:
     if facts.stake < facts.needed:
-        return f"below minimum ({format_amount(facts.needed)} needed)"
+        return f"below minimum ({format_tokens(facts.needed)} needed)"
     if facts.unbonding:
-        return f"ok, {format_amount(facts.unbonding)} unbonding"
+        return f"ok, {format_tokens(facts.unbonding)} unbonding"
     return "ok"
 
 
@@ -206,7 +206,7 @@ class NodeView:
             f"provider  {facts.provider if facts else '…'}",
         ]
         if facts is not None:
-            lines.append(f"stake     {format_amount(facts.stake)} ({stake_status(facts)})")
+            lines.append(f"stake     {format_tokens(facts.stake)} ({stake_status(facts)})")
             lines.append(f"pool      {'joined' if facts.joined else 'not joined'}")
         peers = "…" if self.peers is None else str(self.peers)
         lines.append(f"peers     {peers}")
@@ -251,10 +251,10 @@ class NodeView:
             pending = sum(w.reward for w, s in statuses if s.startswith(PENDING))
             claimable = sum(w.reward for w, s in statuses if s == CLAIMABLE)
             hint = "  (c claims)" if claimable else ""
-            lines.append(f"pending   {format_amount(pending)}")
-            lines.append(f"claimable {format_amount(claimable)}{hint}")
+            lines.append(f"pending   {format_tokens(pending)}")
+            lines.append(f"claimable {format_tokens(claimable)}{hint}")
             for w, status in statuses[-EPOCHS_SHOWN:]:
-                recorded = f"{w.units} units, {format_amount(w.reward)}: " if w.units else ""
+                recorded = f"{w.units} units, {format_tokens(w.reward)}: " if w.units else ""
                 lines.append(f"epoch {w.epoch}  {recorded}{status}")
         if self.message:
             lines.append(self.message)

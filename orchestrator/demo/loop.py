@@ -29,7 +29,7 @@ from typing import Any
 
 import typer
 
-from orchestrator.demo.report import TOKEN, NodeReport, Report, broadcast_seconds, plot_reward
+from orchestrator.demo.report import NodeReport, Report, broadcast_seconds, plot_reward
 from orchestrator.demo.report import summary as render_summary
 from orchestrator.local_swarm import (
     CHEATER,
@@ -49,6 +49,7 @@ from orchestrator.service.status import read_status
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.metrics import read_metrics
 from swarmrl import keystore
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.work.states import SubmissionStatus
 
 HELD_OUT_SEED, TRAIN_SEED = 12345, 1

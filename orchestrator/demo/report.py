@@ -19,8 +19,6 @@ from typing import Any
 
 from swarmrl.files import replacing
 
-TOKEN = 10**18
-
 
 @dataclass
 class NodeReport:

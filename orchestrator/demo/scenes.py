@@ -197,12 +197,12 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         DEV_RECORDER,
         DEV_TREASURY,
         DEV_VALIDATOR,
-        TOKEN,
         ProtocolParams,
         deploy_dev,
         run_id_from_name,
     )
     from swarmrl.chain.errors import RevertedError
+    from swarmrl.chain.tokens import TOKEN
 
     _say("[chain] a local anvil with the protocol deployed")
     chain = Anvil.start()

@@ -148,13 +148,13 @@ def up(
             DEV_RECORDER,
             DEV_TREASURY,
             DEV_VALIDATOR,
-            TOKEN,
             ProtocolParams,
             deploy_dev,
             run_id_from_name,
             write_deployment,
         )
         from swarmrl.chain.errors import ChainError
+        from swarmrl.chain.tokens import TOKEN
         from swarmrl.locks import exclusive_use
 
         params = ProtocolParams.checked(
@@ -335,13 +335,13 @@ def deploy_cmd(
         from swarmrl.chain.anvil import check_rpc_url, connect
         from swarmrl.chain.deploy import (
             MAX_TOKENS,
-            TOKEN,
             ProtocolParams,
             checked_address,
             deploy,
             run_id_from_name,
         )
         from swarmrl.chain.errors import ChainConfigError
+        from swarmrl.chain.tokens import TOKEN
         from swarmrl.chain.tx import with_rpc_retries
         from swarmrl.files import check_output_path
 
@@ -448,8 +448,9 @@ def mint(
 ) -> None:
     """Mint test tokens, a test network's faucet: the key needs the token's minter role."""
     with _one_sentence_errors():
-        from swarmrl.chain.deploy import checked_address, format_tokens, parse_tokens
+        from swarmrl.chain.deploy import checked_address
         from swarmrl.chain.errors import ChainConfigError
+        from swarmrl.chain.tokens import format_tokens, parse_tokens
 
         units = parse_tokens(amount)
         try:
@@ -480,8 +481,8 @@ def fund(
 ) -> None:
     """Add tokens to the pool's reward budget, which pays for recorded work."""
     with _one_sentence_errors():
-        from swarmrl.chain.deploy import format_tokens, parse_tokens
         from swarmrl.chain.errors import ChainConfigError
+        from swarmrl.chain.tokens import format_tokens, parse_tokens
 
         units = parse_tokens(amount)
 

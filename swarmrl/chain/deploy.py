@@ -11,7 +11,6 @@ file, fsync, rename) so a reader never sees half of it.
 from __future__ import annotations
 
 import os
-import re
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,19 +28,16 @@ from swarmrl.chain.artifacts import CONTRACTS, load_artifact
 from swarmrl.chain.errors import ChainConfigError, ChainError
 from swarmrl.chain.paths import deployment_path
 from swarmrl.chain.revert import RevertDecoder
+from swarmrl.chain.tokens import MAX_UINT256, TOKEN
 from swarmrl.chain.tx import TxSender, TxSettings
 from swarmrl.files import os_error_reason, write_atomically
 
 # 2: the pool is created by the stake manager through a PoolFactory, and records lock stake.
 DEPLOYMENT_VERSION = 2
-TOKEN_DECIMALS = 18  # StakeToken's
-TOKEN: int = 10**TOKEN_DECIMALS  # int ** int is Any to mypy: the exponent might be negative
-MAX_UINT256 = 2**256 - 1
 # Bounds of the amounts a deployment takes, round and within a uint256 (10**77 wei is
 # below 2**256), so --help can state them.
 MAX_TOKENS = 10**59
 MAX_WEI = MAX_TOKENS * TOKEN
-_PLAIN_DECIMAL = re.compile(r"([0-9]{1,80})(?:\.([0-9]{1,80}))?")
 # A deployment file is about 1 KiB; reading is capped so that a wrong path (a device,
 # a model) is refused rather than read whole.
 MAX_DEPLOYMENT_BYTES = 1 << 20
@@ -168,32 +164,6 @@ def run_id_from_name(name: str) -> str:
                 "(0x and 64 hex digits); give a run name without 0x instead"
             ) from None
     return "0x" + keccak(text=name).hex()
-
-
-def parse_tokens(text: str) -> int:
-    """Tokens written as a plain decimal ("1000", "2.5"; ASCII digits only, no
-    exponent, underscore or sign) to base units: positive, at most 18 decimals, and
-    no more than a uint256 holds."""
-    match = _PLAIN_DECIMAL.fullmatch(text)
-    if match is None:
-        raise ChainConfigError(
-            f"{_shown(text)} is not an amount of tokens: write plain digits, e.g. 1000 or 2.5"
-        )
-    whole, fraction = match.group(1), match.group(2) or ""
-    if len(fraction) > TOKEN_DECIMALS:
-        raise ChainConfigError(f"{_shown(text)} has more than {TOKEN_DECIMALS} decimals")
-    units = int(whole) * TOKEN + int(fraction.ljust(TOKEN_DECIMALS, "0"))
-    if units == 0:
-        raise ChainConfigError("the amount must be more than 0")
-    if units > MAX_UINT256:
-        raise ChainConfigError(f"{_shown(text)} is more tokens than can exist")
-    return units
-
-
-def format_tokens(units: int) -> str:
-    """Base units as tokens, without trailing zeros."""
-    whole, fraction = divmod(units, TOKEN)
-    return f"{whole}.{fraction:0{TOKEN_DECIMALS}d}".rstrip("0").rstrip(".")
 
 
 def write_deployment(path: Path, deployment: Deployment) -> None:

@@ -1,7 +1,7 @@
 """Policies on disk and the inference backends that run them.
 
 - ``backend``        the Backend interface, SamplingParams, Completion, Prefill
-- ``checkpoint``     HF model directories: weights, tokenizer, prompt encoding
+- ``directory``      HF model directories: weights, tokenizer, prompt encoding
 - ``torch_backend``  transformers models sampled by our own decode loop (CPU or GPU)
 - ``vllm_backend``   vLLM on a GPU (``pip install swarmrl[gpu]``)
 - ``tiny``           the embedded default policy's architecture and tokenizer
@@ -11,11 +11,34 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import get_args
 
-from swarmrl.models.backend import Backend
+from swarmrl.models.backend import Backend, BackendName
 
-BACKENDS = ("torch", "vllm")
+BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
+
+
+def resolve_device(device: str) -> str:
+    """A `device` setting as torch names it: auto is cuda when torch sees a GPU, else cpu."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def choose_backend(backend: str, device: str) -> BackendName:
+    """The backend a node's `backend` and `device` settings pick: auto is vLLM when it is
+    installed and the device is a GPU, else torch. (Whether the pick can run is the
+    doctor's and the backend's to say.)"""
+    for name in BACKENDS:
+        if backend == name:
+            return name
+    if resolve_device(device).startswith("cuda") and importlib.util.find_spec("vllm"):
+        return "vllm"
+    return "torch"
 
 
 def load_backend(name: str, model_dir: Path, *, device: str | None = None) -> Backend:

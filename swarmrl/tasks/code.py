@@ -43,6 +43,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic_core import from_json
+
 from swarmrl.tasks.format import answer_text
 
 logger = logging.getLogger(__name__)
@@ -197,7 +199,7 @@ def _apps_tests(raw: Any) -> list[dict[str, Any]]:
     as JSON text or an object) as our test cases."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = from_json(raw)
         except ValueError:
             raise ValueError("test_cases is not valid JSON") from None
     if not isinstance(raw, dict):
@@ -236,7 +238,7 @@ def _call_args(value: Any, i: int) -> list[Any]:
     if not isinstance(value, str):
         raise ValueError(f"test_cases input {i} must be text or a list of arguments")
     try:
-        return [json.loads(line) for line in value.split("\n") if line.strip()]
+        return [from_json(line) for line in value.split("\n") if line.strip()]
     except ValueError:
         raise ValueError(f"test_cases input {i} is not one JSON value per line") from None
 
@@ -244,7 +246,7 @@ def _call_args(value: Any, i: int) -> list[Any]:
 def _json_value(value: Any) -> Any:
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
-            return json.loads(value)
+            return from_json(value)
     return value
 
 
@@ -266,7 +268,9 @@ def _passes(case: dict[str, Any], output: str) -> bool:
         return _lines(output) == _lines(case["stdout"])
     try:
         # The driver prints a JSON line last; the program may have printed before it.
-        result = json.loads(output.rstrip("\n").rpartition("\n")[2])
+        # from_json caps the nesting: a program can print anything, and a deep enough
+        # list would exhaust the recursion limit of a reader that does not.
+        result = from_json(output.rstrip("\n").rpartition("\n")[2])
     except ValueError:
         return False
     expected = case["expected"]

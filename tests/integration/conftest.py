@@ -43,7 +43,8 @@ PROVIDER_A, NODE_A, PROVIDER_B, NODE_B, OUTSIDER = 4, 5, 6, 7, 8
 @pytest.fixture(scope="session")
 def deployment(anvil):
     """The protocol deployed once per session (the tests revert to a snapshot after it)."""
-    from swarmrl.chain.deploy import TOKEN, ProtocolParams, deploy_dev, run_id_from_name
+    from swarmrl.chain.deploy import ProtocolParams, deploy_dev, run_id_from_name
+    from swarmrl.chain.tokens import TOKEN
 
     return deploy_dev(
         anvil,

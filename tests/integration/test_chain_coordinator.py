@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from swarmrl.chain.anvil import Anvil
-from swarmrl.chain.deploy import TOKEN, write_deployment
+from swarmrl.chain.deploy import write_deployment
+from swarmrl.chain.tokens import TOKEN
 
 from .conftest import ADMIN, OUTSIDER, PROVIDER_A
 from .test_chain_cli import one_error, run, save_key
@@ -76,14 +77,15 @@ def test_a_key_without_the_minter_role_is_refused_before_any_transaction(env, co
 @pytest.mark.parametrize(
     ("amount", "sentence"),
     [
-        ("1_000", "'1_000' is not an amount of tokens: write plain digits, e.g. 1000 or 2.5"),
-        ("1e3", "'1e3' is not an amount of tokens: write plain digits, e.g. 1000 or 2.5"),
-        ("\uff11\uff10", "'\uff11\uff10' is not an amount of tokens: write plain digits, e.g. "
-         "1000 or 2.5"),
-        ("-5", "'-5' is not an amount of tokens: write plain digits, e.g. 1000 or 2.5"),
-        (" 5", "' 5' is not an amount of tokens: write plain digits, e.g. 1000 or 2.5"),
-        ("0.000", "the amount must be more than 0"),
-        ("0.0000000000000000001", "'0.0000000000000000001' has more than 18 decimals"),
+        ("1_000", "'1_000' is not an amount of tokens: write a plain decimal such as 12 or 0.5"),
+        ("1e3", "'1e3' is not an amount of tokens: write a plain decimal such as 12 or 0.5"),
+        ("\uff11\uff10", "'\uff11\uff10' is not an amount of tokens: write a plain decimal "
+         "such as 12 or 0.5"),
+        ("-5", "'-5' is not an amount of tokens: write a plain decimal such as 12 or 0.5"),
+        (" 5", "' 5' is not an amount of tokens: write a plain decimal such as 12 or 0.5"),
+        ("0.000", "'0.000' must be a positive amount of tokens"),
+        ("0.0000000000000000001", "'0.0000000000000000001' has more than the token's 18 "
+         "decimals"),
         ("9" * 70, f"'{'9' * 70}' is more tokens than can exist"),
     ],
 )  # fmt: skip

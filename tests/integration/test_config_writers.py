@@ -16,7 +16,8 @@ from client.node.settings import NodeSettings
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.tasks.generators import demo_tasks
 from swarmrl import keystore
-from swarmrl.chain.deploy import TOKEN, write_deployment
+from swarmrl.chain.deploy import write_deployment
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.settings_toml import load_settings
 from swarmrl.tasks import write_tasks
 from tests.integration.conftest import PROVIDER_A

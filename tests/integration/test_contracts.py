@@ -10,8 +10,8 @@ from eth_utils import keccak
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain import eip712
-from swarmrl.chain.deploy import TOKEN
 from swarmrl.chain.errors import RevertedError
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSender
 from swarmrl.times import date_time
 

@@ -8,14 +8,9 @@ import pytest
 from swarmrl.chain.anvil import Anvil
 from swarmrl.chain.artifacts import load_artifact
 from swarmrl.chain.contracts import Contracts
-from swarmrl.chain.deploy import (
-    TOKEN,
-    deploy,
-    load_deployment,
-    run_id_from_name,
-    write_deployment,
-)
+from swarmrl.chain.deploy import deploy, load_deployment, run_id_from_name, write_deployment
 from swarmrl.chain.errors import ChainConfigError
+from swarmrl.chain.tokens import TOKEN
 
 from .conftest import ADMIN, PROVIDER_A, RECORDER, TREASURY, VALIDATOR
 

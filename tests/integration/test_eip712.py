@@ -1,7 +1,7 @@
 """EIP-712 digests and signatures, and the work-commitment Merkle tree.
 
 The digests are checked against eth-account's independent EIP-712 encoder
-here, and against the contracts' own views in test_protocol.py.
+here, and against the contracts' own views in test_contracts.py.
 """
 
 import pytest

@@ -11,12 +11,12 @@ import pytest
 from client.node.onchain import read_facts
 from client.node.view import claimable_epochs
 from swarmrl.chain import anvil as anvil_mod
-from swarmrl.chain.deploy import TOKEN
 from swarmrl.chain.errors import RevertedError
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.times import date_time
 
 from .conftest import NODE_B, PROVIDER_B, RECORDER
-from .test_protocol import _provider_with_node, _signed_epoch
+from .test_contracts import _provider_with_node, _signed_epoch
 
 
 def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(

@@ -7,7 +7,8 @@ from client.node.onchain import ChainReader, ProviderClaimer
 from client.node.view import claimable_epochs, epoch_status, stake_status
 from swarmrl import keystore
 from swarmrl.chain import anvil as anvil_mod
-from swarmrl.chain.deploy import TOKEN, write_deployment
+from swarmrl.chain.deploy import write_deployment
+from swarmrl.chain.tokens import TOKEN
 from tests.integration.conftest import NODE_A, PROVIDER_A, RECORDER
 
 PASSWORD = "correct horse"

@@ -18,8 +18,9 @@ from client.node.doctor import Check, exit_code, render, run_checks
 from client.node.settings import NodeSettings
 from client.node.setup import init_node
 from swarmrl import keystore
-from swarmrl.chain.deploy import TOKEN, write_deployment
+from swarmrl.chain.deploy import write_deployment
 from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.files import claim_data_dir
 from swarmrl.p2p import dialback, wire
 from swarmrl.p2p.host import Host

@@ -6,7 +6,7 @@ import pytest
 
 from client.node.setup import NodeSetupError, Step, init_node, passwords_from
 from swarmrl import keystore
-from swarmrl.chain.deploy import TOKEN
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
 from tests.integration.conftest import NODE_A, PROVIDER_A, PROVIDER_B
 

@@ -22,7 +22,7 @@ from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_t
 from swarmrl.chain import eip712
 from swarmrl.chain.anvil import connect
 from swarmrl.chain.contracts import Contracts
-from swarmrl.chain.deploy import TOKEN
+from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSettings
 
 from .conftest import ADMIN, NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR

@@ -139,6 +139,30 @@ def test_a_crash_fails_with_its_stderr():
     assert "boom" in result.cases[0].stderr
 
 
+def test_a_function_call_is_judged_by_its_json_result():
+    source = "def double(x):\n    return 2 * x"
+    ok = [{"fn_name": "double", "args": [21], "expected": 42}]
+    assert run_tests(source, ok, SandboxLimits()).passed
+    wrong = [{"fn_name": "double", "args": [21], "expected": 43}]
+    assert [c.status for c in run_tests(source, wrong, SandboxLimits()).cases] == ["wrong_answer"]
+
+
+def test_a_program_printing_a_nesting_too_deep_for_any_reader_fails_cleanly():
+    # The last line is read as the call's JSON result: 100,000 nested lists would exhaust
+    # the recursion limit of a reader without a depth cap (web3 raises that limit). The
+    # program prints them and ends before the driver prints the call's result.
+    source = (
+        "import os, sys\n"
+        "def double(x):\n"
+        "    print('[' * 100_000 + ']' * 100_000)\n"
+        "    sys.stdout.flush()\n"
+        "    os._exit(0)"
+    )
+    tests = [{"fn_name": "double", "args": [21], "expected": 42}]
+    result = run_tests(source, tests, SandboxLimits())
+    assert [c.status for c in result.cases] == ["wrong_answer"]
+
+
 def test_verify_code_end_to_end():
     info = {"tests": DOUBLE_TESTS, "time_limit_s": 1.5}
     assert verify_code(f"<think>easy</think>\n```python\n{DOUBLE}\n```", info)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.wallet import format_amount, parse_amount
+from swarmrl.chain.tokens import format_tokens, parse_tokens
 
 
 @pytest.mark.parametrize(
@@ -21,7 +21,7 @@ from client.wallet import format_amount, parse_amount
     ],
 )
 def test_parse(text, units):
-    assert parse_amount(text) == units
+    assert parse_tokens(text) == units
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_parse(text, units):
 def test_only_plain_decimals_are_amounts(text):
     message = f"{text!r} is not an amount of tokens: write a plain decimal such as 12 or 0.5"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        parse_amount(text)
+        parse_tokens(text)
 
 
 @pytest.mark.parametrize(
@@ -67,25 +67,25 @@ def test_only_plain_decimals_are_amounts(text):
 )
 def test_bad_amounts_are_one_clear_error(text, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        parse_amount(text)
+        parse_tokens(text)
 
 
 def test_the_largest_amount_that_exists_is_accepted():
     largest = 2**256 - 1
-    assert parse_amount(format_amount(largest)) == largest
+    assert parse_tokens(format_tokens(largest)) == largest
     with pytest.raises(ValueError, match="more tokens than can exist"):
-        parse_amount(format_amount(largest + 1))
+        parse_tokens(format_tokens(largest + 1))
 
 
 @given(st.integers(min_value=1, max_value=2**256 - 1))
 def test_format_then_parse_round_trips(units):
-    assert parse_amount(format_amount(units)) == units
+    assert parse_tokens(format_tokens(units)) == units
 
 
 @given(st.text(max_size=30))
 def test_any_text_is_an_amount_or_one_sentence(text):
     try:
-        units = parse_amount(text)
+        units = parse_tokens(text)
     except ValueError as e:
         sentence = str(e)
     else:
@@ -96,6 +96,6 @@ def test_any_text_is_an_amount_or_one_sentence(text):
 
 
 def test_format_drops_trailing_zeros():
-    assert format_amount(25 * 10**17) == "2.5"
-    assert format_amount(10**18) == "1"
-    assert format_amount(0) == "0"
+    assert format_tokens(25 * 10**17) == "2.5"
+    assert format_tokens(10**18) == "1"
+    assert format_tokens(0) == "0"
