@@ -1,9 +1,17 @@
 """Settings every test shares."""
 
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# A shell starts a background job (`make test &`, a CI runner's script) with SIGINT
+# ignored, and an ignored signal stays ignored in every process started below it: the
+# tests that press Ctrl-C on a command would find it deaf. Handled here, it reaches
+# every command the tests start as it does at a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Generation speed and per-example deadlines measure the machine, not the code:
 # on a loaded 2-core CI box they fail healthy tests. CI also runs derandomized,

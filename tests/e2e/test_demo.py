@@ -6,6 +6,7 @@ e2e test, tests/e2e/test_swarm_at_work.py, crashes and recovers it instead). Bot
 start from one caller's folder with the default relative --out, as a newcomer does; the
 second finds the initial policy's evaluation the first cached there."""
 
+import contextlib
 import json
 import os
 import signal
@@ -100,6 +101,7 @@ def test_the_demo_started_as_make_demo_starts_it_runs_its_swarm_and_ctrl_c_stops
     orchestrator's address, whose config named demo/run/demo/run/train.jsonl (every test
     gave an absolute --out). Then Ctrl-C stops every process it started."""
     log = tmp_path / "demo.out"
+    started: set[int] = set()
     with log.open("w") as f:
         demo = subprocess.Popen(
             [SWARMRL, "demo"], stdout=f, stderr=subprocess.STDOUT, cwd=caller,
@@ -122,8 +124,12 @@ def test_the_demo_started_as_make_demo_starts_it_runs_its_swarm_and_ctrl_c_stops
         demo.wait(timeout=120)
     finally:
         if demo.poll() is None:
+            started |= _descendants(demo.pid)
             demo.kill()
-    left = [pid for pid in started if _alive(pid)]
+        left = [pid for pid in started if _alive(pid)]
+        for pid in left:  # a failed run must not leave its swarm to the tests after it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert left == [], log.read_text()[-2000:]
 
 
