@@ -4,7 +4,13 @@ import os
 import signal
 
 import pytest
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
+
+from tests import workers
+
+# Before anything imports torch: torch and rayon size their pools from this share.
+workers.take_my_share_of_the_cores()
 
 # A shell starts a background job (`make test &`, a CI runner's script) with SIGINT
 # ignored, and an ignored signal stays ignored in every process started below it: the
@@ -25,12 +31,23 @@ settings.register_profile(
 settings.load_profile("swarmrl")
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return workers.auto_num_workers()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    workers.order_for_the_default_model(items)
+
+
 @pytest.fixture(scope="session")
 def default_model(tmp_path_factory):
-    """The embedded default policy, built once per session as `swarmrl model init` does."""
+    """The embedded default policy, built once per run as `swarmrl model init` does: by
+    whichever worker asks first, while the others wait for it."""
     from orchestrator.pretrain import build_default_model
 
-    return build_default_model(tmp_path_factory.mktemp("models") / "default")
+    root = workers.run_folder(tmp_path_factory)
+    with FileLock(root / "default-model.lock"):
+        return build_default_model(root / "models" / "default")
 
 
 def held_out_reward(model, tasks) -> float:
