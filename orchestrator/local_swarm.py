@@ -148,20 +148,43 @@ class Swarm:
         return sorted(groups[g] for g in left)
 
 
+@dataclass(frozen=True)
+class Proc:
+    """One process as /proc shows it."""
+
+    pid: int
+    state: str
+    parent: int
+    group: int
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")  # a zombie has exited; only its entry is left
+
+
+def processes() -> list[Proc]:
+    """Every process /proc shows now."""
+    return [p for stat in Path("/proc").glob("[0-9]*/stat") if (p := _read_stat(stat))]
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` is still running (a zombie is not)."""
+    return (proc := _read_stat(Path(f"/proc/{pid}/stat"))) is not None and proc.alive
+
+
+def _read_stat(stat: Path) -> Proc | None:
+    try:
+        # After the command's name (in parentheses, maybe with spaces): state, ppid, pgrp.
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None  # it exited while we looked
+    return Proc(int(stat.parent.name), fields[0], int(fields[1]), int(fields[2]))
+
+
 def _live_groups(groups: Iterable[int]) -> set[int]:
-    """Those of the process `groups` with a process alive in them (a zombie is not)."""
+    """Those of the process `groups` with a process alive in them."""
     wanted = set(groups)
-    live = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # After the command's name (in parentheses, maybe with spaces): state, ppid, pgrp.
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # it exited while we looked
-        state, group = fields[0], int(fields[2])
-        if group in wanted and state not in ("Z", "X"):
-            live.add(group)
-    return live
+    return {p.group for p in processes() if p.group in wanted and p.alive}
 
 
 def _wait_for_groups(groups: Iterable[int]) -> set[int]:

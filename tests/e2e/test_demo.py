@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.local_swarm import alive, processes
+
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 
 
@@ -70,26 +72,14 @@ def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, 
 
 def _descendants(pid: int) -> set[int]:
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for proc in processes():
+        children.setdefault(proc.parent, []).append(proc.pid)
     found, todo = set(), [pid]
     while todo:
         for child in children.get(todo.pop(), []):
             found.add(child)
             todo.append(child)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.slow
@@ -126,7 +116,7 @@ def test_the_demo_started_as_make_demo_starts_it_runs_its_swarm_and_ctrl_c_stops
         if demo.poll() is None:
             started |= _descendants(demo.pid)
             demo.kill()
-        left = [pid for pid in started if _alive(pid)]
+        left = [pid for pid in started if alive(pid)]
         for pid in left:  # a failed run must not leave its swarm to the tests after it
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import local_swarm
-from orchestrator.local_swarm import Swarm
+from orchestrator.local_swarm import Swarm, alive
 from swarmrl.chain.anvil import Anvil
 
 # A child that takes `delay` seconds to finish after SIGTERM (none: it ignores SIGTERM),
@@ -62,14 +62,6 @@ def _start(swarm: Swarm, name: str, delay: str, leader: str = "stay") -> Path:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def test_stop_all_waits_for_the_children_that_finish_after_their_leader(swarm):
     slow = _start(swarm, "orchestrator", "2")
     quick = _start(swarm, "node4", "0")
@@ -86,7 +78,7 @@ def test_a_child_that_ignores_sigterm_is_killed_at_the_bound_and_named(swarm, mo
     polite = _start(swarm, "node4", "0")
     child = int(stubborn.with_suffix(".ready").read_text())
     assert swarm.stop_all() == ["orchestrator"]
-    assert not _alive(child)
+    assert not alive(child)
     assert not stubborn.with_suffix(".done").exists()  # killed, not finished
     assert polite.with_suffix(".done").exists()
     assert swarm.still_running() == []
@@ -111,5 +103,5 @@ def test_kill_waits_for_the_whole_group(swarm, monkeypatch):
     child = int(stubborn.with_suffix(".ready").read_text())
     with pytest.raises(RuntimeError, match="node4 did not stop within 2 s of signal 15"):
         swarm.kill("node4", signal.SIGTERM)
-    assert not _alive(child)
+    assert not alive(child)
     assert "node4" not in swarm.processes
