@@ -370,6 +370,12 @@ class Host:
             # The host shut down while the call was in flight; Cancelled is a
             # BaseException and would otherwise kill the calling thread.
             raise RuntimeError("the libp2p host is closed") from None
+        except BaseExceptionGroup as group:
+            # The same shutdown, met inside one of py-libp2p's nurseries (a dial, say),
+            # arrives as a group holding Cancelled beside whatever else failed.
+            if group.subgroup(trio.Cancelled) is None:
+                raise
+            raise RuntimeError("the libp2p host is closed") from None
 
     @property
     def peer_id(self) -> str:

@@ -463,3 +463,35 @@ def test_a_host_started_without_the_swarm_topics_is_refused(tmp_path, origin_key
             run=RUN,
             trusted=[origin_key.address],
         )
+
+
+def test_a_call_in_flight_when_its_host_closes_fails_as_closed():
+    """A host closed while a call waits inside a nursery (as py-libp2p's dials do) cancels
+    it as a group with Cancelled inside; the calling thread gets the one RuntimeError the
+    swarm's pollers handle, not a BaseExceptionGroup that kills them."""
+    import trio
+
+    host = Host(create_new_key_pair())
+    entered = threading.Event()
+    failure: list[BaseException] = []
+
+    async def two_waits() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(trio.sleep_forever)
+            entered.set()
+
+    def caller() -> None:
+        try:
+            host._call(two_waits)
+        except BaseException as e:  # what reaches the thread is the point
+            failure.append(e)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    assert entered.wait(timeout=30)
+    host.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert [type(e) for e in failure] == [RuntimeError]
+    assert str(failure[0]) == "the libp2p host is closed"
