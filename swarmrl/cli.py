@@ -63,7 +63,7 @@ def _register_apps() -> None:
 
 _register_apps()
 
-BENCHMARKS = ("toploc", "shards", "broadcast", "inference", "learner", "swarm")
+BENCHMARKS = ("toploc", "shards", "broadcast", "inference", "learner", "swarm", "trust")
 
 
 def _version(show: bool) -> None:
@@ -145,6 +145,21 @@ def bench_swarm(
     """The whole swarm (3 nodes) vs. `train local` (3 workers): rollouts/s, intake
     latency, validation vs. generation CPU, memory (CPU)."""
     _run_benchmark("swarm", minutes)
+
+
+@bench_app.command("trust")
+def bench_trust(
+    scale: float = typer.Option(
+        1.0, "--scale", min=0.05, max=10_000.0, help="Honest rollouts of each variation, scaled."
+    ),
+    long: bool = typer.Option(
+        False, "--long", help="The long form: at least 330,000 honest rollouts (hours)."
+    ),
+) -> None:
+    """What the validator costs honest nodes: honest rollouts sampled every way a node
+    samples (fp32 and bf16, greedy and top-p, batches, threads, long completions),
+    judged by the validator's defaults (CPU)."""
+    _run_benchmark("trust", scale, long)
 
 
 @bench_app.command("all")

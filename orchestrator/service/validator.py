@@ -7,7 +7,9 @@ from the order it issued, never from the file. Rewards are always recomputed
 (code at ``code_check_rate``); prefill (TOPLOC and log-probabilities under the
 policy of the submission's step) runs on every submission of a node that has
 not yet earned trust, then on ``validation_rate`` of them, chosen by the
-submission's digest so a restarted validator chooses the same.
+submission's digest so a restarted validator chooses the same. A submission with
+rejected records resets the node's trust; only evidence
+(:mod:`swarmrl.rollouts.tolerances`) bans it.
 
 Accepted records go to the trainer's spool with the validator's rewards, never
 the node's; the outcome (units, reason, evidence) goes to the ledger, where the
@@ -141,6 +143,10 @@ class Validator:
         ]
         reasons = [v.reason for v in verdicts if not v.accepted]
         reason = f"{len(reasons)} of {len(records)} rejected: {reasons[0]}" if reasons else ""
+        if reasons:
+            # Short of evidence, a rejection may be honest noise: it costs the node its
+            # trust, so what it sends next is checked in full until it earns it again.
+            self.ledger.nodes.reset_trust(row.node)
         if accepted:
             self._spool(row, issued.order, accepted)
         self._finish(row, accepted, reason, False, prefill, seconds)

@@ -30,13 +30,6 @@ PROOF_CHUNK = 32
 PROOF_TOPK = 128
 
 
-# Decode-time and prefill logits differ by float reassociation (batching, the KV
-# cache, bf16 on a GPU), which can reorder near-ties. These margins absorb that;
-# all they leave a cheater is a choice among tokens the model rates about equal.
-ARGMAX_SLACK = 0.05  # nats below the best token that still count as its argmax
-NUCLEUS_SLACK = 0.01  # probability mass past top_p that still counts as inside it
-
-
 def token_logprobs(
     logits: torch.Tensor, tokens: Sequence[int] | torch.Tensor, temperature: float
 ) -> torch.Tensor:
@@ -58,13 +51,17 @@ class TokenScores:
 
     ``logprobs`` are as ``token_logprobs`` gives them; ``sequence_logprob`` is the
     log-probability that the sampler draws exactly these tokens (top-p renormalised;
-    0 for an all-argmax sequence at temperature 0); ``unsampleable`` lists the
-    positions whose token the sampler could not have drawn at all.
+    0 for an all-argmax sequence at temperature 0). ``outside`` says, per token, how
+    far it lies outside what the sampler could draw: at temperature 0 the nats it
+    lies below the argmax; under top-p the probability mass of the tokens more
+    probable than it beyond top_p (0 when it is inside; always 0 with top_p 1). How
+    far is too far is the validator's call (:mod:`swarmrl.rollouts.tolerances`): the
+    same computation in another precision or batch moves near-ties.
     """
 
     logprobs: list[float]
     sequence_logprob: float
-    unsampleable: list[int]
+    outside: list[float]
 
 
 def score_tokens(logits: Any, tokens: Any, temperature: float, top_p: float) -> TokenScores:
@@ -77,24 +74,24 @@ def score_tokens(logits: Any, tokens: Any, temperature: float, top_p: float) -> 
     target = torch.as_tensor(tokens, device=logits.device)[:, None]
     chosen = logprob.gather(1, target)[:, 0]
     if temperature == 0:
-        outside = chosen < logprob.max(dim=-1).values - ARGMAX_SLACK
+        outside = logprob.max(dim=-1).values - chosen
         sequence = 0.0
     elif top_p < 1:
         probs = logprob.exp()
         # The sampler keeps the most probable tokens until their mass reaches top_p; a
         # token is inside when the tokens more probable than it weigh less than that.
         above = (probs * (probs > chosen.exp()[:, None])).sum(dim=-1)
-        outside = above >= top_p + NUCLEUS_SLACK
+        outside = (above - top_p).clamp(min=0)
         ranked = probs.sort(dim=-1, descending=True).values
         nucleus = (ranked * (ranked.cumsum(dim=-1) - ranked < top_p)).sum(dim=-1)
         sequence = float((chosen - nucleus.log()).sum())
     else:
-        outside = torch.zeros_like(chosen, dtype=torch.bool)
+        outside = torch.zeros_like(chosen)
         sequence = float(chosen.sum())
     return TokenScores(
         logprobs=chosen.tolist(),
         sequence_logprob=sequence,
-        unsampleable=outside.nonzero()[:, 0].tolist(),
+        outside=outside.tolist(),
     )
 
 

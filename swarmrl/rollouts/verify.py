@@ -16,7 +16,8 @@ trainer):
   once, the outputs together), and every TOPLOC chunk must be accepted; the
   claimed log-probabilities must be the model's under the claimed temperature,
   and every token one that the claimed sampling could draw (the argmax at
-  temperature 0, inside the nucleus under top-p);
+  temperature 0, inside the nucleus under top-p), each within the tolerances of
+  :mod:`swarmrl.rollouts.tolerances`, which also say which distance is evidence;
 - the rewards are recomputed with the validator's verifiers and its task.
 
 Per group (the records of one task): exactly the samples asked for, one prompt,
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from swarmrl import toploc
 from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend, Prefill
@@ -36,12 +37,18 @@ from swarmrl.rollouts import checks
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import prompt_ids
 from swarmrl.rollouts.records import Rollout
+from swarmrl.rollouts.tolerances import (
+    ARGMAX,
+    LOGPROBS,
+    NUCLEUS,
+    TOPLOC,
+    Outcome,
+    Tolerance,
+    toploc_distance,
+)
 from swarmrl.tasks import Task, length_penalty
 from swarmrl.tasks.rewards import CODE_TYPES
 
-# Log-probabilities recomputed by prefill differ from decode-time ones only by
-# float reassociation (batching, KV cache); a mean gap past this is not rounding.
-LOGPROB_MEAN_TOLERANCE = 0.02
 REWARD_TOLERANCE = 1e-9
 # A repeat within a group is rejected when an honest sampler would produce it with
 # less than this probability. Honest groups are then wrongly rejected at most about
@@ -56,9 +63,12 @@ class Verdict:
     ``sequence_logprob`` is the validator's log-probability, under the claimed
     sampling, of the record's completion (None when the check stopped earlier).
     ``slashable`` marks a rejection that honest nondeterminism cannot produce
-    (a failed proof, a deterministic reward claimed falsely, output that does not
-    answer what was asked): evidence worth a stake, where every other rejection
-    costs the node only the reward.
+    (a failed proof, a distance past a check's evidence threshold, a deterministic
+    reward claimed falsely, output that does not answer what was asked): evidence
+    worth a stake, where every other rejection costs the node only the reward.
+    ``distances`` are what the prefill measured, per check of
+    :mod:`swarmrl.rollouts.tolerances` that ran (how the trust benchmark sees honest
+    variation).
     """
 
     accepted: bool
@@ -68,6 +78,7 @@ class Verdict:
     task_reward: float | None = None
     sequence_logprob: float | None = None
     slashable: bool = False
+    distances: Mapping[str, float] = field(default_factory=dict)
 
 
 def _evidence(reason: str, chunks: int = 0, passed: int = 0) -> Verdict:
@@ -156,22 +167,48 @@ def _prefilled_verdict(
     chunks = math.ceil(n / PROOF_CHUNK)
     results = toploc.verify_proofs(prefill.hidden, rollout.proofs, PROOF_CHUNK, PROOF_TOPK)
     passed = sum(r.accepted for r in results)
-    if passed < chunks:
-        rejected = f"TOPLOC rejected {chunks - passed} of {chunks} chunks"
-        return _evidence(rejected, chunks, passed)
-    gap = sum(abs(a - b) for a, b in zip(prefill.logprobs, rollout.logprobs, strict=True)) / n
-    if not math.isfinite(gap) or gap > LOGPROB_MEAN_TOLERANCE:
-        return _evidence(f"its logprobs are off by {gap:.3g} on average", chunks, passed)
-    if unsampleable := prefill.scores.unsampleable:
-        how = "not the argmax" if rollout.temperature == 0 else "outside the top-p nucleus"
-        return _evidence(
-            f"{len(unsampleable)} of its tokens are {how} (the first at {unsampleable[0]}), "
-            f"so they were not sampled as claimed",
+    gaps = [abs(a - b) for a, b in zip(prefill.logprobs, rollout.logprobs, strict=True)]
+    outside = max(prefill.scores.outside)
+    distances = {TOPLOC.check: toploc_distance(results), LOGPROBS.check: sum(gaps) / n}
+    if rollout.temperature == 0:
+        distances[ARGMAX.check] = outside
+    elif rollout.top_p < 1:
+        distances[NUCLEUS.check] = outside
+    for tolerance in (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS):
+        distance = distances.get(tolerance.check)
+        if distance is None or (outcome := tolerance.judge(distance)) is Outcome.PASS:
+            continue
+        return Verdict(
+            False,
+            _beyond(tolerance, distance, rollout, prefill, chunks - passed, chunks),
             chunks,
             passed,
+            slashable=outcome is Outcome.EVIDENCE,
+            distances=distances,
         )
-    return _rewards_verdict(
+    verdict = _rewards_verdict(
         backend, rollout, task, score, chunks, passed, prefill.scores.sequence_logprob
+    )
+    return replace(verdict, distances=distances)
+
+
+def _beyond(
+    tolerance: Tolerance, distance: float, rollout: Rollout, prefill: Prefill, bad: int, chunks: int
+) -> str:
+    """Why a record is past a tolerance, in one sentence."""
+    if tolerance is TOPLOC:
+        return f"TOPLOC rejected {bad} of {chunks} chunks"
+    if tolerance is LOGPROBS:
+        return f"its logprobs are off by {distance:.3g} on average"
+    worst = prefill.scores.outside.index(max(prefill.scores.outside))
+    if tolerance is ARGMAX:
+        return (
+            f"its token at {worst} is {distance:.3g} nats below the argmax, "
+            "so it was not sampled greedily as claimed"
+        )
+    return (
+        f"its token at {worst} lies outside the top-p {rollout.top_p:g} nucleus "
+        f"(by {distance:.3g} of probability mass), so it was not sampled as claimed"
     )
 
 

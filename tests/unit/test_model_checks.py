@@ -113,19 +113,20 @@ def test_prefill_scores_tokens_under_the_claimed_sampling(backend):
     prompt = encode_prompt(backend.tokenizer, "What is 3 + 4?")
     greedy = backend.generate([prompt], SamplingParams(max_tokens=24, temperature=0))[0]
     scores = backend.prefill(prompt, greedy.output_ids, temperature=0).scores
-    assert scores.unsampleable == []
+    assert max(scores.outside) == 0  # every token the argmax
     assert scores.sequence_logprob == 0  # greedy draws exactly this, always
 
     params = SamplingParams(max_tokens=24, temperature=1.0, top_p=0.5, seed=3)
     nucleus = backend.generate([prompt], params)[0]
     scores = backend.prefill(prompt, nucleus.output_ids, temperature=1.0, top_p=0.5).scores
-    assert scores.unsampleable == []
+    assert max(scores.outside) == 0  # every token inside the nucleus
     # Renormalised over the nucleus, each token is likelier than in the whole distribution.
     assert scores.sequence_logprob > sum(nucleus.logprobs)
     assert scores.logprobs == pytest.approx(nucleus.logprobs, abs=1e-4)
 
     free = backend.generate([prompt], SamplingParams(max_tokens=24, temperature=1.0, seed=3))[0]
     judged = backend.prefill(prompt, free.output_ids, temperature=1.0, top_p=0.05).scores
-    assert judged.unsampleable  # some tokens lie outside a 5% nucleus
+    assert max(judged.outside) > 0  # some tokens lie outside a 5% nucleus
+    assert max(judged.outside) <= 1 - 0.05  # a mass past top_p, no more than the rest
     argmax = backend.prefill(prompt, free.output_ids, temperature=0).scores
-    assert argmax.unsampleable
+    assert max(argmax.outside) > 0  # nats below the argmax

@@ -76,8 +76,11 @@ def validator(tmp_path, model_dirs):
     ledger.close()
 
 
-def submitted(validator: Validator, backend, tmp_path: Path, max_tokens: int) -> str:
-    """A submission answering ORDER, its records generated with `max_tokens`; its digest."""
+def submitted(
+    validator: Validator, backend, tmp_path: Path, max_tokens: int, shift: float = 0.0, n: int = 0
+) -> str:
+    """A submission answering ORDER, its records generated with `max_tokens` and their
+    claimed log-probabilities moved by `shift` nats; its digest (the `n`th submission)."""
     records = generate_rollouts(
         backend,
         list(TASKS.values()),
@@ -88,9 +91,12 @@ def submitted(validator: Validator, backend, tmp_path: Path, max_tokens: int) ->
         score=task_reward,
         target_for=lambda _: 16,
     )
-    path = tmp_path / "submission.parquet"
+    records = [
+        r.model_copy(update={"logprobs": [x - shift for x in r.logprobs]}).sealed() for r in records
+    ]
+    path = tmp_path / f"submission-{n}.parquet"
     write_rollouts(records, path)
-    digest = "ab" * 32
+    digest = f"{n:02x}" * 32
     validator.ledger.submissions.record(
         SubmissionRow(
             digest=digest,
@@ -125,4 +131,33 @@ def test_records_claiming_other_settings_than_the_order_are_evidence(validator, 
     row = validator.ledger.submissions.get(digest)
     assert (row.status, row.units, row.slashable) == ("rejected", 0, True)
     assert row.reason == "its max_tokens is 20, not the 24 asked for"
+    assert validator.ledger.nodes.get(NODE.address).state == "banned"
+
+
+def test_logprobs_beyond_honest_noise_are_rejected_and_cost_trust_not_stake(
+    validator, backend, tmp_path
+):
+    from swarmrl.rollouts.tolerances import LOGPROBS
+
+    submitted(validator, backend, tmp_path, ORDER.max_tokens, n=1)
+    validator.run_once()
+    assert validator.ledger.nodes.get(NODE.address).trusted == 1
+    between = (LOGPROBS.reject + LOGPROBS.evidence) / 2
+    digest = submitted(validator, backend, tmp_path, ORDER.max_tokens, shift=between, n=2)
+    validator.run_once()
+    row = validator.ledger.submissions.get(digest)
+    assert (row.status, row.slashable) == ("rejected", False)
+    assert "logprobs are off by" in row.reason
+    node = validator.ledger.nodes.get(NODE.address)
+    assert (node.state != "banned", node.trusted) == (True, 0)
+
+
+def test_logprobs_of_another_model_are_evidence(validator, backend, tmp_path):
+    from swarmrl.rollouts.tolerances import LOGPROBS
+
+    assert LOGPROBS.evidence is not None
+    digest = submitted(validator, backend, tmp_path, ORDER.max_tokens, shift=LOGPROBS.evidence + 1)
+    validator.run_once()
+    row = validator.ledger.submissions.get(digest)
+    assert (row.status, row.slashable) == ("rejected", True)
     assert validator.ledger.nodes.get(NODE.address).state == "banned"

@@ -28,7 +28,7 @@ class NodeRow:
     joined_at: float
     last_seen: float
     speed: float | None  # measured tokens per second, None until reported
-    trusted: int  # submissions that passed a full prefill check
+    trusted: int  # submissions that passed a full prefill check since its last rejection
     abandoned: int  # orders left past their deadline
 
 
@@ -152,6 +152,14 @@ class Nodes:
             db.execute(
                 "UPDATE nodes SET trusted = trusted + 1 WHERE address = ?",
                 (to_checksum_address(address),),
+            )
+
+    def reset_trust(self, address: str) -> None:
+        """One of the node's submissions had records rejected: its trust starts over, so
+        its next submissions are all checked in full (BOINC's adaptive replication)."""
+        with self._connection.write() as db:
+            db.execute(
+                "UPDATE nodes SET trusted = 0 WHERE address = ?", (to_checksum_address(address),)
             )
 
 

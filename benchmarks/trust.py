@@ -1,0 +1,93 @@
+"""The trust suite: what the validator costs honest nodes, measured.
+
+False positives (benchmarks/trust_honest.py): honest rollouts of the default model
+and, when it is imported, SmolLM2-135M-Instruct, every way an honest node samples
+them, verified with the validator's defaults; per variation the rejections and
+the evidence, per check the worst distance against its thresholds.
+
+The short form (scale 1) measures about 1,500 honest rollouts in minutes; the long
+form (``--long``) scales the default model's variations to at least 330,000
+rollouts, where zero evidence bounds the false-evidence rate below 1e-5 per rollout
+(the rule of three: 3 / 330,000 at 95 % confidence). SmolLM2 stays at scale 1 in
+both: a CPU decodes it about 50 times slower.
+
+    python -m benchmarks.trust [--scale 1] [--long]      or      swarmrl bench trust
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import trust_honest
+from swarmrl.models import smollm2
+from swarmrl.models.files import default_models_dir
+
+LONG_ROLLOUTS = 330_000
+# The longest completion each model's positions leave room for after the longest
+# demo prompt (the default model has 512 positions).
+LONGEST = {"default": 320, "smollm2": 1024}
+
+
+def _models() -> dict[str, Path]:
+    from orchestrator.pretrain import build_default_model
+
+    models = {"default": build_default_model(default_models_dir() / "default")}
+    try:
+        models["smollm2"] = smollm2.import_smollm2(default_models_dir() / "smollm2")
+    except ValueError as e:
+        print(f"SmolLM2-135M skipped: {e}")
+    return models
+
+
+def long_scale() -> float:
+    """The scale at which the default model's variations hold LONG_ROLLOUTS rollouts."""
+    per_scale = sum(v.rollouts for v in trust_honest.variations(["default"], LONGEST))
+    return LONG_ROLLOUTS / per_scale
+
+
+def main(scale: float = 1.0, long: bool = False) -> list[trust_honest.Row]:
+    from orchestrator.tasks.generators import demo_tasks
+    from swarmrl.cli_options import quiet_transformers
+
+    quiet_transformers()
+    tasks = demo_tasks(2000, seed=24)
+    models = _models()
+    print(f"torch {torch.__version__}, CPU; the validator's defaults; scale {scale:g}")
+    began = time.perf_counter()
+    rows = []
+    for name, path in models.items():
+        model_scale = long_scale() if long and name == "default" else scale
+        rows += trust_honest.run(
+            {name: path},
+            tasks,
+            scale=model_scale,
+            long_tokens=LONGEST,
+            on_row=lambda r: print(
+                f"  {r.variation.label()}: {r.rollouts} rollouts, {r.rejected} rejected, "
+                f"{r.evidence} evidence ({r.seconds:.0f} s)",
+                flush=True,
+            ),
+        )
+    print()
+    print("False positives: honest rollouts judged by the validator's defaults")
+    print()
+    print(trust_honest.table(rows))
+    total = sum(r.rollouts for r in rows)
+    evidence = sum(r.evidence for r in rows)
+    print(
+        f"\n{total} honest rollouts, {sum(r.rejected for r in rows)} rejected, "
+        f"{evidence} evidence, in {time.perf_counter() - began:.0f} s"
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--long", action="store_true")
+    args = parser.parse_args()
+    main(args.scale, args.long)

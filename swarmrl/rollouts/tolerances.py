@@ -1,0 +1,95 @@
+"""How far a record may stray from the validator's recomputation before it earns
+nothing, and before it is evidence worth a stake.
+
+An honest node's numbers are never the validator's exactly: it samples in another
+precision (bf16 on a GPU), another batch, another kernel, with a KV cache where
+the validator prefills in one pass. Each check that compares a record with the
+model's recomputation therefore measures a distance and has two thresholds:
+
+- ``reject``: beyond it the record is rejected (no reward for it; the node's trust
+  is reset, so its next submissions are all checked);
+- ``evidence``: beyond it the rejection is evidence, and the node is banned and its
+  stake slashed. It sits far beyond anything honest variation produced, with the
+  margin recorded in the trust benchmark (``swarmrl bench trust``,
+  ``benchmarks/BENCHMARKS.md``). A check whose honest distribution comes near what
+  cheats produce has no evidence threshold: it only rejects.
+
+The distances, per record (the worst token or chunk where the check is per token):
+
+- ``toploc``: the worst chunk's discrepancy as a fraction of TOPLOC's acceptance
+  bounds (38 of 128 exponent mismatches, mantissa error mean 10, median 8); over 1
+  is a chunk TOPLOC rejects; a missing or malformed proof is infinitely far.
+- ``logprobs``: the mean absolute gap, in nats, between the log-probabilities the
+  record claims and the validator's.
+- ``argmax`` (temperature 0): nats the worst token lies below the argmax.
+- ``nucleus`` (top-p below 1): the probability mass past top_p of the tokens more
+  probable than the worst token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from swarmrl import toploc
+from swarmrl.models.backend import PROOF_TOPK
+
+
+class Outcome(StrEnum):
+    PASS = "pass"
+    REJECT = "reject"
+    EVIDENCE = "evidence"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """One check's thresholds on its distance (see the module's docstring)."""
+
+    check: str
+    unit: str
+    reject: float
+    evidence: float | None  # None: the check rejects, never slashes
+
+    def judge(self, distance: float) -> Outcome:
+        """Where a distance falls; a NaN distance is as far as can be."""
+        if math.isnan(distance):
+            distance = math.inf
+        if self.evidence is not None and distance > self.evidence:
+            return Outcome.EVIDENCE
+        return Outcome.REJECT if distance > self.reject else Outcome.PASS
+
+
+# TOPLOC's own bounds already sit several times beyond honest bf16 discrepancies
+# (measured: worst chunks at about a quarter of them), and a chunk past them means
+# states of another model, another input or no proof at all.
+TOPLOC = Tolerance("toploc", "of TOPLOC's bound", reject=1.0, evidence=1.0)
+# bf16 sampling against an fp32 or bf16 prefill: mean gaps up to about 0.07 nats
+# and single tokens up to about 0.5. The evidence threshold lies past the largest
+# single-token gap measured, so no completion length brings an honest record to it;
+# another model's log-probabilities are nats away.
+LOGPROBS = Tolerance("logprobs", "nats (mean)", reject=0.25, evidence=1.5)
+# A near-tie can flip under bf16 by about twice the worst single-token gap. A token
+# many nats below the argmax is no tie: greedy decoding did not pick it.
+ARGMAX = Tolerance("argmax", "nats below the argmax", reject=1.0, evidence=6.0)
+# Nucleus boundaries move with every rounding, and a cheater's token just outside
+# the nucleus is as cheap as an honest one just inside: rejection only.
+NUCLEUS = Tolerance("nucleus", "probability mass past top_p", reject=0.05, evidence=None)
+
+TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS)
+
+
+def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
+    """The worst chunk's discrepancy as a fraction of TOPLOC's acceptance bounds."""
+    budget = toploc.max_exp_mismatches(PROOF_TOPK)
+    worst = 0.0
+    for r in results:
+        ratio = max(
+            r.exp_mismatches / budget,
+            r.mant_err_mean / toploc.MAX_MANT_ERR_MEAN,
+            r.mant_err_median / toploc.MAX_MANT_ERR_MEDIAN,
+        )
+        # The native verdict decides at the bounds themselves (a ratio of exactly 1).
+        worst = max(worst, ratio if r.accepted else max(ratio, math.nextafter(1.0, 2.0)))
+    return worst
