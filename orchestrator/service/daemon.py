@@ -159,6 +159,7 @@ class Orchestrator:
             trust_after=s.trust_after,
             code_check_rate=s.code_check_rate,
             device=s.device,
+            precision=s.precision,
         )
         recorder_config = recorder.RecorderConfig(
             ledger_path=self.data_dir / "ledger.sqlite3",

@@ -30,6 +30,7 @@ from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
+from swarmrl.models.backend import Precision
 from swarmrl.rollouts.records import Rollout, read_rollouts
 from swarmrl.rollouts.verify import Verdict, verify_rollouts
 from swarmrl.tasks import Task
@@ -51,6 +52,7 @@ class ValidatorConfig:
     trust_after: int
     code_check_rate: float
     device: str | None
+    precision: Precision  # the run's: nodes sample in it
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -75,12 +77,15 @@ class Validator:
         self._step: int | None = None
 
     def backend_at(self, step: int) -> Any:
-        """The policy of ``step`` (the trainer keeps every step's weights)."""
+        """The policy of ``step`` (the trainer keeps every step's weights), in the run's
+        precision."""
         from swarmrl.models import load_backend
 
         model_dir = ckpt.step_dir(self.config.run_dir, step)
         if self._backend is None:
-            self._backend = load_backend("torch", model_dir, device=self.config.device)
+            self._backend = load_backend(
+                "torch", model_dir, device=self.config.device, precision=self.config.precision
+            )
         elif self._step != step:
             self._backend.load_weights(model_dir)
         self._step = step

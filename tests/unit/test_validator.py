@@ -5,10 +5,12 @@ order's are evidence."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
@@ -71,6 +73,7 @@ def validator(tmp_path, model_dirs):
         trust_after=1,
         code_check_rate=1.0,
         device="cpu",
+        precision="fp32",
     )
     yield Validator(config, ledger, TASKS)
     ledger.close()
@@ -126,3 +129,12 @@ def test_records_claiming_other_settings_than_the_order_are_evidence(validator, 
     assert (row.status, row.units, row.slashable) == ("rejected", 0, True)
     assert row.reason == "its max_tokens is 20, not the 24 asked for"
     assert validator.ledger.nodes.get(NODE.address).state == "banned"
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)]
+)
+def test_the_validator_prefills_in_the_precision_the_run_declares(validator, precision, dtype):
+    validator.config = dataclasses.replace(validator.config, precision=precision)
+    backend = validator.backend_at(STEP)
+    assert {p.dtype for p in backend.model.parameters()} == {dtype}
