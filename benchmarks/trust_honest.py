@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from swarmrl.models.backend import SamplingParams
+from swarmrl.models.backend import Precision, SamplingParams, torch_dtype
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
@@ -35,7 +35,6 @@ from swarmrl.rollouts.verify import verify_rollouts
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import task_reward
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 NODE = "0x" + "11" * 20
 
 
@@ -44,8 +43,8 @@ class Variation:
     """One way of sampling honestly, and the precision it is verified in."""
 
     model: str  # a key of the models given to `measure`
-    sampled: str  # fp32 or bf16
-    verified: str
+    sampled: Precision
+    verified: Precision
     temperature: float
     top_p: float
     group: int  # samples per task; a batch holds batch // group tasks
@@ -68,7 +67,8 @@ def variations(models: Iterable[str], long_tokens: dict[str, int]) -> list[Varia
     out = []
     for model in models:
         base = Variation(model, "bf16", "bf16", 1.0, 1.0, 8, 16, 1, 128, 64)
-        for sampled, verified in (("bf16", "bf16"), ("bf16", "fp32"), ("fp32", "fp32")):
+        pairs: list[tuple[Precision, Precision]] = [("bf16", "bf16"), ("bf16", "fp32")]
+        for sampled, verified in [*pairs, ("fp32", "fp32")]:
             for temperature, top_p in ((1.0, 1.0), (0.0, 1.0), (1.0, 0.9)):
                 out.append(
                     replace(
@@ -109,17 +109,17 @@ def measure(
     model_dir: Path,
     tasks: list[Task],
     scale: float,
-    backends: dict[tuple[str, str], TorchBackend],
+    backends: dict[tuple[str, Precision], TorchBackend],
 ) -> Row:
     """Generate and verify one variation's rollouts (backends are kept across calls)."""
     began = time.perf_counter()
     row = Row(variation)
     torch.set_num_threads(variation.threads)
 
-    def backend(precision: str) -> TorchBackend:
+    def backend(precision: Precision) -> TorchBackend:
         key = (variation.model, precision)
         if key not in backends:
-            backends[key] = TorchBackend(model_dir, device="cpu", dtype=DTYPES[precision])
+            backends[key] = TorchBackend(model_dir, device="cpu", dtype=torch_dtype(precision))
         return backends[key]
 
     sampler, validator = backend(variation.sampled), backend(variation.verified)
@@ -182,7 +182,7 @@ def run(
     on_row: Callable[[Row], None] = lambda _row: None,
 ) -> list[Row]:
     """Every variation of every model; ``on_row`` hears each row as it is done."""
-    backends: dict[tuple[str, str], TorchBackend] = {}
+    backends: dict[tuple[str, Precision], TorchBackend] = {}
     threads = torch.get_num_threads()
     rows = []
     try:

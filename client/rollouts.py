@@ -20,11 +20,13 @@ from swarmrl.cli_options import (
     MaxTokens,
     ModelDir,
     PasswordFile,
+    RunPrecision,
     TasksFile,
     Temperature,
     quiet_transformers,
     seed_option,
 )
+from swarmrl.models.backend import Precision
 
 ZERO_ADDRESS = "0x" + "00" * 20
 
@@ -83,6 +85,7 @@ def rollouts_generate(
     ),
     backend: str = BackendName,
     device: str = Device,
+    precision: Precision = RunPrecision,
 ) -> None:
     """Sample N proven completions per task, score them, and write a rollout file (signed
     with --key)."""
@@ -127,7 +130,7 @@ def rollouts_generate(
         run, node = run_id, account.address
     quiet_transformers()
     items = read_tasks(tasks)
-    engine = load_backend(backend, model, device=device)
+    engine = load_backend(backend, model, device=device, precision=precision)
     rng = random.Random(seed)
 
     def target_for(speed: float | None) -> int:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import typer
 
-from swarmrl.cli_options import BackendName, Device, ModelDir, quiet_transformers
+from swarmrl.cli_options import BackendName, Device, ModelDir, RunPrecision, quiet_transformers
+from swarmrl.models.backend import Precision
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.signing import FileSignature
@@ -32,9 +33,11 @@ def _assignment(
     signature: FileSignature | None,
     n: int | None,
     step: int | None,
+    precision: Precision,
 ) -> Assignment:
     """What the node was asked for: the signed settings, or for an unsigned file the first
-    record's (then only their consistency is checked), with --n and --step over either."""
+    record's (then only their consistency is checked), with --n and --step over either;
+    the precision is the run's, which neither states."""
     if signature is not None:
         asked = Assignment(
             run=signature.run,
@@ -44,6 +47,7 @@ def _assignment(
             max_tokens=signature.max_tokens,
             temperature=signature.temperature,
             top_p=signature.top_p,
+            precision=precision,
         )
     elif n is None:
         raise ValueError(
@@ -60,6 +64,7 @@ def _assignment(
             max_tokens=first.max_tokens,
             temperature=first.temperature,
             top_p=first.top_p,
+            precision=precision,
         )
     if n is not None:
         asked = replace(asked, group_size=n)
@@ -94,6 +99,7 @@ def rollouts_verify(
     ),
     backend: str = BackendName,
     device: str = Device,
+    precision: Precision = RunPrecision,
 ) -> None:
     """Check a node's rollout file against the validator's own tasks, model and the signed
     (or given) settings: signature, task data, groups, TOPLOC proofs, sampling, rewards.
@@ -113,7 +119,7 @@ def rollouts_verify(
     if not records:
         raise ValueError(f"{file} holds no rollouts")
     task_set = {t.problem_id: t for t in read_tasks(tasks)}
-    asked = _assignment(records, signature, n, step)
+    asked = _assignment(records, signature, n, step, precision)
     digest = file_digest(records)
     forged = None
     if signature is None:
@@ -135,7 +141,7 @@ def rollouts_verify(
                 f"{signature.max_tokens} tokens"
             )
     try:
-        engine = load_backend(backend, model, device=device)
+        engine = load_backend(backend, model, device=device, precision=asked.precision)
     except ValueError as e:
         raise ValueError(
             f"the validator's own model is unusable, so no rollout was judged: {e}"

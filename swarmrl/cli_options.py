@@ -42,6 +42,13 @@ Temperature = typer.Option(
     1.0, "--temperature", min=0.0, max=100.0, help="Sampling temperature (0: greedy)."
 )
 
+# Its parameter is typed Precision, so the command line refuses any other name.
+RunPrecision = typer.Option(
+    "fp32",
+    "--precision",
+    help="The precision the run declared: nodes sample in it, the validator prefills in it.",
+)
+
 # Every seed fits the 32 bits that numpy's and reasoning-gym's generators take.
 MAX_SEED = 2**32 - 1
 

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from client.node.events import log_event
 from client.node.loop import Node, sole_runner
@@ -23,21 +24,21 @@ from swarmrl import keystore
 from swarmrl.logs import setup_logging
 from swarmrl.settings_toml import load_settings
 
+if TYPE_CHECKING:
+    from swarmrl.models.backend import Backend, Precision
+
 CHEAP_MODEL_SEED = 7
 TOKENIZER_FILES = ("tokenizer", "special_tokens", "chat_template")
 
 
 class CheatingNode(Node):
-    def _weights(self, at_least: int) -> Path:
-        model_dir = super()._weights(at_least)
-        # Whatever the swarm sent, generate with the cheap model (claiming the real step).
-        if not getattr(self, "_swapped", False):
-            from swarmrl.models import load_backend
+    def _load_backend(self, model_dir: Path, precision: Precision) -> Backend:
+        # Whatever the swarm sent, generate with the cheap model (claiming the real step),
+        # in the precision the order asks for.
+        from swarmrl.models import load_backend
 
-            cheap = cheap_model(model_dir, self.data_dir / "cheap-model")
-            self.backend = load_backend("torch", cheap, device="cpu")
-            self._swapped = True
-        return model_dir
+        cheap = cheap_model(model_dir, self.data_dir / "cheap-model")
+        return load_backend("torch", cheap, device="cpu", precision=precision)
 
 
 def cheap_model(policy: Path, out: Path) -> Path:

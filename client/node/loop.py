@@ -48,7 +48,7 @@ from swarmrl.work.states import SubmissionStatus
 if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 load
     from eth_account.signers.local import LocalAccount
 
-    from swarmrl.models.backend import Backend
+    from swarmrl.models.backend import Backend, Precision
     from swarmrl.p2p.swarm import SwarmNode
 
 log = logging.getLogger("swarmrl.node")
@@ -118,6 +118,7 @@ class Node:
         self.backoff = Backoff(base=1.0, cap=30.0)
         self.backend: Backend | None = None
         self.backend_step: int | None = None
+        self.backend_precision: Precision | None = None  # what the backend computes in
         # The process's one libp2p host: the weight swarm and the work session share it.
         self.host: Host | None = None
         self.swarm: SwarmNode | None = None
@@ -316,44 +317,66 @@ class Node:
             self.journal.settle(entry.digest, receipt.model_dump())
             self.on_event(Event(EventKind.RESENT, digest=entry.digest[:12], units=receipt.units))
 
-    def _weights(self, at_least: int) -> Path:
-        """The newest complete weights, at least step ``at_least``, loaded into the backend."""
+    def _weights(self, at_least: int, precision: Precision) -> Path:
+        """The newest complete weights, at least step ``at_least``, loaded into the backend
+        in ``precision``."""
         assert self.swarm is not None
         version = self.swarm.wait_for(step=at_least, timeout=self.settings.weights_timeout)
         model_dir = version.unpacked
         if model_dir is None:
             raise OSError(f"the checkpoint of step {version.step} is not a model directory")
-        if self.backend is None:
-            from swarmrl.models import load_backend
-
-            device = None if self.settings.device == "auto" else self.settings.device
-            self.backend = load_backend(
-                choose_backend(self.settings.backend, self.settings.device),
-                model_dir,
-                device=device,
-            )
-        elif self.backend_step != version.step:
-            self.backend.load_weights(model_dir)
-        self.backend_step = version.step
-        self.state.step = version.step
+        self._hold(model_dir, version.step, precision)
         return model_dir
+
+    def _hold(self, model_dir: Path, step: int, precision: Precision) -> None:
+        """The backend holds the policy in ``model_dir`` (of ``step``) in ``precision``:
+        loaded the first time and whenever an order asks for another precision, its
+        weights replaced in place when only the step is new."""
+        if self.backend is None or self.backend_precision != precision:
+            self.backend = None  # the old engine's memory is freed before another loads
+            self.backend = self._load_backend(model_dir, precision)
+            self.backend_precision = precision
+        elif self.backend_step != step:
+            self.backend.load_weights(model_dir)
+        self.backend_step = step
+        self.state.step = step
+
+    def _device_precision(self) -> Precision:
+        return "bf16" if resolve_device(self.settings.device).startswith("cuda") else "fp32"
+
+    def _load_backend(self, model_dir: Path, precision: Precision) -> Backend:
+        """The backend the settings choose, holding the policy in ``model_dir``."""
+        from swarmrl.models import load_backend
+
+        device = None if self.settings.device == "auto" else self.settings.device
+        return load_backend(
+            choose_backend(self.settings.backend, self.settings.device),
+            model_dir,
+            device=device,
+            precision=precision,
+        )
 
     def _one_order(self) -> None:
         assert self.session is not None
         assert self.swarm is not None
-        self._weights(0)
+        # Loaded before an order is taken (its deadline runs while it is worked on), in the
+        # last order's precision; before the first, in the one runs declare for nodes on
+        # this device (bf16 on a GPU), so a node reloads only where its run says otherwise.
+        self._weights(0, self.backend_precision or self._device_precision())
         response = self.session.work()
         if response.order is None:
             self.stopping.wait(max(0.5, response.retry_after))
             return
         order = response.order
         if self.backend_step is None or self.backend_step < order.min_step:
-            self._weights(order.min_step)
+            self._weights(order.min_step, order.precision)
         else:
             # Hot reload between orders: a newer complete version replaces the policy.
             latest = self.swarm.store.latest()
             if latest is not None and latest.step > (self.backend_step or -1):
-                self._weights(latest.step)
+                self._weights(latest.step, order.precision)
+            elif self.backend_precision != order.precision:
+                self._weights(self.backend_step, order.precision)
         order_id = order.digest(self.session.me.swarm_domain).hex()
         self.on_event(
             Event(

@@ -17,6 +17,7 @@ from pydantic_settings import NoDecode
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.chain.paths import deployment_path
 from swarmrl.files import role_data_dir
+from swarmrl.models.backend import Precision
 from swarmrl.models.files import default_models_dir
 from swarmrl.settings_toml import (
     SettingError,
@@ -154,6 +155,13 @@ class ServiceSettings(SwarmrlSettings):
         ge=0,
         le=30 * DAY,
         description="Seconds after an epoch ends that validation may hold its record back.",
+    )
+    precision: Precision = Field(
+        "fp32",
+        description="fp32 or bf16: the dtype nodes sample in (their work orders say so) and "
+        "the validator prefills in, so both compute alike. bf16 for a run whose nodes have "
+        "GPUs (also with the validator on a CPU); fp32 keeps a CPU-only run fast, as bf16 "
+        "matmuls on a CPU are slow.",
     )
 
     # -- nodes and epochs -----------------------------------------------------------

@@ -32,6 +32,7 @@ from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
+from swarmrl.models.backend import Precision
 from swarmrl.rollouts.records import Rollout, read_rollouts
 from swarmrl.rollouts.verify import Verdict, verify_rollouts
 from swarmrl.tasks import Task
@@ -75,17 +76,23 @@ class Validator:
         self.spool = Spool(config.run_dir / "rollouts")
         self._backend: Any = None
         self._step: int | None = None
+        self._precision: Precision | None = None
 
-    def backend_at(self, step: int) -> Any:
-        """The policy of ``step`` (the trainer keeps every step's weights)."""
+    def backend_at(self, step: int, precision: Precision) -> Any:
+        """The policy of ``step`` (the trainer keeps every step's weights) in
+        ``precision``, the one the order declared for sampling: the validator compares
+        like with like."""
         from swarmrl.models import load_backend
 
         model_dir = ckpt.step_dir(self.config.run_dir, step)
-        if self._backend is None:
-            self._backend = load_backend("torch", model_dir, device=self.config.device)
+        if self._backend is None or self._precision != precision:
+            self._backend = None  # one policy in memory at a time
+            self._backend = load_backend(
+                "torch", model_dir, device=self.config.device, precision=precision
+            )
         elif self._step != step:
             self._backend.load_weights(model_dir)
-        self._step = step
+        self._step, self._precision = step, precision
         return self._backend
 
     def run_once(self) -> int:
@@ -123,7 +130,11 @@ class Validator:
         began = cpu_seconds_with_checker()
         # Without a prefill only the tokenizer is needed, the same at every step: the
         # weights of row.step are loaded only to prefill with them.
-        backend = self.backend_at(row.step) if prefill or self._backend is None else self._backend
+        backend = (
+            self.backend_at(row.step, asked.precision)
+            if prefill or self._backend is None
+            else self._backend
+        )
         verdicts = verify_rollouts(
             backend,
             records,

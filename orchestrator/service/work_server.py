@@ -277,6 +277,7 @@ class WorkServer:
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
+            precision=s.precision,
             tasks=drawn.tasks,
             deadline=int(now + s.assignment_seconds),
         ).signed_by(self.context.signer, self.context.swarm_domain)

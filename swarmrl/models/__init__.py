@@ -15,7 +15,7 @@ import importlib.util
 from pathlib import Path
 from typing import get_args
 
-from swarmrl.models.backend import Backend, BackendName
+from swarmrl.models.backend import Backend, BackendName, Precision, dtype_name, torch_dtype
 
 BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
 
@@ -41,14 +41,24 @@ def choose_backend(backend: str, device: str) -> BackendName:
     return "torch"
 
 
-def load_backend(name: str, model_dir: Path, *, device: str | None = None) -> Backend:
-    """The named backend holding the model in ``model_dir``."""
+def load_backend(
+    name: str,
+    model_dir: Path,
+    *,
+    device: str | None = None,
+    precision: Precision | None = None,
+) -> Backend:
+    """The named backend holding the model in ``model_dir``, computing in ``precision``
+    (None: the backend's own choice: for torch bf16 on a GPU and fp32 on the CPU, for
+    vLLM its dtype "auto")."""
     if name == "torch":
         from swarmrl.models.torch_backend import TorchBackend
 
-        return TorchBackend(model_dir, device=device)
+        dtype = None if precision is None else torch_dtype(precision)
+        return TorchBackend(model_dir, device=device, dtype=dtype)
     if name == "vllm":
         from swarmrl.models.vllm_backend import VLLMBackend
 
-        return VLLMBackend(model_dir)
+        engine = None if precision is None else {"dtype": dtype_name(precision)}
+        return VLLMBackend(model_dir, engine_kwargs=engine)
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -8,6 +8,10 @@ given prompt + completion in one forward pass; that is how a validator checks a
 proof. ``load_weights`` swaps in a newer checkpoint of the same architecture
 without restarting.
 
+A run declares the ``Precision`` its nodes sample in and its validator prefills
+in: the same precision on both sides, so what the checks tolerate is only what
+engines and hardware add.
+
 The hidden state for output token ``i`` is the one at sequence position
 ``len(prompt) - 1 + i``: the state whose logits the token was sampled from.
 """
@@ -24,10 +28,26 @@ if TYPE_CHECKING:  # torch is imported where used: a node's commands start witho
 
 FinishReason = Literal["eos", "stop", "length"]
 BackendName = Literal["torch", "vllm"]
+Precision = Literal["fp32", "bf16"]
+# The dtype of each precision as torch and vLLM both name it.
+_DTYPES: dict[Precision, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 # TOPLOC's settings: one proof per 32 decoded tokens, committing to the top 128 values.
 PROOF_CHUNK = 32
 PROOF_TOPK = 128
+
+
+def dtype_name(precision: Precision) -> str:
+    """The dtype ``precision`` stands for, as torch and vLLM name it (``bfloat16``)."""
+    return _DTYPES[precision]
+
+
+def torch_dtype(precision: Precision) -> torch.dtype:
+    """The torch dtype ``precision`` stands for."""
+    import torch
+
+    dtype: torch.dtype = getattr(torch, dtype_name(precision))
+    return dtype
 
 
 def token_logprobs(

@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarmrl.models.backend import PROOF_CHUNK
+from swarmrl.models.backend import PROOF_CHUNK, Precision
 from swarmrl.rollouts.records import Rollout
 from swarmrl.tasks import Task
 
@@ -28,7 +28,8 @@ from swarmrl.tasks import Task
 class Assignment:
     """What a node was asked to produce; every record must say the same. A work order
     also fixes each record's seed and the thinking budget of each task; a file checked
-    by hand knows neither (None)."""
+    by hand knows neither (None). Records do not state the `precision` they were
+    sampled in: it is the run's, the one they are prefilled in."""
 
     run: str
     node: str
@@ -39,6 +40,7 @@ class Assignment:
     top_p: float
     seed: int | None = None
     budgets: Mapping[str, int] | None = None  # problem id -> thinking budget
+    precision: Precision = "fp32"
 
 
 def as_asked(field: str, claimed: Any, expected: Any) -> str | None:

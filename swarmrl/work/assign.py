@@ -2,10 +2,11 @@
 
 Nodes never choose their tasks. The orchestrator draws each order from a seed
 of (run, node, counter) and signs it as :class:`WorkOrder`: the tasks with the
-thinking budget of each, the group size, the sampling settings, the seed, the
-oldest policy step it will accept and a deadline. The order's EIP-712 digest is
-its id; the node's submission names it, and validation checks every record
-against the order, never against what the records say of themselves.
+thinking budget of each, the group size, the sampling settings, the precision to
+sample in (the one the validator prefills in), the seed, the oldest policy step
+it will accept and a deadline. The order's EIP-712 digest is its id; the node's
+submission names it, and validation checks every record against the order, never
+against what the records say of themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pydantic_core
 from pydantic import Field, StringConstraints
 
 from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, micros, text_hash
+from swarmrl.models.backend import Precision
 from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import protocol_id
 from swarmrl.rollouts.checks import Assignment
@@ -54,6 +56,7 @@ class WorkOrder(Signed):
         Member("maxTokens", "uint32", "max_tokens"),
         Member("temperatureMicros", "uint32", "temperature", lambda t: micros(t, "temperature")),
         Member("topPMicros", "uint32", "top_p", lambda p: micros(p, "top_p")),
+        Member("precision", "string", "precision"),
         Member("tasks", "bytes32", "tasks", tasks_hash),
         Member("deadline", "uint64", "deadline"),
     )
@@ -67,6 +70,9 @@ class WorkOrder(Signed):
     max_tokens: int = Field(ge=1, le=MAX_UINT32)
     temperature: float = Field(ge=0, le=100)
     top_p: float = Field(gt=0, le=1)
+    # Orders a ledger kept from before precision was signed read as fp32, what every run
+    # sampled in then.
+    precision: Precision = "fp32"
     tasks: list[Slot] = Field(min_length=1, max_length=MAX_TASKS)
     deadline: int = Field(ge=0, le=MAX_UINT64)
 
@@ -84,6 +90,7 @@ class WorkOrder(Signed):
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
+            precision=self.precision,
             seed=self.seed,
             budgets={s.problem_id: s.budget for s in self.tasks},
         )

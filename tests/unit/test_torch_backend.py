@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from swarmrl import toploc
+from swarmrl.models import load_backend
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.directory import encode_prompt
 from swarmrl.models.torch_backend import TorchBackend
@@ -100,6 +101,16 @@ def test_end_of_sequence_ends_only_its_own_row(backend):
     assert ended[0].output_ids == greedy[0].output_ids[:first]
     if token not in greedy[1].output_ids:
         assert ended[1].output_ids == greedy[1].output_ids
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)]
+)
+def test_the_backend_computes_in_the_precision_asked_for(model_dirs, precision, dtype):
+    engine = load_backend("torch", model_dirs[0], device="cpu", precision=precision)
+    assert {p.dtype for p in engine.model.parameters()} == {dtype}
+    (completion,) = engine.generate(prompts(engine, "in precision"), GREEDY)
+    assert completion.output_ids  # its decode loop runs in that dtype too
 
 
 def test_load_weights_replaces_the_policy_in_place(model_dirs):

@@ -3,10 +3,9 @@ default model, sampled every way an honest node samples (fp32 and bf16, greedy a
 top-p, batches of 1 to 64, one and two threads, long completions), are never
 evidence and never rejected by the validator's defaults."""
 
-from orchestrator.tasks.generators import demo_tasks
-
 from benchmarks import trust_honest
 from benchmarks.trust import LONGEST
+from orchestrator.tasks.generators import demo_tasks
 from swarmrl.rollouts.tolerances import TOLERANCES
 
 

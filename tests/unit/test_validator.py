@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
@@ -161,3 +162,11 @@ def test_logprobs_of_another_model_are_evidence(validator, backend, tmp_path):
     row = validator.ledger.submissions.get(digest)
     assert (row.status, row.slashable) == ("rejected", True)
     assert validator.ledger.nodes.get(NODE.address).state == "banned"
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)]
+)
+def test_the_validator_prefills_in_the_precision_the_order_declares(validator, precision, dtype):
+    backend = validator.backend_at(STEP, precision)
+    assert {p.dtype for p in backend.model.parameters()} == {dtype}

@@ -25,6 +25,7 @@ BAD = [
     ("order.counter", 3.0),
     ("order.counter", True),
     ("order.temperature", "0.7"),
+    ("order.precision", 16),
     ("order.tasks", {"arith-1": 64}),
     ("order.tasks.0.budget", "64"),
     # Out of range.
@@ -35,6 +36,8 @@ BAD = [
     ("order.temperature", 100.5),
     ("order.top_p", 0.0),
     ("order.top_p", 1.5),
+    ("order.precision", "fp16"),
+    ("order.precision", "BF16"),
     ("order.tasks", []),
     ("order.tasks", [{"problem_id": f"t{i}", "budget": 1} for i in range(65)]),
     ("order.tasks.0.budget", 0),

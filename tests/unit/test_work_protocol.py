@@ -55,6 +55,7 @@ CHANGES = {
         "max_tokens": 129,
         "temperature": 0.700001,
         "top_p": 0.9,
+        "precision": "fp32",
         "tasks": [Slot(problem_id="arith-1", budget=64)],
         "deadline": ORDER.deadline + 1,
     },
@@ -161,7 +162,7 @@ def test_the_type_strings_are_the_protocols():
     assert WorkOrder.STRUCT.type_string == (
         "WorkOrder(bytes32 runId,address node,uint64 counter,uint64 minStep,uint64 seed,"
         "uint32 groupSize,uint32 maxTokens,uint32 temperatureMicros,uint32 topPMicros,"
-        "bytes32 tasks,uint64 deadline)"
+        "string precision,bytes32 tasks,uint64 deadline)"
     )
     assert Receipt.STRUCT.type_string == (
         "Receipt(bytes32 runId,address node,bytes32 submission,uint64 epoch,uint32 units,"
@@ -191,6 +192,7 @@ def test_work_order_digest_is_eip712():
         "maxTokens": 128,
         "temperatureMicros": 700_000,
         "topPMicros": 950_000,
+        "precision": "bf16",
         "tasks": keccak(text=canonical([["arith-1", 64], ["arith-2", 128]])),
         "deadline": ORDER.deadline,
     }

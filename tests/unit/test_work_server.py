@@ -154,6 +154,7 @@ class Orchestrator:
             target_len=16,
             temperature=0.7,
             top_p=0.95,
+            precision="bf16",
             max_backlog=4,
             **settings,
         )
@@ -356,6 +357,8 @@ def test_an_order_is_drawn_signed_and_recorded(orchestrator):
     assert order.min_step == PUBLISHED - s.async_level
     assert (order.group_size, order.max_tokens) == (s.group_size, s.max_tokens)
     assert (order.temperature, order.top_p) == (s.temperature, s.top_p)
+    # The run's precision, which its validator prefills in and checks know of.
+    assert order.precision == order.assignment(PUBLISHED).precision == s.precision == "bf16"
     assert 0 < order.deadline - time.time() <= s.assignment_seconds
     # Drawn, not chosen: anyone with the task set redraws the same tasks and seed,
     # each with the base budget (the node's speed is not known yet).

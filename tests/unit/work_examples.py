@@ -45,6 +45,7 @@ ORDER = WorkOrder(
     max_tokens=128,
     temperature=0.7,
     top_p=0.95,
+    precision="bf16",
     tasks=[Slot(problem_id="arith-1", budget=64), Slot(problem_id="arith-2", budget=128)],
     deadline=1_700_000_300,
 )
