@@ -24,6 +24,26 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// A vote counts only while its validator holds the role in the term it voted
 /// in: revoking (or renouncing) the role voids the validator's pending votes,
 /// also if it is granted again later.
+///
+/// No operator can profit from a slash, nor make slashing easier or costlier
+/// before stakers can leave. Slashed stake goes to the stake manager's
+/// treasury, fixed when the manager was deployed. The validators, quorum and
+/// penalty a pool is created with apply at once: a provider accepts them by
+/// joining. Later changes that let a new party slash or take more wait
+/// SLASH_CHANGE_DELAY: the slash votes of a validator appointed after
+/// deployment (also one revoked and appointed again), a lower quorum, a higher
+/// penalty. The delay is a constant longer than the longest invalidation
+/// window plus the longest unbonding period (each at most the stake manager's
+/// MAX_UNBONDING_PERIOD, 30 days), so shortening the unbonding period or the
+/// window first shortens nothing. A provider that leaves the pool within a day
+/// of the change sees the windows of all its records close, and its stake
+/// unbonded and withdrawable, before the change applies; one that leaves
+/// within 31 days has no record left that the change could judge. Changes the
+/// other way (a new validator's invalidation votes, a higher quorum, a lower
+/// penalty, revoking a validator) apply at once: none takes stake, and an
+/// invalidation only returns a reward to this pool's budget, which pays
+/// providers alone. A recorder needs no delay either: recording slashes
+/// nothing without the validators' votes.
 contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     using SafeERC20 for IERC20;
 
@@ -36,6 +56,10 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         keccak256("Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)");
     /// @notice The shortest invalidation window.
     uint256 public constant MIN_INVALIDATION_WINDOW = 1 minutes;
+    /// @notice How long a change that makes slashing easier or costlier waits
+    /// before it applies: 30 days of the longest window, 30 of the longest
+    /// unbonding period and a day to react (see the contract's notice).
+    uint256 public constant SLASH_CHANGE_DELAY = 61 days;
 
     /// @inheritdoc IComputePool
     bytes32 public immutable runId;
@@ -50,10 +74,6 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     uint256 public invalidationWindow;
     /// @inheritdoc IComputePool
     uint256 public rewardPerUnit;
-    /// @inheritdoc IComputePool
-    uint256 public slashPenalty;
-    /// @inheritdoc IComputePool
-    uint256 public quorum;
     /// @inheritdoc IComputePool
     uint256 public validatorCount;
 
@@ -74,6 +94,18 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     mapping(bytes32 ballot => address[]) private _voters;
     mapping(bytes32 ballot => mapping(address validator => uint256 term)) private _votedIn;
     mapping(bytes32 digest => bool) private _evidenceUsed;
+
+    /// @dev A setting whose change in one direction waits: `next` applies from `nextAt` (0: none waits).
+    struct Delayed {
+        uint256 value;
+        uint256 next;
+        uint256 nextAt;
+    }
+
+    Delayed private _quorum;
+    Delayed private _slashPenalty;
+    /// @dev When each validator's slash votes start to count, in its current term.
+    mapping(address validator => uint256) private _slashVotesAt;
 
     /// @dev Deployed by the stake manager's PoolFactory. Token and registry are
     /// the stake manager's; its unbonding period and minimum stake bound `params`.
@@ -183,7 +215,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         if (available < reward) revert InsufficientRewards(available, reward);
 
         uint256 windowEnd = block.timestamp + invalidationWindow;
-        uint256 penalty = slashPenalty;
+        uint256 penalty = slashPenalty();
         availableRewards = available - reward;
         reservedRewards += reward;
         rec.units = units;
@@ -208,7 +240,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
         uint256 votes = _vote(keccak256(abi.encode(epoch, node)));
         emit InvalidationVoted(epoch, node, msg.sender, votes);
-        if (votes >= quorum) _invalidate(rec, epoch, node);
+        if (votes >= quorum()) _invalidate(rec, epoch, node);
     }
 
     /// @inheritdoc IComputePool
@@ -216,14 +248,17 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// for `sub.node` at `epoch`), WindowClosed, WrongRun, BadSignature (not
     /// signed by `sub.node`), NotInCommitment, AlreadySlashed (this epoch of
     /// the node was slashed already), EvidenceUsed (this submission already
-    /// slashed, in any epoch), AlreadyVoted. Votes count per (epoch, node,
-    /// digest). Slashed stake goes to the stake manager's treasury; the caller
-    /// gets nothing.
+    /// slashed, in any epoch), AlreadyVoted, SlashVoteTooEarly (a validator
+    /// appointed after deployment, before SLASH_CHANGE_DELAY has passed). Votes
+    /// count per (epoch, node, digest). Slashed stake goes to the stake
+    /// manager's treasury; the caller gets nothing.
     function slash(uint64 epoch, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof)
         external
         onlyRole(VALIDATOR_ROLE)
         nonReentrant
     {
+        uint256 votesAt = _slashVotesAt[msg.sender];
+        if (block.timestamp < votesAt) revert SlashVoteTooEarly(msg.sender, votesAt);
         address node = sub.node;
         WorkRecord storage rec = _work[epoch][node];
         bytes32 digest = _checkEvidence(epoch, rec, sub, signature, proof);
@@ -232,7 +267,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
         uint256 votes = _vote(keccak256(abi.encode(epoch, node, digest)));
         emit SlashVoted(epoch, node, digest, msg.sender, votes);
-        if (votes < quorum) return;
+        if (votes < quorum()) return;
 
         rec.slashed = true;
         _evidenceUsed[digest] = true;
@@ -302,6 +337,31 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         return (_countVotes(keccak256(abi.encode(epoch, node, digest))), _work[epoch][node].slashed);
     }
 
+    /// @inheritdoc IComputePool
+    function quorum() public view returns (uint256) {
+        return _current(_quorum);
+    }
+
+    /// @inheritdoc IComputePool
+    function pendingQuorum() external view returns (uint256 quorum_, uint256 effectiveAt) {
+        return _pending(_quorum);
+    }
+
+    /// @inheritdoc IComputePool
+    function slashPenalty() public view returns (uint256) {
+        return _current(_slashPenalty);
+    }
+
+    /// @inheritdoc IComputePool
+    function pendingSlashPenalty() external view returns (uint256 amount, uint256 effectiveAt) {
+        return _pending(_slashPenalty);
+    }
+
+    /// @inheritdoc IComputePool
+    function slashVotesAt(address validator) external view returns (uint256) {
+        return _slashVotesAt[validator];
+    }
+
     /// @notice Whether the signed submission with `digest` was evidence for a penalty already.
     function evidenceUsed(bytes32 digest) external view returns (bool) {
         return _evidenceUsed[digest];
@@ -325,7 +385,9 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     // ---- admin ----
 
     /// @inheritdoc IComputePool
-    /// @dev Only DEFAULT_ADMIN_ROLE. Reverts BadQuorum.
+    /// @dev Only DEFAULT_ADMIN_ROLE. Reverts BadQuorum. A higher (or equal)
+    /// quorum applies at once and cancels a lower one still waiting; a lower
+    /// one applies SLASH_CHANGE_DELAY from now.
     function setQuorum(uint256 quorum_) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _setQuorum(quorum_);
     }
@@ -337,7 +399,9 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Only DEFAULT_ADMIN_ROLE. Reverts PenaltyTooHigh.
+    /// @dev Only DEFAULT_ADMIN_ROLE. Reverts PenaltyTooHigh. A lower (or equal)
+    /// penalty applies at once and cancels a higher one still waiting; a higher
+    /// one applies to work recorded from SLASH_CHANGE_DELAY from now on.
     function setSlashPenalty(uint256 amount) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _setSlashPenalty(amount);
     }
@@ -350,12 +414,16 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
     // ---- internals ----
 
-    /// @dev Counts validators and starts a new term on every grant of VALIDATOR_ROLE.
+    /// @dev Counts validators and starts a new term on every grant of
+    /// VALIDATOR_ROLE, whose slash votes count at once only within the deployment.
     function _grantRole(bytes32 role, address account) internal override returns (bool granted) {
         granted = super._grantRole(role, account);
         if (granted && role == VALIDATOR_ROLE) {
             ++validatorCount;
             ++_term[account];
+            uint256 votesAt = _deploying() ? block.timestamp : block.timestamp + SLASH_CHANGE_DELAY;
+            _slashVotesAt[account] = votesAt;
+            emit ValidatorAppointed(account, votesAt);
         }
     }
 
@@ -365,7 +433,8 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         revoked = super._revokeRole(role, account);
         if (revoked && role == VALIDATOR_ROLE) {
             uint256 left = --validatorCount;
-            if (left < quorum) revert BadQuorum(quorum, left);
+            uint256 q = quorum();
+            if (left < q) revert BadQuorum(q, left);
         }
     }
 
@@ -404,8 +473,8 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     function _setQuorum(uint256 quorum_) private {
         uint256 validators = validatorCount;
         if (quorum_ == 0 || quorum_ > validators) revert BadQuorum(quorum_, validators);
-        emit QuorumChanged(quorum, quorum_);
-        quorum = quorum_;
+        (uint256 old, uint256 effectiveAt) = _set(_quorum, quorum_, quorum_ >= quorum());
+        emit QuorumChanged(old, quorum_, effectiveAt);
     }
 
     function _setRewardPerUnit(uint256 amount) private {
@@ -416,8 +485,37 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     function _setSlashPenalty(uint256 amount) private {
         uint256 max = stakeManager.minStakePerNode();
         if (amount > max) revert PenaltyTooHigh(amount, max);
-        emit SlashPenaltyChanged(slashPenalty, amount);
-        slashPenalty = amount;
+        (uint256 old, uint256 effectiveAt) = _set(_slashPenalty, amount, amount <= slashPenalty());
+        emit SlashPenaltyChanged(old, amount, effectiveAt);
+    }
+
+    /// @dev Whether this runs inside the constructor (no code is deployed yet):
+    /// what the deployment sets is the terms providers join under, and applies at once.
+    function _deploying() private view returns (bool) {
+        return address(this).code.length == 0;
+    }
+
+    /// @dev The setting's value now: its waiting value once that applies.
+    function _current(Delayed storage d) private view returns (uint256) {
+        uint256 nextAt = d.nextAt;
+        return nextAt != 0 && block.timestamp >= nextAt ? d.next : d.value;
+    }
+
+    /// @dev The value waiting to apply and from when, or zeros if none waits.
+    function _pending(Delayed storage d) private view returns (uint256 value, uint256 effectiveAt) {
+        if (d.nextAt > block.timestamp) return (d.next, d.nextAt);
+    }
+
+    /// @dev Sets `d` to `value` at once if `atOnce` (or while deploying), else from
+    /// SLASH_CHANGE_DELAY on; a new setting replaces one still waiting.
+    function _set(Delayed storage d, uint256 value, bool atOnce) private returns (uint256 old, uint256 effectiveAt) {
+        old = _current(d);
+        if (atOnce || _deploying()) {
+            (d.value, d.next, d.nextAt) = (value, 0, 0);
+            return (old, block.timestamp);
+        }
+        effectiveAt = block.timestamp + SLASH_CHANGE_DELAY;
+        (d.value, d.next, d.nextAt) = (old, value, effectiveAt);
     }
 
     function _setInvalidationWindow(uint256 window) private {

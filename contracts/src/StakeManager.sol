@@ -25,7 +25,12 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 ///
 /// The only slashers are the pools this manager created (`createPool`, through
 /// the factory fixed at construction), whose code slashes only on evidence and
-/// a validator quorum. The admin sets
+/// a validator quorum. The treasury is fixed at construction: an admin that
+/// could move it could send itself the stake of every later slash. Where
+/// slashed stake goes is thus one of the terms a staker reads before it
+/// stakes; fixed is simpler than a change delayed past every staker's exit,
+/// and loses nothing the protocol needs, since a slash is a deterrent, not
+/// income (zero burns it). The admin sets
 /// parameters within bounds: a longer unbonding period applies only to requests
 /// made once the current period has passed, so every staker can leave under the
 /// terms it staked with.
@@ -66,7 +71,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @inheritdoc IStakeManager
     uint256 public minStakePerNode;
     /// @inheritdoc IStakeManager
-    address public treasury;
+    address public immutable treasury;
     /// @inheritdoc IStakeManager
     uint256 public totalStaked;
 
@@ -99,7 +104,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @param admin Receives DEFAULT_ADMIN_ROLE (pools and setters).
     /// @param minStakePerNode_ Active stake each registered node needs.
     /// @param unbondingPeriod_ Seconds between an unbond request and its withdrawal.
-    /// @param treasury_ Receiver of slashed stake; zero burns it.
+    /// @param treasury_ Receiver of slashed stake, for good; zero burns it.
     constructor(
         IERC20 token_,
         IProviderRegistry registry_,
@@ -119,7 +124,6 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         treasury = treasury_;
         emit MinStakePerNodeChanged(0, minStakePerNode_);
         emit UnbondingPeriodChanged(0, unbondingPeriod_, block.timestamp);
-        emit TreasuryChanged(address(0), treasury_);
     }
 
     // ---- providers ----
@@ -350,12 +354,15 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
 
     /// @inheritdoc IStakeManager
     /// @dev Only DEFAULT_ADMIN_ROLE. Reverts MinStakeBelowPenalty below any
-    /// pool's penalty. A higher minimum applies to later joins, records and
-    /// unbond requests.
+    /// pool's penalty, also one still waiting to apply. A higher minimum
+    /// applies to later joins, records and unbond requests.
     function setMinStakePerNode(uint256 amount) external onlyRole(DEFAULT_ADMIN_ROLE) {
         uint256 n = _pools.length;
         for (uint256 i; i < n; ++i) {
-            uint256 penalty = IComputePool(_pools[i]).slashPenalty();
+            IComputePool pool = IComputePool(_pools[i]);
+            uint256 penalty = pool.slashPenalty();
+            (uint256 pending,) = pool.pendingSlashPenalty();
+            if (pending > penalty) penalty = pending;
             if (amount < penalty) revert MinStakeBelowPenalty(amount, penalty);
         }
         emit MinStakePerNodeChanged(minStakePerNode, amount);
@@ -378,13 +385,6 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
             (_pendingPeriod, _pendingPeriodAt) = (0, 0);
         }
         emit UnbondingPeriodChanged(current, period, effectiveAt);
-    }
-
-    /// @inheritdoc IStakeManager
-    /// @dev Only DEFAULT_ADMIN_ROLE. The zero address means: burn slashed stake.
-    function setTreasury(address treasury_) external onlyRole(DEFAULT_ADMIN_ROLE) {
-        emit TreasuryChanged(treasury, treasury_);
-        treasury = treasury_;
     }
 
     // ---- internals ----

@@ -3,13 +3,15 @@ pragma solidity 0.8.37;
 
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 
+import {ComputePool} from "../src/ComputePool.sol";
 import {IComputePool} from "../src/interfaces/IComputePool.sol";
 import {IStakeManager} from "../src/interfaces/IStakeManager.sol";
 import {MerkleBuilder, ProtocolFixture} from "./utils/Fixtures.sol";
 
 /// @notice Each attack an outside review found, tried as the attacker would:
 /// a provider dodging its stake, a recorder and quorum colluding, a revoked
-/// validator's key, an admin reopening paid epochs or freezing stake. Each
+/// validator's key, an admin reopening paid epochs or freezing stake, an admin
+/// making itself treasury, recorder and validator to profit from a slash. Each
 /// test fails if the attack works.
 contract AttacksTest is ProtocolFixture {
     uint256 constant FUNDING = 1000 ether;
@@ -37,8 +39,17 @@ contract AttacksTest is ProtocolFixture {
         view
         returns (IComputePool.Submission memory sub, bytes memory sig, bytes32 root)
     {
+        return _loneEvidenceIn(pool, step);
+    }
+
+    /// @dev The same in pool `p`'s domain.
+    function _loneEvidenceIn(ComputePool p, uint64 step)
+        internal
+        view
+        returns (IComputePool.Submission memory sub, bytes memory sig, bytes32 root)
+    {
         sub = submission(node, step, keccak256(abi.encode("rollout", step)));
-        bytes32 digest = pool.submissionDigest(sub);
+        bytes32 digest = p.submissionDigest(sub);
         sig = signDigest(NODE_PK, digest);
         root = MerkleBuilder.leaf(digest);
     }
@@ -162,6 +173,7 @@ contract AttacksTest is ProtocolFixture {
         pool.grantRole(pool.VALIDATOR_ROLE(), validator3);
         pool.setQuorum(2);
         vm.stopPrank();
+        vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY()); // validator3's slash votes count
         (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
         _submit(1, node, root);
         bytes32 digest = pool.submissionDigest(sub);
@@ -230,10 +242,9 @@ contract AttacksTest is ProtocolFixture {
     // ---- 5. admin power is bounded and cannot take stake ----
 
     /// The stake manager's admin holds the only role there is on it; with it,
-    /// it can neither slash nor make itself a slasher, nor redirect stake.
+    /// it can neither slash nor make itself a slasher.
     function test_5_theAdminCannotSlash() public {
         vm.startPrank(admin);
-        manager.setTreasury(admin);
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotPool.selector, admin));
         manager.slash(alice, MIN_STAKE, bytes32(0));
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotPool.selector, admin));
@@ -296,6 +307,284 @@ contract AttacksTest is ProtocolFixture {
         vm.assertEq(token.balanceOf(treasury), PENALTY, "the penalty of the record");
     }
 
+    // ---- 6. no operator profits from a slash ----
+
+    /// @dev The admin appoints itself recorder and validator of `p` and lowers
+    /// its quorum to one: everything a slash of its own would need.
+    function _adminTakesOver(ComputePool p) internal {
+        vm.startPrank(admin);
+        p.grantRole(p.RECORDER_ROLE(), admin);
+        p.grantRole(p.VALIDATOR_ROLE(), admin);
+        p.setQuorum(1);
+        vm.stopPrank();
+    }
+
+    /// @dev A second pool of the run whose deployment asked two validators per
+    /// vote; alice's node joins it.
+    function _poolOfQuorumTwo() internal returns (ComputePool p) {
+        p = createPool(RUN, 2);
+        vm.prank(alice);
+        p.joinPool(node);
+        mint(admin, FUNDING);
+        vm.startPrank(admin);
+        token.approve(address(p), FUNDING);
+        p.fund(FUNDING);
+        vm.stopPrank();
+    }
+
+    /// The first half of the hole: the stake manager's admin cannot point the
+    /// treasury at itself; there is no setter, and the treasury stays the one
+    /// of the deployment.
+    function test_6_theAdminCannotMoveTheTreasury() public {
+        vm.prank(admin);
+        (bool moved,) = address(manager).call(abi.encodeWithSignature("setTreasury(address)", admin));
+        vm.assertFalse(moved, "no setter");
+        vm.assertEq(manager.treasury(), treasury, "the deployment's treasury");
+    }
+
+    /// The second half: the admin appoints itself recorder and validator,
+    /// lowers the quorum to one, records an epoch whose commitment holds one of
+    /// the node's honest signed submissions and votes to slash it. Neither its
+    /// vote nor the lower quorum counts before SLASH_CHANGE_DELAY.
+    function test_6_anAdminAppointedValidatorCannotSlashBeforeTheDelay() public {
+        ComputePool p = _poolOfQuorumTwo();
+        uint256 t0 = block.timestamp;
+        uint256 delay = p.SLASH_CHANGE_DELAY();
+        _adminTakesOver(p);
+        vm.assertEq(p.quorum(), 2, "the lower quorum waits");
+        (uint256 q, uint256 qAt) = p.pendingQuorum();
+        vm.assertEq(q, 1, "pending quorum");
+        vm.assertEq(qAt, t0 + delay, "from");
+        vm.assertEq(p.slashVotesAt(admin), t0 + delay, "the admin's votes wait");
+        vm.assertEq(p.slashVotesAt(validator), t0, "the deployment's count at once");
+
+        IComputePool.Submission memory sub = submission(node, 1, keccak256("an honest rollout"));
+        bytes32 digest = p.submissionDigest(sub);
+        bytes memory sig = signDigest(NODE_PK, digest);
+        vm.prank(admin);
+        p.submitWork(1, node, 1, MerkleBuilder.leaf(digest)); // recording alone slashes nothing
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
+        vm.prank(admin);
+        p.slash(1, sub, sig, new bytes32[](0));
+
+        // one honest deployment validator misled into voting is still no quorum
+        vm.prank(validator);
+        p.slash(1, sub, sig, new bytes32[](0));
+        vm.assertFalse(p.workOf(1, node).slashed, "two votes needed until the delay has passed");
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "stake untouched");
+        vm.assertEq(token.balanceOf(admin), 0, "nothing gained");
+    }
+
+    /// After the delay the admin's validator may slash, but only the stake of
+    /// providers who stayed, and what it takes goes to the deployment's
+    /// treasury. The worst case for the staker who leaves: the window and the
+    /// unbonding period at their longest, the admin recording one of its
+    /// honest submissions at the last moment before it leaves a day late.
+    function test_6_afterTheDelayStakersHadTimeToLeave() public {
+        uint256 longest = manager.MAX_UNBONDING_PERIOD();
+        vm.prank(admin);
+        manager.setUnbondingPeriod(longest);
+        vm.warp(block.timestamp + UNBONDING);
+        vm.prank(admin);
+        pool.setInvalidationWindow(longest);
+        register(bob);
+        addNode(bob, NODE2_PK);
+        stakeAs(bob, MIN_STAKE);
+        vm.prank(bob);
+        pool.joinPool(node2);
+
+        uint256 t0 = block.timestamp;
+        uint256 delay = pool.SLASH_CHANGE_DELAY();
+        _adminTakesOver(pool);
+        IComputePool.Submission memory sub = submission(node, 1, keccak256("an honest rollout"));
+        bytes32 digest = pool.submissionDigest(sub);
+        vm.warp(t0 + 1 days - 1);
+        vm.prank(admin);
+        pool.submitWork(1, node, 1, MerkleBuilder.leaf(digest));
+
+        // alice leaves a day after the change: the node, the pool, the free stake now ...
+        vm.warp(t0 + 1 days);
+        vm.startPrank(alice);
+        pool.leavePool(node);
+        registry.removeNode(node);
+        manager.requestUnbond(MIN_STAKE - PENALTY);
+        // ... and the penalty that backs the admin's record once its window has closed
+        vm.warp(pool.unlocksAt(1, node));
+        manager.requestUnbond(PENALTY);
+        vm.warp(block.timestamp + longest);
+        vm.assertEq(manager.withdraw(), MIN_STAKE, "all of it");
+        vm.stopPrank();
+        vm.assertLe(block.timestamp, t0 + delay, "out before the change applies");
+
+        vm.warp(t0 + delay);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, node));
+        vm.prank(admin);
+        pool.slash(1, sub, signDigest(NODE_PK, digest), new bytes32[](0));
+
+        // bob stayed: now the admin's validator can slash him, to the treasury's gain, not its own
+        IComputePool.Submission memory bobs = submission(node2, 1, keccak256("bob's rollout"));
+        bytes32 bobsDigest = pool.submissionDigest(bobs);
+        vm.startPrank(admin);
+        pool.submitWork(2, node2, 1, MerkleBuilder.leaf(bobsDigest));
+        pool.slash(2, bobs, signDigest(NODE2_PK, bobsDigest), new bytes32[](0));
+        vm.stopPrank();
+        vm.assertEq(manager.stakeOf(bob), MIN_STAKE - PENALTY, "bob, who stayed, was slashed");
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "to the deployment's treasury");
+        vm.assertEq(token.balanceOf(admin), 0, "the admin gained nothing");
+        vm.assertEq(token.balanceOf(alice), MIN_STAKE, "alice kept everything");
+    }
+
+    /// The delay is a constant beyond the longest window plus the longest
+    /// unbonding period: shortening both first changes nothing.
+    function test_6_shorteningTheUnbondingPeriodDoesNotShortenTheDelay() public {
+        uint256 delay = pool.SLASH_CHANGE_DELAY();
+        vm.assertGt(delay, 2 * manager.MAX_UNBONDING_PERIOD(), "longest window + longest unbonding");
+        vm.startPrank(admin);
+        pool.setInvalidationWindow(1 minutes);
+        manager.setUnbondingPeriod(1 minutes);
+        vm.stopPrank();
+        vm.assertEq(manager.unbondingPeriod(), 1 minutes, "shorter at once");
+        uint256 t0 = block.timestamp;
+        _adminTakesOver(pool);
+        vm.assertEq(pool.slashVotesAt(admin), t0 + delay, "the same delay");
+
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
+        vm.warp(t0 + delay - 30 seconds);
+        vm.prank(admin);
+        pool.submitWork(1, node, 1, root);
+        vm.warp(t0 + delay - 1);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
+        vm.prank(admin);
+        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.warp(t0 + delay);
+        vm.prank(admin);
+        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.assertTrue(pool.workOf(1, node).slashed, "from the delay on, as announced");
+        vm.assertEq(token.balanceOf(admin), 0, "to the treasury, not the admin");
+    }
+
+    /// Revoking a validator and appointing it again starts its delay again.
+    function test_6_aReappointedValidatorWaitsAgain() public {
+        bytes32 role = pool.VALIDATOR_ROLE();
+        vm.startPrank(admin);
+        pool.revokeRole(role, validator);
+        pool.grantRole(role, validator);
+        vm.stopPrank();
+        uint256 at = block.timestamp + pool.SLASH_CHANGE_DELAY();
+        vm.assertEq(pool.slashVotesAt(validator), at, "a new term, a new delay");
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
+        _submit(1, node, root);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, validator, at));
+        vm.prank(validator);
+        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.prank(validator); // invalidating takes no stake and counts at once
+        pool.invalidate(1, node);
+        vm.assertTrue(pool.workOf(1, node).invalidated, "invalidated");
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "no stake taken");
+    }
+
+    /// A higher penalty applies only to work recorded from the delay on; a
+    /// lower one at once, cancelling the higher one.
+    function test_6_aHigherPenaltyWaitsForStakersToLeave() public {
+        stakeAs(alice, MIN_STAKE);
+        uint256 t0 = block.timestamp;
+        uint256 delay = pool.SLASH_CHANGE_DELAY();
+        vm.prank(admin);
+        pool.setSlashPenalty(MIN_STAKE);
+        vm.assertEq(pool.slashPenalty(), PENALTY, "not yet");
+        (uint256 pending, uint256 at) = pool.pendingSlashPenalty();
+        vm.assertEq(pending, MIN_STAKE, "pending");
+        vm.assertEq(at, t0 + delay, "from");
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
+        vm.warp(t0 + delay - 1);
+        _submit(1, node, root);
+        vm.assertEq(pool.workOf(1, node).penalty, PENALTY, "recorded under the old penalty");
+        vm.warp(t0 + delay);
+        vm.prank(validator);
+        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "the old penalty");
+        vm.prank(alice);
+        pool.joinPool(node); // back after the slash ejected it
+        _submit(2, node, bytes32(0));
+        vm.assertEq(pool.workOf(2, node).penalty, MIN_STAKE, "the new one from the delay on");
+
+        vm.startPrank(admin);
+        pool.setSlashPenalty(MIN_STAKE); // raising to the same value changes nothing
+        pool.setSlashPenalty(PENALTY + 1 ether);
+        pool.setSlashPenalty(MIN_STAKE);
+        pool.setSlashPenalty(PENALTY);
+        vm.stopPrank();
+        vm.assertEq(pool.slashPenalty(), PENALTY, "lower at once");
+        (, at) = pool.pendingSlashPenalty();
+        vm.assertEq(at, 0, "the higher one was cancelled");
+        vm.warp(block.timestamp + delay);
+        vm.assertEq(pool.slashPenalty(), PENALTY, "and never came");
+    }
+
+    /// A lower quorum counts only from the delay on; a higher one at once,
+    /// cancelling the lower one.
+    function test_6_aLowerQuorumWaitsForStakersToLeave() public {
+        ComputePool p = _poolOfQuorumTwo();
+        uint256 t0 = block.timestamp;
+        uint256 delay = p.SLASH_CHANGE_DELAY();
+        vm.prank(admin);
+        p.setQuorum(1);
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidenceIn(p, 1);
+        vm.warp(t0 + delay - 1 hours);
+        vm.prank(recorder);
+        p.submitWork(1, node, 1, root);
+        vm.warp(t0 + delay - 1);
+        vm.prank(validator);
+        p.slash(1, sub, sig, new bytes32[](0));
+        vm.assertFalse(p.workOf(1, node).slashed, "one vote of two");
+        vm.warp(t0 + delay);
+        vm.assertEq(p.quorum(), 1, "now one");
+        (uint256 votes,) = p.slashVotes(1, node, p.submissionDigest(sub));
+        vm.assertEq(votes, 1, "the vote cast before still counts");
+        vm.prank(validator2);
+        p.slash(1, sub, sig, new bytes32[](0));
+        vm.assertTrue(p.workOf(1, node).slashed, "slashed");
+
+        vm.startPrank(admin);
+        p.setQuorum(2); // higher: at once
+        vm.assertEq(p.quorum(), 2, "higher at once");
+        p.setQuorum(1);
+        p.setQuorum(2);
+        vm.stopPrank();
+        (, uint256 at) = p.pendingQuorum();
+        vm.assertEq(at, 0, "the lower one was cancelled");
+        vm.warp(block.timestamp + delay);
+        vm.assertEq(p.quorum(), 2, "and never came");
+    }
+
+    /// Whatever the admin sets first (window, unbonding period, quorum, penalty)
+    /// and whenever it records, a validator it appoints cannot slash before
+    /// SLASH_CHANGE_DELAY has passed.
+    function testFuzz_6_noAdminMoveLetsANewValidatorSlashEarly(
+        uint256 window,
+        uint256 period,
+        uint256 penalty,
+        uint256 wait
+    ) public {
+        vm.startPrank(admin);
+        try pool.setInvalidationWindow(bound(window, 0, 40 days)) {} catch {}
+        try manager.setUnbondingPeriod(bound(period, 0, 40 days)) {} catch {}
+        try pool.setSlashPenalty(bound(penalty, 0, MIN_STAKE)) {} catch {}
+        vm.stopPrank();
+        uint256 t0 = block.timestamp;
+        uint256 delay = pool.SLASH_CHANGE_DELAY();
+        _adminTakesOver(pool);
+        wait = bound(wait, 0, delay - 1);
+        vm.warp(t0 + wait);
+        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
+        vm.prank(admin);
+        pool.submitWork(1, node, 1, root);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
+        vm.prank(admin);
+        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "untouched");
+    }
+
     // ---- fuzz: the same attacks with any numbers ----
 
     /// Whatever it unbonds and whenever, a provider keeps the penalty of its
@@ -346,7 +635,7 @@ contract AttacksTest is ProtocolFixture {
         try pool.setSlashPenalty(penalty) {} catch {}
         try pool.setQuorum(q) {} catch {}
         vm.stopPrank();
-        vm.warp(block.timestamp + manager.MAX_UNBONDING_PERIOD());
+        vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY()); // whatever waited applies
         uint256 u = manager.unbondingPeriod();
         vm.assertLe(u, manager.MAX_UNBONDING_PERIOD(), "unbonding <= 30 days");
         vm.assertGe(u, pool.invalidationWindow(), "unbonding >= window");

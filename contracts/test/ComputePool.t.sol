@@ -749,8 +749,12 @@ contract ComputePoolTest is ProtocolFixture {
     }
 
     function test_slash_burnsWhenTreasuryIsZero() public {
-        vm.prank(admin);
-        manager.setTreasury(address(0));
+        manager = new StakeManager(token, registry, factory, admin, MIN_STAKE, UNBONDING, address(0));
+        pool = createPool(RUN, 1);
+        fundPool(FUNDING);
+        stakeAs(alice, MIN_STAKE);
+        vm.prank(alice);
+        pool.joinPool(node);
         (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(0);
         uint256 supply = token.totalSupply();
         vm.prank(validator);
@@ -764,13 +768,13 @@ contract ComputePoolTest is ProtocolFixture {
     function test_setters_emitOldAndNew() public {
         vm.startPrank(admin);
         vm.expectEmit(address(pool));
-        emit IComputePool.QuorumChanged(1, 2);
+        emit IComputePool.QuorumChanged(1, 2, block.timestamp);
         pool.setQuorum(2);
         vm.expectEmit(address(pool));
         emit IComputePool.RewardPerUnitChanged(REWARD_PER_UNIT, 4);
         pool.setRewardPerUnit(4);
         vm.expectEmit(address(pool));
-        emit IComputePool.SlashPenaltyChanged(PENALTY, 5);
+        emit IComputePool.SlashPenaltyChanged(PENALTY, 5, block.timestamp);
         pool.setSlashPenalty(5);
         vm.expectEmit(address(pool));
         emit IComputePool.InvalidationWindowChanged(WINDOW, 6 minutes);
@@ -780,6 +784,43 @@ contract ComputePoolTest is ProtocolFixture {
         vm.assertEq(pool.rewardPerUnit(), 4, "reward");
         vm.assertEq(pool.slashPenalty(), 5, "penalty");
         vm.assertEq(pool.invalidationWindow(), 6 minutes, "window");
+    }
+
+    /// What lets a new party slash, or slash more, is announced with the time it applies.
+    function test_setters_announceWhenTheChangesThatEaseSlashingApply() public {
+        uint256 later = block.timestamp + pool.SLASH_CHANGE_DELAY();
+        address newcomer = address(0x7A13);
+        vm.startPrank(admin);
+        pool.setQuorum(2);
+        vm.expectEmit(address(pool));
+        emit IComputePool.QuorumChanged(2, 1, later);
+        pool.setQuorum(1);
+        vm.expectEmit(address(pool));
+        emit IComputePool.SlashPenaltyChanged(PENALTY, MIN_STAKE, later);
+        pool.setSlashPenalty(MIN_STAKE);
+        bytes32 role = pool.VALIDATOR_ROLE();
+        vm.expectEmit(address(pool));
+        emit IComputePool.ValidatorAppointed(newcomer, later);
+        pool.grantRole(role, newcomer);
+        vm.stopPrank();
+        vm.assertEq(pool.quorum(), 2, "quorum waits");
+        vm.assertEq(pool.slashPenalty(), PENALTY, "penalty waits");
+        vm.assertEq(pool.slashVotesAt(newcomer), later, "newcomer waits");
+        vm.warp(later);
+        vm.assertEq(pool.quorum(), 1, "quorum applies");
+        vm.assertEq(pool.slashPenalty(), MIN_STAKE, "penalty applies");
+        (uint256 q, uint256 qAt) = pool.pendingQuorum();
+        (uint256 p, uint256 pAt) = pool.pendingSlashPenalty();
+        vm.assertEq(q + qAt + p + pAt, 0, "nothing waits any more");
+    }
+
+    /// The validators a pool is created with vote at once: providers join under them.
+    function test_createPool_itsValidatorsSlashAtOnce() public {
+        vm.expectEmit();
+        emit IComputePool.ValidatorAppointed(validator, block.timestamp);
+        ComputePool p = createPool(RUN, 1);
+        vm.assertEq(p.slashVotesAt(validator), block.timestamp, "first");
+        vm.assertEq(p.slashVotesAt(validator2), block.timestamp, "second");
     }
 
     function test_setters_bounds() public {
@@ -859,6 +900,8 @@ contract ComputePoolTest is ProtocolFixture {
         uint256 staked = MIN_STAKE + extraStake;
         vm.prank(admin);
         pool.setSlashPenalty(penalty);
+        vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY()); // a higher penalty waits
+        vm.assertEq(pool.slashPenalty(), penalty, "applies");
         (IComputePool.Submission memory sub, bytes memory sig, bytes32[] memory proof) = _recordWithEvidence(2);
         vm.prank(validator);
         pool.slash(EPOCH, sub, sig, proof);

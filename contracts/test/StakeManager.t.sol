@@ -23,6 +23,8 @@ contract StakeManagerTest is ProtocolFixture {
     /// @dev What the manager reads from its pools when its parameters change.
     uint256 public slashPenalty = PENALTY;
     uint256 public invalidationWindow = WINDOW;
+    /// @dev A higher penalty waiting to apply (0: none).
+    uint256 pendingPenalty;
     bytes32 constant REASON = keccak256("reason");
     uint256 constant OWNER_PK = 0x0D0E;
     bytes32 constant PERMIT_TYPEHASH =
@@ -39,6 +41,10 @@ contract StakeManagerTest is ProtocolFixture {
         m = new StakeManager(token_, registry, standIn, admin, MIN_STAKE, UNBONDING, treasury_);
         vm.prank(admin);
         m.createPool(RUN, admin, params(1), new address[](0), new address[](0));
+    }
+
+    function pendingSlashPenalty() external view returns (uint256, uint256) {
+        return (pendingPenalty, pendingPenalty == 0 ? 0 : block.timestamp + 1);
     }
 
     function _unbond(address provider, uint256 amount) internal {
@@ -344,8 +350,7 @@ contract StakeManagerTest is ProtocolFixture {
     }
 
     function test_slash_burnsWithoutTreasury() public {
-        vm.prank(admin);
-        manager.setTreasury(address(0));
+        manager = _managerWithThisAsPool(token, address(0));
         stakeAs(alice, 100 ether);
         uint256 supply = token.totalSupply();
         vm.expectEmit(address(manager));
@@ -499,13 +504,9 @@ contract StakeManagerTest is ProtocolFixture {
         vm.expectEmit(address(manager));
         emit IStakeManager.UnbondingPeriodChanged(UNBONDING, 2 days, block.timestamp);
         manager.setUnbondingPeriod(2 days);
-        vm.expectEmit(address(manager));
-        emit IStakeManager.TreasuryChanged(treasury, bob);
-        manager.setTreasury(bob);
         vm.stopPrank();
         vm.assertEq(manager.minStakePerNode(), 500 ether, "min");
         vm.assertEq(manager.unbondingPeriod(), 2 days, "period");
-        vm.assertEq(manager.treasury(), bob, "treasury");
     }
 
     function test_setMinStakePerNode_neverBelowAPoolsPenalty() public {
@@ -514,6 +515,19 @@ contract StakeManagerTest is ProtocolFixture {
         manager.setMinStakePerNode(PENALTY - 1);
         vm.prank(admin);
         manager.setMinStakePerNode(PENALTY);
+    }
+
+    /// A higher penalty waiting to apply bounds the minimum stake already, so
+    /// that it never applies above the stake a node needs.
+    function test_setMinStakePerNode_neverBelowAPendingPenalty() public {
+        pendingPenalty = PENALTY + 10 ether;
+        vm.expectRevert(
+            abi.encodeWithSelector(IStakeManager.MinStakeBelowPenalty.selector, PENALTY + 9 ether, PENALTY + 10 ether)
+        );
+        vm.prank(admin);
+        manager.setMinStakePerNode(PENALTY + 9 ether);
+        vm.prank(admin);
+        manager.setMinStakePerNode(PENALTY + 10 ether);
     }
 
     function test_setUnbondingPeriod_bounds() public {
@@ -581,8 +595,6 @@ contract StakeManagerTest is ProtocolFixture {
         manager.setMinStakePerNode(1);
         vm.expectRevert(err);
         manager.setUnbondingPeriod(1 days);
-        vm.expectRevert(err);
-        manager.setTreasury(alice);
         vm.stopPrank();
     }
 

@@ -305,7 +305,9 @@ def deploy_cmd(
     ),
     validator: list[str] = typer.Option([], "--validator", help="Validator address (repeatable)."),
     treasury: str | None = typer.Option(
-        None, "--treasury", help="Receiver of slashed stake (default: the deployer)."
+        None,
+        "--treasury",
+        help="Receiver of slashed stake, fixed for good (default: none, slashed stake is burnt).",
     ),
     quorum: int = typer.Option(
         1, min=1, help="Validator votes to invalidate or slash; at most the number of validators."
@@ -334,6 +336,7 @@ def deploy_cmd(
         from swarmrl import keystore
         from swarmrl.chain.anvil import check_rpc_url, connect
         from swarmrl.chain.deploy import (
+            BURN_TREASURY,
             MAX_TOKENS,
             ProtocolParams,
             checked_address,
@@ -390,7 +393,7 @@ def deploy_cmd(
             run_id=run_id,
             recorders=recorders,
             validators=validators,
-            treasury=treasury or admin.address,
+            treasury=treasury or BURN_TREASURY,
             params=params,
         )
         _write_or_print(out, deployment)

@@ -187,6 +187,8 @@ class Contracts:
         return self._read(bool, contract, c.functions.hasRole(role_id, _cs(account)))
 
     def set_quorum(self, quorum: int) -> TxReceipt:
+        """A higher quorum applies at once, a lower one only after the pool's
+        SLASH_CHANGE_DELAY (as do the slash votes of a validator granted after deployment)."""
         return self._send("ComputePool", self.pool.functions.setQuorum(quorum))
 
     def eject(self, node: str) -> TxReceipt:

@@ -49,6 +49,9 @@ MAX_UNBONDING_PERIOD = 30 * 24 * 3600
 # Who is who on a dev chain, by anvil account index; the accounts after the
 # treasury are providers and nodes, funded with tokens.
 DEV_ADMIN, DEV_RECORDER, DEV_VALIDATOR, DEV_TREASURY = 0, 1, 2, 3
+# The treasury that burns slashed stake. The stake manager's treasury is fixed at
+# deployment, so a deployer who named itself would profit from every slash.
+BURN_TREASURY = "0x" + "00" * 20
 
 
 def _shown(value: object) -> str:
@@ -265,6 +268,9 @@ def deploy(
 ) -> Deployment:
     """Deploys and wires the protocol; `admin` pays gas and holds every admin role.
 
+    `treasury` receives slashed stake for good (`BURN_TREASURY` burns it). The
+    recorders and validators named here are part of the deployment and act at once;
+    a validator granted later slashes only after the pool's SLASH_CHANGE_DELAY.
     `mint_to` mints tokens to accounts (a dev or test-net faucet), and
     `pool_funding` is minted to the admin and added to the pool's reward budget.
     """

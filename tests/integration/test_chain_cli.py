@@ -12,7 +12,7 @@ import pytest
 from eth_account import Account
 
 from swarmrl.chain.anvil import connect, is_anvil_pid, pid_running
-from swarmrl.chain.deploy import load_deployment, write_deployment
+from swarmrl.chain.deploy import BURN_TREASURY, load_deployment, write_deployment
 from swarmrl.locks import exclusive_use
 
 from .conftest import ADMIN, VALIDATOR
@@ -204,7 +204,7 @@ def test_deploy_to_another_chain_from_a_keystore(tmp_path, accounts, deployer):
         assert "deployed on chain 84532" in done.stdout
         deployment = load_deployment(out)
         assert deployment.chain_id == 84532
-        assert deployment.treasury == accounts[ADMIN].address
+        assert deployment.treasury == BURN_TREASURY  # never the deployer unless named
         assert deployment.validators == [accounts[VALIDATOR].address]
 
         again = one_error(run(*args, env=deployer))

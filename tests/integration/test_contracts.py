@@ -10,6 +10,7 @@ from eth_utils import keccak
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain import eip712
+from swarmrl.chain.deploy import MAX_UNBONDING_PERIOD
 from swarmrl.chain.errors import RevertedError
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSender
@@ -362,6 +363,38 @@ def test_a_revoked_validators_vote_stops_counting(contracts, accounts):
     assert not contracts.work_of(1, node.address).invalidated  # one current vote
     contracts.as_account(accounts[TREASURY]).invalidate(1, node.address)
     assert contracts.work_of(1, node.address).invalidated
+
+
+def test_a_validator_appointed_later_slashes_only_once_stakers_could_leave(contracts, accounts, w3):
+    """The deployment's validators vote at once; one the admin appoints later (here an
+    outsider, as the admin could appoint itself) has its slash votes refused until the
+    pool's delay has passed, and even then the penalty goes to the treasury."""
+    node, newcomer = accounts[NODE_A], accounts[OUTSIDER]
+    _provider_with_node(contracts, accounts[PROVIDER_A], node, 200 * TOKEN)
+    contracts.as_account(accounts[ADMIN]).grant_role(
+        "ComputePool", "VALIDATOR_ROLE", newcomer.address
+    )
+    recorder = contracts.as_account(accounts[RECORDER])
+    subs, sigs, tree = _signed_epoch(contracts, node, [1, 2])
+    recorder.submit_work(1, node.address, 2, tree.root)
+    with pytest.raises(
+        RevertedError,
+        match=rf"^ComputePool reverted: SlashVoteTooEarly\(validator={newcomer.address}, "
+        r"slashVotesAt=\S+ \S+ UTC \(in 6[01] d",
+    ):
+        contracts.as_account(newcomer).slash(1, subs[0], sigs[0], tree.proof(0))
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN
+
+    delay = contracts.pool.functions.SLASH_CHANGE_DELAY().call()
+    assert delay > 2 * MAX_UNBONDING_PERIOD  # the longest window plus the longest unbonding
+    anvil_mod.increase_time(w3, delay)
+    recorder.submit_work(2, node.address, 2, tree.root)
+    before = [contracts.token_balance(a.address) for a in (accounts[TREASURY], newcomer)]
+    contracts.as_account(newcomer).slash(2, subs[0], sigs[0], tree.proof(0))
+    penalty = contracts.deployment.params.slash_penalty
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN - penalty
+    after = [contracts.token_balance(a.address) for a in (accounts[TREASURY], newcomer)]
+    assert after == [before[0] + penalty, before[1]]
 
 
 def test_the_admin_cannot_set_a_quorum_above_the_validators(contracts, accounts):

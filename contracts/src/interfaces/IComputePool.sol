@@ -21,7 +21,11 @@ pragma solidity 0.8.37;
 /// epoch, dropping its reward, or slash the node's provider with evidence
 /// checked here: a submission the node signed and its proof of inclusion in
 /// that epoch's commitment. A signed submission is evidence for one penalty at
-/// most. Slashed stake goes to the stake manager's treasury, never to a validator.
+/// most. Slashed stake goes to the stake manager's treasury, fixed at its
+/// deployment, never to a validator. What lets a new party slash, or slash
+/// more, applies only after a delay in which stakers can leave: the slash
+/// votes of a validator appointed after deployment, a lower quorum, a higher
+/// penalty.
 interface IComputePool {
     /// @dev EIP-712 type: Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)
     struct Submission {
@@ -71,9 +75,13 @@ interface IComputePool {
         uint64 indexed epoch, address indexed node, address indexed provider, bytes32 digest, uint256 amount
     );
     event RewardClaimed(uint64 indexed epoch, address indexed node, address indexed provider, uint256 amount);
-    event QuorumChanged(uint256 oldQuorum, uint256 newQuorum);
+    /// @notice A new quorum, counted from `effectiveAt` (later than now for a lower one).
+    event QuorumChanged(uint256 oldQuorum, uint256 newQuorum, uint256 effectiveAt);
     event RewardPerUnitChanged(uint256 oldAmount, uint256 newAmount);
-    event SlashPenaltyChanged(uint256 oldAmount, uint256 newAmount);
+    /// @notice A new penalty, for work recorded from `effectiveAt` on (later than now for a higher one).
+    event SlashPenaltyChanged(uint256 oldAmount, uint256 newAmount, uint256 effectiveAt);
+    /// @notice `validator` holds VALIDATOR_ROLE; its slash votes count from `slashVotesAt`.
+    event ValidatorAppointed(address indexed validator, uint256 slashVotesAt);
     event InvalidationWindowChanged(uint256 oldWindow, uint256 newWindow);
 
     /// @notice `caller` is neither `node`'s provider (of record) nor, where allowed, the node.
@@ -123,6 +131,9 @@ interface IComputePool {
     error WindowOutOfRange(uint256 window, uint256 min, uint256 max);
     /// @notice `penalty` is above `max`, the stake manager's minimum stake per node.
     error PenaltyTooHigh(uint256 penalty, uint256 max);
+    /// @notice `validator` was appointed after deployment: its slash votes count
+    /// from `slashVotesAt`, so that stakers can leave before it can slash.
+    error SlashVoteTooEarly(address validator, uint256 slashVotesAt);
 
     function RECORDER_ROLE() external view returns (bytes32);
     function VALIDATOR_ROLE() external view returns (bytes32);
@@ -164,19 +175,29 @@ interface IComputePool {
     function availableRewards() external view returns (uint256);
     function reservedRewards() external view returns (uint256);
     function invalidationWindow() external view returns (uint256);
+    /// @return The validator votes that invalidate or slash now.
     function quorum() external view returns (uint256);
+    /// @return quorum A lower quorum waiting to apply, and from when (zeros if none).
+    function pendingQuorum() external view returns (uint256 quorum, uint256 effectiveAt);
     function validatorCount() external view returns (uint256);
     function rewardPerUnit() external view returns (uint256);
+    /// @return The penalty of work recorded now.
     function slashPenalty() external view returns (uint256);
+    /// @return amount A higher penalty waiting to apply, and from when (zeros if none).
+    function pendingSlashPenalty() external view returns (uint256 amount, uint256 effectiveAt);
+    /// @return When `validator`'s slash votes count from, in its current term.
+    function slashVotesAt(address validator) external view returns (uint256);
 
     /// @return The EIP-712 digest a node signs for `sub`.
     function submissionDigest(Submission calldata sub) external view returns (bytes32);
 
-    /// @notice Sets the votes needed, within [1, validatorCount].
+    /// @notice Sets the votes needed, within [1, validatorCount]; a lower quorum
+    /// applies only after the slash-change delay.
     function setQuorum(uint256 quorum) external;
     /// @notice Sets the reward per unit of work recorded from now on.
     function setRewardPerUnit(uint256 amount) external;
-    /// @notice Sets the penalty of work recorded from now on, at most the minimum stake per node.
+    /// @notice Sets the penalty of work recorded from now on, at most the minimum
+    /// stake per node; a higher penalty applies only after the slash-change delay.
     function setSlashPenalty(uint256 amount) external;
     /// @notice Sets the window of work recorded from now on, within [1 minute, unbonding period].
     function setInvalidationWindow(uint256 window) external;

@@ -10,7 +10,8 @@ import {IProviderRegistry} from "./IProviderRegistry.sol";
 /// @notice Stake leaves a provider in two ways only: its own withdrawal of
 /// unbonded stake, and a slash by a compute pool this manager created, which
 /// the pool performs only on a quorum of its validators with evidence signed
-/// by the provider's node. The admin can neither slash nor add a slasher.
+/// by the provider's node. The admin can neither slash nor add a slasher, and
+/// the treasury that receives slashed stake is fixed when the manager is deployed.
 ///
 /// Recording work locks the pool's penalty in the provider's active stake
 /// until the record's invalidation window ends, so at every moment the stake
@@ -37,7 +38,6 @@ interface IStakeManager {
     event MinStakePerNodeChanged(uint256 oldAmount, uint256 newAmount);
     /// @notice A new unbonding period; a longer one applies to requests made from `effectiveAt` on.
     event UnbondingPeriodChanged(uint256 oldPeriod, uint256 newPeriod, uint256 effectiveAt);
-    event TreasuryChanged(address oldTreasury, address newTreasury);
 
     /// @notice `account` is not a registered provider, so it cannot stake.
     error NotProvider(address account);
@@ -109,6 +109,7 @@ interface IStakeManager {
     function minStakePerNode() external view returns (uint256);
     /// @return The period that applies to an unbond requested now.
     function unbondingPeriod() external view returns (uint256);
+    /// @return The receiver of slashed stake, fixed at deployment; zero: it is burnt.
     function treasury() external view returns (address);
     function isPool(address pool) external view returns (bool);
     function pools() external view returns (address[] memory);
@@ -118,5 +119,4 @@ interface IStakeManager {
 
     function setMinStakePerNode(uint256 amount) external;
     function setUnbondingPeriod(uint256 period) external;
-    function setTreasury(address treasury) external;
 }

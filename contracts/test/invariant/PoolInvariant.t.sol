@@ -12,10 +12,12 @@ import {MerkleBuilder, ProtocolFixture} from "../utils/Fixtures.sol";
 /// @notice Plays every party of a run in random order: funders, the recorder
 /// (also a colluding one that reuses a signed leaf in several epochs),
 /// validators voting to invalidate and slash, an admin changing every
-/// parameter and granting and revoking validators, and providers trying to
-/// dodge their stake (remove the node, unbond, withdraw, re-add it, top up,
-/// rejoin) and claiming. It keeps a ghost of what each party is owed and
-/// flags every action whose outcome breaks a promise of the protocol.
+/// parameter and granting and revoking validators, also one that appoints
+/// itself recorder and validator, lowers the quorum and slashes honest signed
+/// work, and providers trying to dodge their stake (remove the node, unbond,
+/// withdraw, re-add it, top up, rejoin) and claiming. It keeps a ghost of what
+/// each party is owed, and of when each change that eases slashing applies,
+/// and flags every action whose outcome breaks a promise of the protocol.
 contract PoolHandler is TestBase {
     StakeToken token;
     ComputePool public pool;
@@ -43,6 +45,19 @@ contract PoolHandler is TestBase {
     /// @dev Action counter: a vote counts if cast after the validator's last grant.
     uint256 seq = 1;
     mapping(address validator => uint256) lastGrant;
+    /// @dev The ghost's own account of when each validator's slash votes count
+    /// (zero for those of the deployment), of the quorum and penalty now, and
+    /// of a change of either waiting to apply.
+    mapping(address validator => uint256) ghostVotesAt;
+    uint256 ghostQuorum;
+    uint256 ghostQuorumNext;
+    uint256 ghostQuorumAt;
+    uint256 ghostPenalty;
+    uint256 ghostPenaltyNext;
+    uint256 ghostPenaltyAt;
+    /// @dev Accounts given a role after deployment; no slashed token may reach one.
+    address[] public addedLater;
+    mapping(address => bool) isAddedLater;
     mapping(bytes32 ballot => mapping(address validator => uint256)) votedAt;
     mapping(bytes32 digest => uint256) slashesWith;
 
@@ -53,6 +68,9 @@ contract PoolHandler is TestBase {
     uint256 public badClaims;
     uint256 public slashes;
     uint256 public dodges;
+    uint256 public earlySlashVotes;
+    uint256 public wrongPenalties;
+    uint256 public adminSlashes;
 
     constructor(
         StakeToken token_,
@@ -69,11 +87,48 @@ contract PoolHandler is TestBase {
         nodes = [vm.addr(pks[0]), vm.addr(pks[1])];
         providers = ps;
         validators = vs;
+        (ghostQuorum, ghostPenalty) = (pool_.quorum(), pool_.slashPenalty());
+        // The test grants these two roles right after deploying this handler.
+        _noteGrant(address(this), false);
+        _noteGrant(vs[2], true);
     }
 
     modifier step() {
         ++seq;
         _;
+    }
+
+    function _noteGrant(address account, bool validatorRole) internal {
+        if (!isAddedLater[account]) {
+            isAddedLater[account] = true;
+            addedLater.push(account);
+        }
+        if (validatorRole) {
+            lastGrant[account] = seq;
+            ghostVotesAt[account] = block.timestamp + pool.SLASH_CHANGE_DELAY();
+        }
+    }
+
+    function _grant(bytes32 role, address account) internal {
+        vm.prank(admin);
+        pool.grantRole(role, account);
+        _noteGrant(account, role == pool.VALIDATOR_ROLE());
+    }
+
+    function _ghostQuorum() internal view returns (uint256) {
+        return ghostQuorumAt != 0 && block.timestamp >= ghostQuorumAt ? ghostQuorumNext : ghostQuorum;
+    }
+
+    function _ghostPenalty() internal view returns (uint256) {
+        return ghostPenaltyAt != 0 && block.timestamp >= ghostPenaltyAt ? ghostPenaltyNext : ghostPenalty;
+    }
+
+    function _setQuorum(uint256 q) internal {
+        uint256 now_ = _ghostQuorum();
+        vm.prank(admin);
+        pool.setQuorum(q);
+        if (q >= now_) (ghostQuorum, ghostQuorumAt) = (q, 0);
+        else (ghostQuorum, ghostQuorumNext, ghostQuorumAt) = (now_, q, block.timestamp + pool.SLASH_CHANGE_DELAY());
     }
 
     function _sub(uint256 i, uint64 s) internal view returns (IComputePool.Submission memory) {
@@ -108,6 +163,7 @@ contract PoolHandler is TestBase {
         bytes32 leaf = MerkleBuilder.leaf(pool.submissionDigest(_sub(i, s)));
         pool.submitWork(epoch, nodes[i], uint128(bound(units, 1, 1e3)), leaf);
         recs.push(Rec(epoch, i, s));
+        if (pool.workOf(epoch, nodes[i]).penalty != _ghostPenalty()) ++wrongPenalties;
     }
 
     // ---- validators ----
@@ -117,10 +173,11 @@ contract PoolHandler is TestBase {
         w = pool.workOf(r.epoch, nodes[r.node]);
     }
 
-    /// @dev Votes of validators holding the role in the term they voted in, as the ghost saw them.
+    /// @dev Votes of validators (the admin among them) holding the role in the
+    /// term they voted in, as the ghost saw them.
     function _liveVotes(bytes32 ballot) internal view returns (uint256 n) {
-        for (uint256 k; k < 3; ++k) {
-            address v = validators[k];
+        for (uint256 k; k < 4; ++k) {
+            address v = k < 3 ? validators[k] : admin;
             if (pool.hasRole(pool.VALIDATOR_ROLE(), v) && votedAt[ballot][v] > lastGrant[v]) ++n;
         }
     }
@@ -134,7 +191,7 @@ contract PoolHandler is TestBase {
         pool.invalidate(r.epoch, nodes[r.node]);
         votedAt[ballot][v] = seq;
         if (!before.invalidated && pool.workOf(r.epoch, nodes[r.node]).invalidated) {
-            if (_liveVotes(ballot) < pool.quorum()) ++executionsWithoutQuorum;
+            if (_liveVotes(ballot) < _ghostQuorum()) ++executionsWithoutQuorum;
         }
     }
 
@@ -174,9 +231,11 @@ contract PoolHandler is TestBase {
         } catch {
             return;
         }
+        if (block.timestamp < ghostVotesAt[v]) ++earlySlashVotes;
         if (before.slashed || !pool.workOf(r.epoch, nodes[r.node]).slashed) return;
         ++slashes;
-        if (_liveVotes(ballot) < pool.quorum()) ++executionsWithoutQuorum;
+        if (v == admin) ++adminSlashes;
+        if (_liveVotes(ballot) < _ghostQuorum()) ++executionsWithoutQuorum;
         if (++slashesWith[digest] > 1) ++evidenceReused;
         uint256 taken = token.balanceOf(manager.treasury()) - treasuryBefore;
         if (taken != before.penalty) ++shortSlashes;
@@ -189,13 +248,33 @@ contract PoolHandler is TestBase {
         address v = validators[seed % 3];
         bytes32 role = pool.VALIDATOR_ROLE();
         if (pool.hasRole(role, v)) return;
+        _grant(role, v);
+    }
+
+    /// @notice The admin appoints itself recorder and validator and lowers the
+    /// quorum to one (what it would need to slash alone).
+    function adminTakesOver() external step {
+        if (!pool.hasRole(pool.RECORDER_ROLE(), admin)) _grant(pool.RECORDER_ROLE(), admin);
+        if (!pool.hasRole(pool.VALIDATOR_ROLE(), admin)) _grant(pool.VALIDATOR_ROLE(), admin);
+        _setQuorum(1);
+    }
+
+    /// @notice The admin, as recorder, commits a fresh epoch of a node whose
+    /// one leaf is an honest signed submission, and votes to slash it.
+    function adminSlashesHonestWork(uint256 nodeSeed) external step {
+        if (!pool.hasRole(pool.RECORDER_ROLE(), admin) || !pool.hasRole(pool.VALIDATOR_ROLE(), admin)) return;
+        uint256 i = nodeSeed % 2;
+        uint64 e = nextEpoch++;
+        bytes32 leaf = MerkleBuilder.leaf(pool.submissionDigest(_sub(i, e)));
         vm.prank(admin);
-        pool.grantRole(role, v);
-        lastGrant[v] = seq;
+        pool.submitWork(e, nodes[i], 1, leaf);
+        recs.push(Rec(e, i, e));
+        if (pool.workOf(e, nodes[i]).penalty != _ghostPenalty()) ++wrongPenalties;
+        _voteSlash(recs[recs.length - 1], admin);
     }
 
     function revokeValidator(uint256 seed) external step {
-        address v = validators[seed % 3];
+        address v = seed % 5 == 4 ? admin : validators[seed % 3];
         bytes32 role = pool.VALIDATOR_ROLE();
         if (seed % 2 == 0) {
             vm.prank(admin);
@@ -207,8 +286,7 @@ contract PoolHandler is TestBase {
     }
 
     function setQuorum(uint256 q) external step {
-        vm.prank(admin);
-        pool.setQuorum(bound(q, 0, 4));
+        _setQuorum(bound(q, 0, 5));
     }
 
     function setInvalidationWindow(uint256 w) external step {
@@ -217,8 +295,15 @@ contract PoolHandler is TestBase {
     }
 
     function setSlashPenalty(uint256 p) external step {
+        p = bound(p, 0, 300 ether);
+        uint256 now_ = _ghostPenalty();
         vm.prank(admin);
-        pool.setSlashPenalty(bound(p, 0, 300 ether));
+        pool.setSlashPenalty(p);
+        if (p <= now_) {
+            (ghostPenalty, ghostPenaltyAt) = (p, 0);
+        } else {
+            (ghostPenalty, ghostPenaltyNext, ghostPenaltyAt) = (now_, p, block.timestamp + pool.SLASH_CHANGE_DELAY());
+        }
     }
 
     function setRewardPerUnit(uint256 amount) external step {
@@ -292,6 +377,15 @@ contract PoolHandler is TestBase {
 
     function warp(uint256 secs) external step {
         vm.warp(block.timestamp + bound(secs, 0, 12 hours));
+    }
+
+    /// @notice Long waits, so that delayed changes come to apply within a run.
+    function warpDays(uint256 d) external step {
+        vm.warp(block.timestamp + bound(d, 1, 62) * 1 days);
+    }
+
+    function addedLaterCount() external view returns (uint256) {
+        return addedLater.length;
     }
 
     function recCount() external view returns (uint256) {
@@ -393,11 +487,29 @@ contract PoolInvariantTest is ProtocolFixture {
         for (uint256 k; k < 3; ++k) {
             if (pool.hasRole(pool.VALIDATOR_ROLE(), handler.validator(k))) ++holders;
         }
+        if (pool.hasRole(pool.VALIDATOR_ROLE(), admin)) ++holders;
         vm.assertEq(pool.validatorCount(), holders, "validator count");
         vm.assertGe(pool.invalidationWindow(), pool.MIN_INVALIDATION_WINDOW(), "window never zero");
         vm.assertLe(pool.invalidationWindow(), manager.unbondingPeriod(), "window <= unbonding");
         vm.assertLe(manager.unbondingPeriod(), manager.MAX_UNBONDING_PERIOD(), "unbonding bounded");
         vm.assertLe(pool.slashPenalty(), manager.minStakePerNode(), "penalty <= min stake");
+        (uint256 pending,) = pool.pendingSlashPenalty();
+        vm.assertLe(pending, manager.minStakePerNode(), "a waiting penalty <= min stake");
         vm.assertEq(token.balanceOf(address(manager)), manager.totalStaked(), "stake conserved");
+    }
+
+    /// 6. No operator profits from a slash: slashed stake reaches only the
+    /// deployment's treasury, never an account given a role after deployment
+    /// (the admin appointing itself among them); such a validator's slash vote
+    /// counts only from SLASH_CHANGE_DELAY after its appointment, a lower quorum
+    /// and a higher penalty apply only from that delay on.
+    function invariant_noSlashReachesAnAccountAddedLater() public view {
+        vm.assertEq(manager.treasury(), treasury, "the deployment's treasury");
+        vm.assertEq(token.balanceOf(admin), 0, "the admin gained tokens");
+        for (uint256 k; k < handler.addedLaterCount(); ++k) {
+            vm.assertEq(token.balanceOf(handler.addedLater(k)), 0, "an account added later gained tokens");
+        }
+        vm.assertEq(handler.earlySlashVotes(), 0, "a slash vote counted before its validator's delay");
+        vm.assertEq(handler.wrongPenalties(), 0, "work recorded under a penalty not yet due");
     }
 }

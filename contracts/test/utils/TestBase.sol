@@ -30,6 +30,7 @@ interface Vm {
     function assertLe(uint256 a, uint256 b, string calldata err) external pure;
     function assertGe(uint256 a, uint256 b, string calldata err) external pure;
     function assertLt(uint256 a, uint256 b, string calldata err) external pure;
+    function assertGt(uint256 a, uint256 b, string calldata err) external pure;
 }
 
 /// @notice What every test contract inherits: the cheatcodes, signing helpers,
