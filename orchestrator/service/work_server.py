@@ -34,7 +34,6 @@ from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Server
 from swarmrl.rollouts import checks
-from swarmrl.rollouts.records import read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import WORK, WorkOrder
@@ -403,10 +402,9 @@ class WorkServer:
     ) -> tuple[int, str, bool]:
         """(units, reason, slashable): the rollouts it holds if the file answers its order
         exactly; else 0 and why, evidence only where no honest node could get it wrong."""
-        try:
-            records = read_rollouts(path)
-        except (ValueError, OSError) as e:
-            return 0, f"its file is not a readable rollout file: {e}"[:300], False
+        records, why = checks.read_submitted(path)
+        if why is not None:
+            return 0, why, False
         newest = self.published_step() or 0
         if why := checks.step_fresh(header.step, newest, self.settings.async_level):
             return 0, why, False

@@ -27,6 +27,7 @@ from tests.unit.test_work_server import (
     RUN,
     SWARM,
     Orchestrator,
+    damaged,
     rollouts,
     written,
 )
@@ -69,6 +70,20 @@ def test_a_node_joins_works_and_submits_over_the_wire(served, tmp_path):
     assert (row.order_id, row.signature) == (header.order_id, header.signature)
     assert session.submit(header, path).receipt == receipt  # a resend: the same receipt
     assert list((tmp_path / "incoming").iterdir()) == []  # nothing left spooled
+
+
+def test_a_damaged_uploads_rejection_names_no_path_of_the_orchestrator(served, tmp_path):
+    orchestrator, server, node = served
+    session = over(node, orchestrator, server)
+    session.join(REPORT)
+    session.heartbeat(None, None)
+    order = session.work().order
+    path = damaged(tmp_path / "answer.parquet", rollouts(order, PUBLISHED))
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
+    assert receipt.units == 0
+    # Spooled as incoming/upload-....part, kept under submissions/: the node sees neither.
+    for reason in (receipt.reason, orchestrator.ledger.submissions.get(receipt.submission).reason):
+        assert reason == "its file is not a readable rollout file (damaged, or not parquet)"
 
 
 def test_refusals_reach_the_node_as_the_orchestrators_sentence(served):

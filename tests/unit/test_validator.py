@@ -126,3 +126,25 @@ def test_records_claiming_other_settings_than_the_order_are_evidence(validator, 
     assert (row.status, row.units, row.slashable) == ("rejected", 0, True)
     assert row.reason == "its max_tokens is 20, not the 24 asked for"
     assert validator.ledger.nodes.get(NODE.address).state == "banned"
+
+
+@pytest.mark.parametrize("fault", ["damaged", "deleted"])
+def test_a_file_that_cannot_be_read_is_rejected_in_words_that_name_no_path(
+    validator, backend, tmp_path, fault
+):
+    digest = submitted(validator, backend, tmp_path, ORDER.max_tokens)
+    path = Path(validator.ledger.submissions.get(digest).file)
+    if fault == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:-64] + bytes(64))  # parquet's footer zeroed
+    assert validator.run_once() == 1
+    row = validator.ledger.submissions.get(digest)
+    assert (row.status, row.units, row.slashable) == ("rejected", 0, False)
+    assert (
+        row.reason
+        == {
+            "damaged": "its file is not a readable rollout file (damaged, or not parquet)",
+            "deleted": "its file is missing or cannot be opened",
+        }[fault]
+    )

@@ -623,13 +623,25 @@ def test_a_step_before_the_orders_minimum_is_rejected_but_not_slashable(
     )
 
 
-def test_an_unreadable_file_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path):
+def damaged(path: Path, records: list[Rollout]) -> Path:
+    """A rollout file whose last bytes (parquet's footer) are zeroed, as a bad disk leaves it."""
+    data = written(records, path).read_bytes()
+    path.write_bytes(data[:-64] + bytes(64))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["garbage", "damaged"])
+def test_an_unreadable_file_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path, kind):
     session, order, _ = ordered
-    path = tmp_path / "garbage.parquet"
-    path.write_bytes(b"PAR1 not really PAR1")
+    path = tmp_path / f"{kind}.parquet"
+    if kind == "garbage":
+        path.write_bytes(b"PAR1 not really PAR1")
+    else:
+        damaged(path, rollouts(order, PUBLISHED))
     receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
     assert receipt.units == 0
-    assert "not a readable rollout file" in receipt.reason
+    # Of the file as the node sent it; never the path intake spooled it to.
+    assert receipt.reason == "its file is not a readable rollout file (damaged, or not parquet)"
     assert not orchestrator.ledger.submissions.get(receipt.submission).slashable
 
 
