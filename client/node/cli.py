@@ -203,7 +203,7 @@ def status(
     config: Path | None = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """What this node has submitted, and the receipts it holds."""
+    """What this node has submitted, the receipts it holds and what was refused for good."""
     from client.node.journal import Journal
 
     settings = _settings(config)
@@ -212,16 +212,23 @@ def status(
         raise ValueError(f"{settings.data_dir} holds no node journal; has the node run yet?")
     journal = Journal(folder)
     receipts = journal.receipts()
+    refusals = journal.refusals()
     summary = {
         "pending": len(journal.pending()),
         "receipts": len(receipts),
         "units_at_intake": sum(int(r.get("units", 0)) for r in receipts),
         "rejected_at_intake": sum(1 for r in receipts if not r.get("units")),
+        "refused": [
+            {"digest": r.digest, "order_id": r.order_id, "reason": r.reason} for r in refusals
+        ],
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
         typer.echo(
             f"receipts {summary['receipts']}  units {summary['units_at_intake']}  "
-            f"rejected {summary['rejected_at_intake']}  waiting to be sent {summary['pending']}"
+            f"rejected {summary['rejected_at_intake']}  refused {len(refusals)}  "
+            f"waiting to be sent {summary['pending']}"
         )
+        for r in refusals:
+            typer.echo(f"refused {r.digest[:12]} (order {r.order_id[:12]}): {r.reason}")

@@ -23,6 +23,7 @@ class EventKind(enum.Enum):
     GENERATED = "generated"
     SUBMITTED = "submitted"
     RESENT = "resent"
+    REFUSED = "refused"  # the orchestrator refused a submission for good; it is settled
     OUTCOME = "outcome"
     RETRY = "retry"
     PAUSED = "paused"  # the order in flight is handed in; no new work is taken
@@ -68,5 +69,5 @@ def describe(event: Event) -> str:
 
 def log_event(event: Event) -> None:
     """The node's log line for an event."""
-    level = logging.WARNING if event.kind is EventKind.RETRY else logging.INFO
+    level = logging.WARNING if event.kind in (EventKind.RETRY, EventKind.REFUSED) else logging.INFO
     log.log(level, describe(event))

@@ -1,17 +1,22 @@
-"""The node's journal: submissions not yet acknowledged, and the receipts it kept.
+"""The node's journal: submissions not yet acknowledged, and how each was settled.
 
 Layout of the journal directory::
 
     pending/<digest>/header.json     order id, digest, file name, the signed header
     pending/<digest>/<file name>     a copy of the submission file
     receipts/<digest>.json           the orchestrator's signed receipt
+    refused/<digest>.json            a submission the orchestrator refused for good
+                                     (its order expired while the node was away, say):
+                                     order id, signed header and the reason
 
 An entry is built in a hidden folder and renamed into place, so it is either
 whole or absent; it is written and synced before the submission is sent. A
-receipt is stored (synced) before its pending entry is removed, so a SIGKILL at
-any point leaves the entry, the receipt, or both, never neither; `pending()`
-removes an entry that already has its receipt. Removal renames the entry to a
-hidden name first, so a half-deleted entry is never mistaken for one to resend.
+receipt or a refusal is stored (synced) before its pending entry is removed, so
+a SIGKILL at any point leaves the entry, its settlement, or both, never neither;
+`pending()` removes an entry that is already settled. Removal renames the entry
+to a hidden name first, so a half-deleted entry is never mistaken for one to
+resend. A refused submission is never sent again: no resend could change the
+answer, and a node that kept resending it would take no new work.
 
 One process owns a journal at a time (the node's daemon, which locks its data
 dir: `loop.sole_runner`); a `Journal` serialises its own threads.
@@ -42,6 +47,7 @@ HEADER = "header.json"
 # A header is a few signed fields; anything far larger was not written by us.
 MAX_HEADER_BYTES = 1024 * 1024
 MAX_RECEIPT_BYTES = 1024 * 1024
+MAX_REFUSAL_BYTES = 2 * 1024 * 1024  # a header and a reason
 HIDDEN = "."
 SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,16}")
 
@@ -55,6 +61,17 @@ class Entry:
     header: dict[str, Any]
     file: Path
     added_at: float  # unix seconds; resends go oldest first
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A submission the orchestrator refused for good, kept as the node's record of it."""
+
+    order_id: str
+    digest: str
+    header: dict[str, Any]
+    reason: str
+    settled_at: float  # unix seconds
 
 
 def normalise_digest(text: str, what: str = "digest") -> str:
@@ -97,10 +114,11 @@ class Journal:
         self.directory = Path(directory)
         self._pending = self.directory / "pending"
         self._receipts = self.directory / "receipts"
+        self._refused = self.directory / "refused"
         self._lock = threading.Lock()
         self._reported: set[str] = set()
         check_output_dir(self.directory)
-        for folder in (self._pending, self._receipts):
+        for folder in (self._pending, self._receipts, self._refused):
             if folder.exists() and not folder.is_dir():
                 raise ValueError(f"the journal's {folder} is not a folder")
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -108,8 +126,8 @@ class Journal:
 
     def _remove_leftovers(self) -> None:
         """Entries half built or half removed when the node last died: the first was
-        never sent, the second already has its receipt."""
-        for folder in (self._pending, self._receipts):
+        never sent, the second is already settled."""
+        for folder in (self._pending, self._receipts, self._refused):
             for leftover in folder.glob(f"{HIDDEN}*"):
                 if leftover.is_dir():
                     shutil.rmtree(leftover, ignore_errors=True)
@@ -127,8 +145,8 @@ class Journal:
         """Stores a copy of `file` with `header` (JSON) before the submission is sent.
 
         Adding a digest already pending returns that entry unchanged (the digest covers
-        the order and the file's bytes); a digest that already has a receipt is refused,
-        see `receipt`.
+        the order and the file's bytes); a digest already settled is refused, see
+        `settled`.
         """
         order_id = normalise_digest(order_id, "order id")
         digest = normalise_digest(digest)
@@ -153,6 +171,8 @@ class Journal:
         with self._lock:
             if (self._receipts / f"{digest}.json").exists():
                 raise ValueError(f"submission {digest} already has a receipt")
+            if (self._refused / f"{digest}.json").exists():
+                raise ValueError(f"submission {digest} was refused for good")
             if (existing := self._entry(self._pending / digest)) is not None:
                 return existing
             staging = self._pending / f"{HIDDEN}new-{digest}-{secrets.token_hex(4)}"
@@ -218,8 +238,8 @@ class Journal:
         )
 
     def pending(self) -> list[Entry]:
-        """Every submission still to send, oldest first; entries whose receipt is already
-        stored (the node died while settling them) are removed instead."""
+        """Every submission still to send, oldest first; entries already settled (the
+        node died while settling them) are removed instead."""
         with self._lock:
             found: list[tuple[float, Entry]] = []
             for folder in self._pending.iterdir():
@@ -228,7 +248,7 @@ class Journal:
                 if not DIGEST.fullmatch(folder.name):
                     self._report(folder, "its name is not a submission digest")
                     continue
-                if (self._receipts / f"{folder.name}.json").exists():
+                if self._is_settled(folder.name):
                     self._remove(folder)
                     continue
                 if (entry := self._entry(folder)) is not None:
@@ -249,11 +269,50 @@ class Journal:
         record = _json_bytes(
             {"digest": digest, "settled_at": time.time(), "receipt": receipt}, "receipt"
         )
+        self._keep(self._receipts, digest, record)
+
+    def refuse(self, entry: Entry, reason: str) -> Refused:
+        """Keeps `entry`'s record with the orchestrator's `reason` for refusing it for
+        good (synced), then drops the entry: it is settled, never to be sent again."""
+        digest = normalise_digest(entry.digest)
+        refused = Refused(
+            normalise_digest(entry.order_id, "order id"),
+            digest,
+            entry.header,
+            reason,
+            time.time(),
+        )
+        record = _json_bytes(
+            {
+                "order_id": refused.order_id,
+                "digest": digest,
+                "settled_at": refused.settled_at,
+                "reason": refused.reason,
+                "header": refused.header,
+            },
+            "refusal",
+        )
+        self._keep(self._refused, digest, record)
+        return refused
+
+    def _keep(self, folder: Path, digest: str, record: bytes) -> None:
+        """Stores how `digest` was settled in `folder` (synced), then drops its entry."""
         with self._lock:
-            write_atomically(self._receipts / f"{digest}.json", record)
-            _fsync_dir(self._receipts)
+            write_atomically(folder / f"{digest}.json", record)
+            _fsync_dir(folder)
             if (self._pending / digest).exists():
                 self._remove(self._pending / digest)
+
+    def _is_settled(self, digest: str) -> bool:
+        return any(
+            (folder / f"{digest}.json").exists() for folder in (self._receipts, self._refused)
+        )
+
+    def settled(self, digest: str) -> bool:
+        """Whether `digest` has a receipt or was refused for good: nothing to send."""
+        digest = normalise_digest(digest)
+        with self._lock:
+            return self._is_settled(digest)
 
     def receipt(self, digest: str) -> dict[str, Any] | None:
         """The receipt kept for `digest`, or None if there is none (or it is damaged)."""
@@ -293,6 +352,45 @@ class Journal:
                 if (stored := self._stored_receipt(path)) is not None:
                     found.append((stored[0], path.stem, stored[1]))
             return [receipt for _, _, receipt in sorted(found, key=lambda item: item[:2])]
+
+    def refusals(self) -> list[Refused]:
+        """Every submission refused for good, in the order they were settled."""
+        with self._lock:
+            found: list[Refused] = []
+            for path in self._refused.glob("*.json"):
+                if path.name.startswith(HIDDEN):
+                    continue
+                if not DIGEST.fullmatch(path.stem):
+                    self._report(path, "its name is not a submission digest")
+                    continue
+                if (refused := self._stored_refusal(path)) is not None:
+                    found.append(refused)
+            return sorted(found, key=lambda r: (r.settled_at, r.digest))
+
+    def _stored_refusal(self, path: Path) -> Refused | None:
+        try:
+            record = _read_json(path, MAX_REFUSAL_BYTES)
+        except (OSError, ValueError) as e:
+            self._report(path, f"it is not a readable refusal ({e})")
+            return None
+        if (
+            not isinstance(record, dict)
+            or record.get("digest") != path.stem
+            or not isinstance(record.get("order_id"), str)
+            or not DIGEST.fullmatch(record["order_id"])
+            or not isinstance(record.get("header"), dict)
+            or not isinstance(record.get("reason"), str)
+            or not isinstance(record.get("settled_at"), int | float)
+        ):
+            self._report(path, "it is not a refusal the node stored")
+            return None
+        return Refused(
+            record["order_id"],
+            path.stem,
+            record["header"],
+            record["reason"],
+            float(record["settled_at"]),
+        )
 
 
 def _header_problem(record: Any, digest: str) -> str | None:

@@ -12,7 +12,9 @@ Every failure (orchestrator gone, network gone, a refusal) ends in a bounded,
 jittered backoff and a retry from the top, never a tight loop; whatever was
 signed waits in the journal until a receipt for it is kept, so a restart or a
 SIGKILL loses nothing and a resend is never counted twice (the orchestrator
-knows it by digest).
+knows it by digest). A submission the orchestrator refuses for good (its order
+expired or went to another node while the orchestrator was down) is settled
+with the reason instead, and the node works on.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from client.node.backoff import Backoff
 from client.node.events import Event, EventKind, Listener
-from client.node.journal import Journal
+from client.node.journal import Entry, Journal
 from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import claim_data_dir
@@ -50,6 +52,7 @@ if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 lo
 
     from swarmrl.models.backend import Backend, Precision
     from swarmrl.p2p.swarm import SwarmNode
+    from swarmrl.work.submit import Receipt
 
 log = logging.getLogger("swarmrl.node")
 
@@ -308,14 +311,27 @@ class Node:
         )
 
     def _resend(self) -> None:
+        for entry in self.journal.pending():
+            receipt = self._hand_in(entry)
+            if receipt is not None:
+                self.on_event(
+                    Event(EventKind.RESENT, digest=entry.digest[:12], units=receipt.units)
+                )
+
+    def _hand_in(self, entry: Entry) -> Receipt | None:
+        """Sends a journaled submission and settles its entry with the answer: its receipt
+        (returned), or the orchestrator's refusal for good (kept with its reason; None).
+        A failure that a later try may get past raises, and the entry waits to be resent."""
         assert self.session is not None
         from swarmrl.work.submit import SubmitHeader
 
-        for entry in self.journal.pending():
-            header = SubmitHeader.model_validate(entry.header)
-            receipt = self.session.submit(header, entry.file)
-            self.journal.settle(entry.digest, receipt.model_dump())
-            self.on_event(Event(EventKind.RESENT, digest=entry.digest[:12], units=receipt.units))
+        answer = self.session.submit(SubmitHeader.model_validate(entry.header), entry.file)
+        if answer.receipt is None:
+            self.journal.refuse(entry, answer.refused)
+            self.on_event(Event(EventKind.REFUSED, digest=entry.digest[:12], reason=answer.refused))
+            return None
+        self.journal.settle(entry.digest, answer.receipt.model_dump())
+        return answer.receipt
 
     def _weights(self, at_least: int, precision: Precision) -> Path:
         """The newest complete weights, at least step ``at_least``, loaded into the backend
@@ -389,16 +405,17 @@ class Node:
         path, cost = self._generate(order, order_id)
         header = self.session.sign(order, self.backend_step or 0, path)
         digest = self.session.digest(header)
-        if self.journal.receipt(digest) is not None:
-            # The same order, redrawn and regenerated bit for bit, was acknowledged before:
+        if self.journal.settled(digest):
+            # The same order, redrawn and regenerated bit for bit, was settled before:
             # nothing new to hand in.
             path.unlink(missing_ok=True)
             return
         entry = self.journal.add(order_id, digest, header.model_dump(), path)
         path.unlink(missing_ok=True)  # the journal holds its own copy
         sent = time.perf_counter()
-        receipt = self.session.submit(header, entry.file)
-        self.journal.settle(digest, receipt.model_dump())
+        receipt = self._hand_in(entry)
+        if receipt is None:
+            return
         self._note_cost(
             {**cost, "digest": digest, "units": receipt.units},
             submit_seconds=time.perf_counter() - sent,

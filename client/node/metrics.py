@@ -115,6 +115,8 @@ class NodeMetrics:
             elif kind in (EventKind.SUBMITTED, EventKind.RESENT):
                 # A receipt with units took the submission in; none means intake refused it.
                 self._outcome("intake", bool(event.units), event.reason)
+            elif kind is EventKind.REFUSED:  # refused for good at intake: no receipt
+                self._outcome("intake", False, event.reason)
             elif kind is EventKind.OUTCOME:
                 status = event.extra.get("status", "")
                 if status in (SubmissionStatus.ACCEPTED, SubmissionStatus.REJECTED):

@@ -24,7 +24,7 @@ from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import WORK, WorkOrder
 from swarmrl.work.heartbeat import HEARTBEAT
 from swarmrl.work.join import JOIN
-from swarmrl.work.submit import SUBMIT, Receipt, SubmitHeader
+from swarmrl.work.submit import SUBMIT, SubmitHeader, SubmitResponse
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,15 @@ class Session:
         """The submission's digest: the ledger's key, and what a receipt names."""
         return header.digest(self.me.run, self.me.pool_domain).hex()
 
-    def submit(self, header: SubmitHeader, path: Path) -> Receipt:
-        receipt = self.host.upload(SUBMIT, self.peer, header, path).receipt
+    def submit(self, header: SubmitHeader, path: Path) -> SubmitResponse:
+        """The orchestrator's answer: a receipt (for this submission, signed by a
+        recorder of the run) or its refusal for good; anything else raises."""
+        response = self.host.upload(SUBMIT, self.peer, header, path)
+        receipt = response.receipt
+        if receipt is None:
+            return response
         if receipt.submission != self.digest(header) or receipt.run != self.me.run:
             raise wire.WireError("the receipt is for another submission")
         if receipt.signer(self.me.swarm_domain) not in self.me.trusted:
             raise wire.WireError("the receipt is not signed by a recorder of the run")
-        return receipt
+        return response

@@ -93,7 +93,9 @@ class Download:
 
 @dataclass(frozen=True)
 class Rejection:
-    stage: str  # "intake" (the receipt) or "validation" (the later outcome)
+    # "intake" (the receipt), "validation" (the later outcome) or "refused" (refused
+    # for good at intake, without a receipt: its order was over, say)
+    stage: str
     digest: str
     reason: str
 
@@ -148,6 +150,10 @@ class NodeView:
             else:
                 self.intake_rejected += 1
                 self.rejections.append(Rejection("intake", event.digest or "", event.reason))
+        elif kind is EventKind.REFUSED:
+            self.submitted += 1
+            self.intake_rejected += 1
+            self.rejections.append(Rejection("refused", event.digest or "", event.reason))
         elif kind is EventKind.OUTCOME:
             status = event.extra.get("status")
             if status == SubmissionStatus.ACCEPTED:

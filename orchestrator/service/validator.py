@@ -33,7 +33,8 @@ from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from swarmrl.models.backend import Precision
-from swarmrl.rollouts.records import Rollout, read_rollouts
+from swarmrl.rollouts import checks
+from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.verify import Verdict, verify_rollouts
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
@@ -109,10 +110,9 @@ class Validator:
         if issued is None or node is None:  # intake checked both; a damaged ledger otherwise
             self._finish(row, [], "its order or node is missing from the ledger", False, False)
             return
-        try:
-            records = read_rollouts(Path(row.file))
-        except (ValueError, OSError) as e:
-            self._finish(row, [], f"its file cannot be read: {e}"[:300], False, False)
+        records, why = checks.read_submitted(Path(row.file))
+        if why is not None:
+            self._finish(row, [], why, False, False)
             return
         if (
             ckpt.latest_step(self.config.run_dir) is None

@@ -34,7 +34,6 @@ from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Server
 from swarmrl.rollouts import checks
-from swarmrl.rollouts.records import read_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import assign, heartbeat, join, submit
 from swarmrl.work.assign import WORK, WorkOrder
@@ -294,22 +293,31 @@ class WorkServer:
 
     # ---- submit ------------------------------------------------------------------------
 
-    def check_submission(self, peer: str, header: submit.SubmitHeader) -> None:
-        """Refuses from the header alone, before a byte of the file is read."""
+    def check_submission(
+        self, peer: str, header: submit.SubmitHeader
+    ) -> submit.SubmitResponse | None:
+        """Judges a submission from its header alone, before a byte of the file is read:
+        None takes the file; a resend gets its receipt at once; what no resend could
+        change (the order is over or not the node's, the signature is not its node's)
+        gets the final refusal, so the node settles it; what may pass on a later try
+        is an error reply, and the node sends it again."""
         node = self._node(peer)
         if to_checksum_address(header.node) != node.address:
             raise wire.WireError(f"the submission names node {header.node}, not the sender")
-        if self.ledger.submissions.get(self._digest(header).hex()) is not None:
-            return  # a resend: answered with its receipt
+        if (stored := self.ledger.submissions.get(self._digest(header).hex())) is not None:
+            return _receipt_reply(stored)
         issued = self.ledger.orders.get(header.order_id)
         if issued is None or to_checksum_address(issued.order.node) != node.address:
-            raise wire.WireError("the submission answers no work order of this node")
+            return _refuse(node, header, "the submission answers no work order of this node")
         if issued.state is not OrderState.OPEN:
-            raise wire.WireError(f"work order {header.order_id[:12]} is already {issued.state}")
+            return _refuse(
+                node, header, f"work order {header.order_id[:12]} is already {issued.state}"
+            )
         if why := checks.step_published(header.step, self.published_step()):
-            raise wire.WireError(why)
+            raise wire.WireError(why)  # the orchestrator may yet publish it
         if header.signer(self.context.run, self.context.pool_domain) != node.address:
-            raise wire.WireError("the submission is not signed by its node")
+            return _refuse(node, header, "the submission is not signed by its node")
+        return None
 
     def _digest(self, header: submit.SubmitHeader) -> bytes:
         return header.digest(self.context.run, self.context.pool_domain)
@@ -322,7 +330,8 @@ class WorkServer:
         if (stored := self.ledger.submissions.get(digest)) is not None:
             return _receipt_reply(stored)
         if submit.file_sha256(path) != header.file_sha256:
-            raise wire.WireError("the file's sha256 is not the one the submission signs")
+            # The bytes sent are the node's own copy: sent again, they are the same.
+            return _refuse(node, header, "the file's sha256 is not the one the submission signs")
         issued = self.ledger.orders.get(header.order_id)
         assert issued is not None  # checked from the header
         units, reason, slashable = self._answers(issued.order, header, path)
@@ -332,7 +341,9 @@ class WorkServer:
                 return _receipt_reply(stored)
             issued = self.ledger.orders.get(header.order_id)
             if issued is None or issued.state is not OrderState.OPEN:
-                raise wire.WireError(f"work order {header.order_id[:12]} is already answered")
+                return _refuse(
+                    node, header, f"work order {header.order_id[:12]} is already answered"
+                )
             row = self._record(node, header, digest, path, units, reason, slashable)
         outcome = f"{units} units" if units else f"rejected: {reason}"
         log.info("submission %s from %s: %s", digest[:12], node.address, outcome)
@@ -392,10 +403,9 @@ class WorkServer:
     ) -> tuple[int, str, bool]:
         """(units, reason, slashable): the rollouts it holds if the file answers its order
         exactly; else 0 and why, evidence only where no honest node could get it wrong."""
-        try:
-            records = read_rollouts(path)
-        except (ValueError, OSError) as e:
-            return 0, f"its file is not a readable rollout file: {e}"[:300], False
+        records, why = checks.read_submitted(path)
+        if why is not None:
+            return 0, why, False
         newest = self.published_step() or 0
         if why := checks.step_fresh(header.step, newest, self.settings.async_level):
             return 0, why, False
@@ -410,8 +420,8 @@ class _Submissions:
 
     work_server: WorkServer
 
-    def check(self, peer: str, header: submit.SubmitHeader) -> None:
-        self.work_server.check_submission(peer, header)
+    def check(self, peer: str, header: submit.SubmitHeader) -> submit.SubmitResponse | None:
+        return self.work_server.check_submission(peer, header)
 
     def receive(self, peer: str, header: submit.SubmitHeader, path: Path) -> submit.SubmitResponse:
         return self.work_server.receive_submission(peer, header, path)
@@ -420,6 +430,13 @@ class _Submissions:
 def _receipt_reply(row: SubmissionRow) -> submit.SubmitResponse:
     """The receipt given when the submission was acknowledged, the same on every resend."""
     return submit.SubmitResponse(receipt=submit.Receipt.model_validate_json(row.receipt))
+
+
+def _refuse(node: NodeRow, header: submit.SubmitHeader, reason: str) -> submit.SubmitResponse:
+    """The final refusal of a submission (see ``SubmitResponse``): nothing is recorded."""
+    order = header.order_id[:12]
+    log.info("refused a submission of %s for order %s for good: %s", node.address, order, reason)
+    return submit.SubmitResponse.refusal(reason)
 
 
 def _no_work(retry_after: float, reason: str) -> assign.WorkResponse:

@@ -260,21 +260,22 @@ class Host:
         try:
             with trio.fail_after(spec.deadline):
                 head = await wire.read_frame(stream, spec.header_limit)
-                header = await self._in_worker(
+                header, frames = await self._in_worker(
                     served.check,
                     peer,
                     head,
                 )
-                spooled = _new_spool_file(spooling.spool_dir)
-                await _spool_body(stream, spec, spooled)
-                frames = await self._in_worker(
-                    _receive_then_clean,
-                    served,
-                    peer,
-                    header,
-                    spooled,
-                    claimed,
-                )
+                if frames is None:  # not answered from the header alone: take the body
+                    spooled = _new_spool_file(spooling.spool_dir)
+                    await _spool_body(stream, spec, spooled)
+                    frames = await self._in_worker(
+                        _receive_then_clean,
+                        served,
+                        peer,
+                        header,
+                        spooled,
+                        claimed,
+                    )
                 for body in frames:
                     await wire.write_frame(stream, body)
         except wire.WireError as e:
@@ -345,11 +346,11 @@ class Host:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sender.run, nursery.cancel_scope)
                 # The reply is read while the body is still going out: a peer that
-                # refuses early answers and stops reading, and its sentence must
-                # reach the caller rather than the broken pipe that follows.
+                # refuses or answers from the header alone stops reading, and its
+                # reply must reach the caller rather than the broken pipe that follows.
+                # Any reply ends the upload (after a whole body the sender is done).
                 reply = await _read_reply(stream, limit)
-                if isinstance(reply, Exception) or _error_message(reply) is not None:
-                    nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
             if sender.read_failure is not None:
                 raise _LocalReadError(sender.read_failure.strerror or str(sender.read_failure))
             if isinstance(reply, Exception):
@@ -477,8 +478,9 @@ class Host:
     def upload(self, spec: Upload[H, Resp], peer_id: str, header: H, path: Path) -> Resp:
         """Sends `header`, then the file at `path` in frames of the spec's chunk size
         read from disk one at a time, then the empty frame; returns the response.
-        An error reply, even one sent before the body was through, raises
-        RemoteError with the peer's sentence."""
+        A reply sent before the body was through (the peer judged the header alone)
+        ends the upload there; an error reply raises RemoteError with the peer's
+        sentence."""
         (head,) = spec.header.encode(header)
         try:
             body = path.open("rb")

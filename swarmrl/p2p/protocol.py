@@ -9,7 +9,8 @@ returns the response, and asks with ``Host.call(spec, peer, request)``; the host
 takes the framing, the limits, the deadline and the error replies from the spec,
 so no call site repeats them. An :class:`Upload` is the same for a request too
 big for one frame: a header, then a body streamed from a file and spooled into
-one, then one response.
+one, then one response (or, where the header alone settles it, the response at
+once and no body).
 
 What a peer sends is decoded on the serving side in a worker thread, after the
 serving peer has admitted the sender (a rate limit refuses a flood before any
@@ -161,9 +162,10 @@ class UploadHandler(Protocol[H_contra, Resp_co]):
     handlers; a WireError or Refusal they raise goes back as the error reply, any
     other exception costs that upload only (the peer hears that it failed)."""
 
-    def check(self, peer: str, header: H_contra) -> None:
-        """Refuses the upload from its header alone, before any body byte is
-        read, by raising WireError or Refusal; returning accepts it."""
+    def check(self, peer: str, header: H_contra) -> Resp_co | None:
+        """Judges the upload from its header alone, before any body byte is read:
+        refuses it by raising WireError or Refusal, answers it at once by returning
+        the response (the body is then never read), or accepts it by returning None."""
 
     def receive(self, peer: str, header: H_contra, path: Path) -> Resp_co:
         """Takes the complete body, spooled to `path` (flushed and fsynced), and
@@ -180,13 +182,14 @@ class ServedUpload(Generic[H, Resp]):
     handler: UploadHandler[H, Resp]
     admit: Admit | None = None
 
-    def check(self, peer: str, body: bytes) -> H:
-        """The header frame from `peer`, admitted, decoded and accepted by the handler."""
+    def check(self, peer: str, body: bytes) -> tuple[H, list[bytes] | None]:
+        """The header frame from `peer`, admitted, decoded and accepted by the handler;
+        with it the response frame if the handler answered from the header alone."""
         if self.admit is not None:
             self.admit(peer)
         header = self.spec.header.decode([body])
-        self.handler.check(peer, header)
-        return header
+        answer = self.handler.check(peer, header)
+        return header, None if answer is None else self.spec.response.encode(answer)
 
     def receive(self, peer: str, header: H, path: Path) -> list[bytes]:
         """The response frame to the body spooled at `path`."""

@@ -17,11 +17,24 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from swarmrl.models.backend import PROOF_CHUNK, Precision
-from swarmrl.rollouts.records import Rollout
+from swarmrl.rollouts.records import Rollout, read_rollouts
 from swarmrl.tasks import Task
+
+
+def read_submitted(path: Path) -> tuple[list[Rollout], str | None]:
+    """The records of a submitted file and None, or none and the sentence why they cannot
+    be read. The sentence calls it "its file", never by the path it has on the machine
+    reading it: a reason goes back to the node, into the ledger and onto screens."""
+    try:
+        return read_rollouts(path, name="its file"), None
+    except ValueError as e:
+        return [], str(e)[:300]
+    except OSError as e:  # the disk's, not the file's: the reader words the rest itself
+        return [], f"its file cannot be read ({(e.strerror or 'a read error').lower()})"
 
 
 @dataclass(frozen=True)

@@ -157,55 +157,64 @@ def write_rollouts(
         pq.write_table(table, tmp)
 
 
-def read_rollouts(path: Path) -> list[Rollout]:
-    """Every record of a rollout file; ValueError in one sentence if any is not sound."""
-    return read_rollout_file(path).rollouts
+def read_rollouts(path: Path, name: str | None = None) -> list[Rollout]:
+    """Every record of a rollout file; ValueError in one sentence if any is not sound
+    (see `read_rollout_file` for `name`)."""
+    return read_rollout_file(path, name).rollouts
 
 
-def _signature(path: Path, raw: bytes | None) -> FileSignature | None:
+def _signature(shown: str, raw: bytes | None) -> FileSignature | None:
     if raw is None:
         return None
     if len(raw) > _MAX_SIGNATURE_BYTES:
-        raise ValueError(f"{path} has a signature block of {len(raw)} bytes, not a signature")
+        raise ValueError(f"{shown} has a signature block of {len(raw)} bytes, not a signature")
     try:
         return FileSignature.model_validate_json(raw)
     except ValidationError as e:
-        raise ValueError(f"{path} has a malformed signature block ({first_error(e)})") from None
+        raise ValueError(f"{shown} has a malformed signature block ({first_error(e)})") from None
 
 
-def read_rollout_file(path: Path) -> RolloutFile:
+def read_rollout_file(path: Path, name: str | None = None) -> RolloutFile:
     """A rollout file's records and signature; ValueError in one sentence if any part
-    is not sound."""
+    is not sound. The sentence calls the file `name` where given, else by its path: a
+    reader whose sentences leave the machine (a rejection goes back to the node that
+    sent the file) names it without the path it has here."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
-    check_input_file(path)
+    shown = str(path) if name is None else name
+    try:
+        check_input_file(path)
+    except ValueError:
+        if name is None:
+            raise
+        raise ValueError(f"{name} is missing or cannot be opened") from None
     try:
         parquet = pq.ParquetFile(path)
         metadata = parquet.schema_arrow.metadata or {}
         version = metadata.get(VERSION_KEY)
         if version != str(SCHEMA_VERSION).encode():
-            shown = version.decode(errors="replace") if version else "none"
+            found = version.decode(errors="replace") if version else "none"
             raise ValueError(
-                f"{path} is rollout schema version {shown}; this swarmrl reads "
+                f"{shown} is rollout schema version {found}; this swarmrl reads "
                 f"version {SCHEMA_VERSION}"
             )
-        signature = _signature(path, metadata.get(SIGNATURE_KEY))
+        signature = _signature(shown, metadata.get(SIGNATURE_KEY))
         rows = parquet.read().to_pylist()
     except (pa.ArrowException, OSError):
         # pyarrow reports corrupt bytes as OSError too (the file itself exists), in its
         # own words over several lines: what matters is that the file is damaged.
         raise ValueError(
-            f"{path} is not a readable rollout file (damaged, or not parquet)"
+            f"{shown} is not a readable rollout file (damaged, or not parquet)"
         ) from None
     rollouts = []
     for i, row in enumerate(rows):
         try:
             rollout = Rollout(**row)
         except (ValidationError, TypeError) as e:
-            raise ValueError(f"{path}: record {i}: {first_error(e)}") from None
+            raise ValueError(f"{shown}: record {i}: {first_error(e)}") from None
         if rollout.digest != rollout.content_digest():
-            raise ValueError(f"{path}: record {i} does not match its digest (altered?)")
+            raise ValueError(f"{shown}: record {i} does not match its digest (altered?)")
         rollouts.append(rollout)
     return RolloutFile(rollouts, signature)

@@ -7,7 +7,9 @@ domain, with ``rolloutDigest = keccak(orderId || sha256(file))``: the very
 evidence ``ComputePool.slash`` takes, so a bad submission is slashable without
 anything else the node must cooperate with. The orchestrator writes it to its
 ledger before answering with a :class:`Receipt` it signs; a resend of the same
-submission gets the same receipt.
+submission gets the same receipt. A submission that no resend could ever get
+taken (its order expired or went to another node while the node was away) is
+answered with the refusal instead of a receipt: the node settles it and works on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Self
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from swarmrl.chain.eip712 import (
     Domain,
@@ -120,7 +122,30 @@ class Receipt(Signed):
 
 
 class SubmitResponse(Strict):
-    receipt: Receipt
+    """The orchestrator's answer to a submission: its signed receipt, or why it refuses
+    the submission for good.
+
+    A refusal here is final: the same submission sent again gets the same answer (its
+    order is over, its signature or file is not the one it signs), so the node settles
+    it instead of resending it. Whatever may pass on a later try (a busy or restarting
+    orchestrator, a node it does not know yet, a lost connection) is an error reply
+    instead, and the node sends the submission again later. This is the one place the
+    two are told apart: the orchestrator chooses the answer, the node follows it.
+    """
+
+    receipt: Receipt | None = None
+    refused: Reason = ""
+
+    @model_validator(mode="after")
+    def _receipt_or_refusal(self) -> Self:
+        if (self.receipt is None) == (not self.refused):
+            raise ValueError("a submit response holds a receipt or a refusal, not both or neither")
+        return self
+
+    @classmethod
+    def refusal(cls, reason: str) -> SubmitResponse:
+        """The final refusal for `reason` (cut to a Reason's length)."""
+        return cls(refused=reason[:300])
 
 
 SUBMIT = Upload(

@@ -286,6 +286,26 @@ def test_a_refusal_from_the_header_reaches_the_client_mid_body(
     assert spooled(spool) == []  # the spool file is made only after check() accepts
 
 
+def test_an_answer_from_the_header_ends_the_upload_mid_body(hosts, serve, tmp_path, monkeypatch):
+    server, client = hosts
+    intake = Intake(tmp_path / "store")
+
+    def answer(peer: str, header: bytes) -> bytes | None:
+        intake.checked.append(header)
+        return b"known already" if header == b"seen" else None
+
+    monkeypatch.setattr(intake, "check", answer)
+    spool = serve(intake)
+    # Far bigger than the stream's window: the client is still sending when the answer
+    # comes, and must return it rather than wait to send a body nobody reads.
+    assert upload(client, server, random_file(tmp_path / "body.bin", 8 * MiB), b"seen") == (
+        b"known already"
+    )
+    assert intake.checked == [b"seen"]
+    assert intake.received == []
+    assert spooled(spool) == []  # the body was never taken
+
+
 def test_uploads_past_the_slot_limit_are_refused_not_queued(hosts, serve, tmp_path):
     server, client = hosts
     intake = Intake(tmp_path / "store")

@@ -6,20 +6,28 @@ the node as the orchestrator's sentence."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 
+from client.node.events import Event, EventKind
+from client.node.journal import Journal
+from client.node.loop import RETRIED, Node
 from client.node.session import Session
+from client.node.settings import NodeSettings
 from orchestrator.service.work_server import RateLimiter
 from swarmrl.p2p.host import Host, RemoteError
+from swarmrl.work.assign import WorkOrder
 from tests.unit.test_work_server import (
     NODE,
+    OTHER,
     PUBLISHED,
     REPORT,
     RUN,
     SWARM,
     Orchestrator,
+    damaged,
     rollouts,
     written,
 )
@@ -55,13 +63,27 @@ def test_a_node_joins_works_and_submits_over_the_wire(served, tmp_path):
 
     path = written(rollouts(order, PUBLISHED), tmp_path / "answer.parquet")
     header = session.sign(order, PUBLISHED, path)
-    receipt = session.submit(header, path)  # checked by the session: digest and signer
+    receipt = session.submit(header, path).receipt  # checked by the session: digest and signer
     s = orchestrator.settings
     assert receipt.units == s.prompts_per_assignment * s.group_size
     row = orchestrator.ledger.submissions.get(receipt.submission)
     assert (row.order_id, row.signature) == (header.order_id, header.signature)
-    assert session.submit(header, path) == receipt  # a resend: the same receipt
+    assert session.submit(header, path).receipt == receipt  # a resend: the same receipt
     assert list((tmp_path / "incoming").iterdir()) == []  # nothing left spooled
+
+
+def test_a_damaged_uploads_rejection_names_no_path_of_the_orchestrator(served, tmp_path):
+    orchestrator, server, node = served
+    session = over(node, orchestrator, server)
+    session.join(REPORT)
+    session.heartbeat(None, None)
+    order = session.work().order
+    path = damaged(tmp_path / "answer.parquet", rollouts(order, PUBLISHED))
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
+    assert receipt.units == 0
+    # Spooled as incoming/upload-....part, kept under submissions/: the node sees neither.
+    for reason in (receipt.reason, orchestrator.ledger.submissions.get(receipt.submission).reason):
+        assert reason == "its file is not a readable rollout file (damaged, or not parquet)"
 
 
 def test_refusals_reach_the_node_as_the_orchestrators_sentence(served):
@@ -76,3 +98,115 @@ def test_refusals_reach_the_node_as_the_orchestrators_sentence(served):
     with pytest.raises(RemoteError) as refused:
         session.heartbeat(None, None)
     assert str(refused.value) == "too many requests from this peer; slow down"
+
+
+# ---- the node's journal against intake -------------------------------------------------
+
+
+class NoSwarm:
+    """The node's weight swarm, not started: these nodes generate nothing."""
+
+    def close(self) -> None:
+        pass
+
+
+class JournaledNode:
+    """A node's loop over the wire with its journal in `data_dir`, joined already, with no
+    chain to read and no weights to fetch: it runs until it asks for an order (the first
+    thing it does once the journal is handed in) or until it would retry."""
+
+    def __init__(self, data_dir: Path, session: Session) -> None:
+        self.events: list[Event] = []
+        self.orders: list[WorkOrder] = []
+        settings = NodeSettings(data_dir=data_dir, keystore_dir=data_dir / "keys")
+        self.node = Node(settings, NODE, on_event=self.hear)
+        self.node.session = session
+        self.node.state.joined = True  # joined by the test; no heartbeat thread either
+        self.node._identity = lambda: None  # type: ignore[method-assign]
+        self.node._start_swarm = lambda me: setattr(self.node, "swarm", NoSwarm())  # type: ignore[method-assign]
+        self.node._one_order = self.ask  # type: ignore[method-assign]
+
+    def hear(self, event: Event) -> None:
+        self.events.append(event)
+        if event.kind is EventKind.RETRY:
+            self.node.stop()
+
+    def ask(self) -> None:
+        assert self.node.session is not None
+        self.orders.append(self.node.session.work().order)
+        self.node.stop()
+
+    def run(self) -> list[EventKind]:
+        self.node.run()
+        return [e.kind for e in self.events]
+
+
+def journaled(node: Node, session: Session, order: WorkOrder, path: Path) -> str:
+    """Signs an answer to `order` and journals it, as the node does before sending it;
+    the send itself never came back (the orchestrator was killed). Returns its digest."""
+    header = session.sign(order, PUBLISHED, path)
+    digest = session.digest(header)
+    node.journal.add(order.digest(SWARM).hex(), digest, header.model_dump(), path)
+    return digest
+
+
+def test_a_resend_refused_for_good_is_settled_and_the_node_works_on(served, tmp_path):
+    orchestrator, server, host = served
+    session = over(host, orchestrator, server)
+    session.join(REPORT)
+    session.heartbeat(None, None)
+    order = session.work().order
+    order_id = order.digest(SWARM).hex()
+    node = JournaledNode(tmp_path / "node", session)
+    digest = journaled(
+        node.node, session, order, written(rollouts(order, PUBLISHED), tmp_path / "a")
+    )
+    # While the orchestrator was down the order expired, and another node took its tasks.
+    orchestrator.ledger.orders.expire(order.deadline + 1)
+    orchestrator.active(OTHER).work()
+
+    assert node.run() == [EventKind.REFUSED, EventKind.STOPPED]
+    reason = f"work order {order_id[:12]} is already reassigned"
+    assert (node.events[0].digest, node.events[0].reason) == (digest[:12], reason)
+    # Settled with its reason, kept as the node's record, and nothing recorded for it.
+    journal = node.node.journal
+    assert journal.pending() == []
+    [refused] = journal.refusals()
+    assert (refused.digest, refused.order_id, refused.reason) == (digest, order_id, reason)
+    assert orchestrator.ledger.submissions.all() == []
+    # The node went on to ask for work, and got a new order of its own.
+    [new] = node.orders
+    assert (new.counter, new.node) == (1, NODE.address)
+
+    # A restart: the refusal is still the entry's settlement, so nothing is resent.
+    assert Journal(tmp_path / "node" / "journal").refusals() == [refused]
+    again = JournaledNode(tmp_path / "node", session)
+    assert again.run() == [EventKind.STOPPED]
+    assert again.node.journal.settled(digest)
+    assert again.orders == [new]  # the open order, handed out again
+
+
+def test_a_resend_that_fails_for_now_stays_journaled_and_is_sent_later(served, tmp_path):
+    orchestrator, server, host = served
+    session = over(host, orchestrator, server)
+    session.join(REPORT)
+    session.heartbeat(None, None)
+    order = session.work().order
+    node = JournaledNode(tmp_path / "node", session)
+    digest = journaled(
+        node.node, session, order, written(rollouts(order, PUBLISHED), tmp_path / "a")
+    )
+    orchestrator.work_server.limiter = RateLimiter(rate=1e-6, burst=0)  # refuses everything
+
+    with pytest.raises(RemoteError, match="too many requests") as busy:
+        node.node._resend()
+    assert isinstance(busy.value, RETRIED)  # the loop waits it out and tries again
+    assert [entry.digest for entry in node.node.journal.pending()] == [digest]
+    assert node.node.journal.refusals() == []
+
+    orchestrator.work_server.limiter = RateLimiter()
+    assert node.run() == [EventKind.RESENT, EventKind.STOPPED]
+    assert node.node.journal.pending() == []
+    [receipt] = node.node.journal.receipts()
+    assert receipt["submission"] == digest
+    assert receipt["units"] == node.events[0].units > 0

@@ -83,6 +83,50 @@ def test_adding_a_settled_digest_is_refused(tmp_path):
     assert journal.pending() == []
 
 
+def test_a_refused_entry_is_settled_with_its_reason_and_never_sent_again(tmp_path):
+    journal = Journal(tmp_path / "journal")
+    refused_digest, file = submission(tmp_path, "too late")
+    entry = journal.add(ORDER, refused_digest, {"step": 3}, file)
+    kept_digest, file = submission(tmp_path, "still to send")
+    kept = journal.add(ORDER, kept_digest, {"step": 4}, file)
+
+    refused = journal.refuse(entry, "work order abab is already expired")
+    assert (refused.order_id, refused.digest, refused.header, refused.reason) == (
+        ORDER,
+        refused_digest,
+        {"step": 3},
+        "work order abab is already expired",
+    )
+    reopened = Journal(tmp_path / "journal")  # as after a restart
+    assert reopened.pending() == [kept]
+    assert reopened.refusals() == [refused]
+    assert reopened.receipts() == []
+    assert (reopened.settled(refused_digest), reopened.settled(kept_digest)) == (True, False)
+    with pytest.raises(ValueError, match="was refused for good"):
+        reopened.add(ORDER, refused_digest, {"step": 3}, file)
+    # A SIGKILL between keeping the refusal and removing the entry: never resent.
+    shutil.copytree(kept.file.parent, tmp_path / "copy")
+    reopened.refuse(kept, "work order abab is already reassigned")
+    shutil.copytree(tmp_path / "copy", kept.file.parent)
+    assert Journal(tmp_path / "journal").pending() == []
+    assert not kept.file.parent.exists()
+    assert [r.digest for r in reopened.refusals()] == [refused_digest, kept_digest]
+
+
+def test_node_status_shows_what_was_refused_with_its_reason(tmp_path):
+    journal = Journal(tmp_path / "data" / "journal")
+    digest, file = submission(tmp_path, "too late")
+    journal.refuse(journal.add(ORDER, digest, {}, file), "work order abab is already expired")
+    (tmp_path / "node.toml").write_text(f'data_dir = "{tmp_path / "data"}"\n')
+    swarmrl = Path(sys.executable).with_name("swarmrl")
+    command = [swarmrl, "node", "status", "--config", tmp_path / "node.toml"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == [
+        "receipts 0  units 0  rejected 0  refused 1  waiting to be sent 0",
+        f"refused {digest[:12]} (order {ORDER[:12]}): work order abab is already expired",
+    ]
+
+
 def test_a_crash_between_receipt_and_removal_leaves_no_double(tmp_path):
     journal = Journal(tmp_path / "journal")
     digest, file = submission(tmp_path, "settling")

@@ -107,6 +107,7 @@ def test_events_update_the_view():
         Event(EventKind.WEIGHTS_READY, step=2),
         Event(EventKind.SUBMITTED, digest="d1", units=8),
         Event(EventKind.RESENT, digest="d2", units=0, reason="policy step 0 is stale"),
+        Event(EventKind.REFUSED, digest="d5", reason="work order ab is already expired"),
         Event(EventKind.OUTCOME, digest="d1", units=8, extra={"status": "accepted"}),
         Event(EventKind.OUTCOME, digest="d3", units=0, reason="bad", extra={"status": "rejected"}),
         Event(EventKind.OUTCOME, digest="d4", units=0, extra={"status": "received"}),
@@ -116,12 +117,13 @@ def test_events_update_the_view():
     assert view.rollouts_per_second == pytest.approx(2.0)
     assert view.download is not None
     assert (view.download.done, view.download.total) == (7, 7)
-    assert (view.submitted, view.intake_accepted, view.intake_rejected) == (2, 1, 1)
+    assert (view.submitted, view.intake_accepted, view.intake_rejected) == (3, 1, 2)
     assert (view.validated, view.validated_units, view.invalid) == (1, 8, 1)
     # Mean over rollouts, not over orders: (8 * 0.25 + 4 * 1.0) / 12.
     assert view.reward_curve() == ([1], [pytest.approx(0.5)])
-    assert view.submission_lines()[-2:] == [
+    assert view.submission_lines()[-3:] == [
         "✗ d3 validation: bad",
+        "✗ d5 refused: work order ab is already expired",
         "✗ d2 intake: policy step 0 is stale",
     ]
 

@@ -110,8 +110,8 @@ class Files:
 def test_a_served_upload_is_admitted_decoded_and_checked_from_its_header(tmp_path):
     files, gate = Files(), Gate(allowed=3)
     served = ServedUpload(UPLOAD, files, gate)
-    header = served.check("peer-a", b'{"n":2}')
-    assert header == Ask(n=2)
+    header, answered = served.check("peer-a", b'{"n":2}')
+    assert (header, answered) == (Ask(n=2), None)
     body = tmp_path / "body"
     body.write_bytes(b"x" * 10)
     assert served.receive("peer-a", header, body) == [b'{"doubled":20}']
@@ -122,6 +122,20 @@ def test_a_served_upload_is_admitted_decoded_and_checked_from_its_header(tmp_pat
     with pytest.raises(wire.Refusal, match="too many requests"):
         served.check("peer-a", b"not json")
     assert files.checked == [Ask(n=2), Ask(n=3)]
+
+
+class Known(Files):
+    """Answers a header it has seen the body of from the header alone."""
+
+    def check(self, peer: str, header: Ask) -> Answer | None:
+        self.checked.append(header)
+        return Answer(doubled=2 * header.n) if header.n == 21 else None
+
+
+def test_a_handler_may_answer_an_upload_from_its_header_alone():
+    served = ServedUpload(UPLOAD, Known())
+    assert served.check("peer-a", b'{"n":21}') == (Ask(n=21), [b'{"doubled":42}'])
+    assert served.check("peer-a", b'{"n":4}') == (Ask(n=4), None)  # the body is wanted
 
 
 @pytest.mark.parametrize("field", ["request_limit", "response_limit"])

@@ -103,6 +103,27 @@ def test_unknown_versions_and_foreign_files_are_one_clear_error(tmp_path):
         read_rollouts(tmp_path / "missing.parquet")
 
 
+def test_a_named_file_s_errors_carry_its_name_and_never_its_path(tmp_path):
+    """What intake and the validator tell a node of its file names no path of theirs."""
+    path = tmp_path / "incoming" / "upload-x.part"
+    path.parent.mkdir()
+    faults = {
+        "schema version 2": lambda: pq.write_table(
+            pq.read_table(path).replace_schema_metadata({VERSION_KEY: b"2"}), path
+        ),
+        "record 0: finish_reason": lambda: rewrite(path, "finish_reason", ["exploded"]),
+        "record 0 does not match its digest": lambda: rewrite(path, "reward", [5.0]),
+        "is not a readable rollout file": lambda: path.write_bytes(b"PAR1 not really"),
+        "is missing or cannot be opened": path.unlink,
+    }
+    for words, fault in faults.items():
+        write_rollouts([record()], path)
+        fault()
+        with pytest.raises(ValueError, match=f"^its file.*{words}") as refused:
+            read_rollouts(path, name="its file")
+        assert str(tmp_path) not in str(refused.value)
+
+
 def test_malformed_rows_name_the_field(tmp_path):
     path = tmp_path / "r.parquet"
     write_rollouts([record()], path)

@@ -170,3 +170,25 @@ def test_logprobs_of_another_model_are_evidence(validator, backend, tmp_path):
 def test_the_validator_prefills_in_the_precision_the_order_declares(validator, precision, dtype):
     backend = validator.backend_at(STEP, precision)
     assert {p.dtype for p in backend.model.parameters()} == {dtype}
+
+
+@pytest.mark.parametrize("fault", ["damaged", "deleted"])
+def test_a_file_that_cannot_be_read_is_rejected_in_words_that_name_no_path(
+    validator, backend, tmp_path, fault
+):
+    digest = submitted(validator, backend, tmp_path, ORDER.max_tokens)
+    path = Path(validator.ledger.submissions.get(digest).file)
+    if fault == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:-64] + bytes(64))  # parquet's footer zeroed
+    assert validator.run_once() == 1
+    row = validator.ledger.submissions.get(digest)
+    assert (row.status, row.units, row.slashable) == ("rejected", 0, False)
+    assert (
+        row.reason
+        == {
+            "damaged": "its file is not a readable rollout file (damaged, or not parquet)",
+            "deleted": "its file is missing or cannot be opened",
+        }[fault]
+    )

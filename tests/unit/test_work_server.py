@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -124,7 +125,9 @@ class DirectHost:
         (body,) = spec.header.encode(header)
         assert len(body) <= spec.header_limit
         served, spool = self.orchestrator.uploads[spec.id]
-        checked = served.check(self.peer_id, body)
+        checked, answered = served.check(self.peer_id, body)
+        if answered is not None:  # answered from the header alone: no body is sent
+            return spec.response.decode(answered)
         spooled = spool / f"{self.peer_id}-{next(self.uploads)}.upload"
         shutil.copyfile(path, spooled)
         try:
@@ -463,7 +466,7 @@ def ordered(orchestrator, tmp_path):
 def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, ordered):
     session, order, path = ordered
     header = session.sign(order, PUBLISHED, path)
-    receipt = session.submit(header, path)  # checks the run, digest and signer
+    receipt = session.submit(header, path).receipt  # checks the run, digest and signer
     records = orchestrator.settings.prompts_per_assignment * orchestrator.settings.group_size
     assert receipt.signer(SWARM) == ORCHESTRATOR.address
     assert (receipt.node, receipt.units, receipt.reason) == (NODE.address, records, "")
@@ -494,9 +497,9 @@ def test_a_valid_submission_gets_a_signed_receipt_for_its_records(orchestrator, 
 def test_a_resend_gets_the_identical_receipt_and_counts_once(orchestrator, ordered):
     session, order, path = ordered
     header = session.sign(order, PUBLISHED, path)
-    first = session.submit(header, path)
+    first = session.submit(header, path).receipt
     orchestrator.published += 1  # a resend is recognised whatever happened since
-    again = session.submit(header, path)
+    again = session.submit(header, path).receipt
     assert again == first
     assert [s.digest for s in orchestrator.ledger.submissions.all()] == [first.submission]
     assert len(list((orchestrator.settings.data_dir / "submissions").iterdir())) == 1
@@ -508,16 +511,28 @@ def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
     session, order, path = ordered
     header = session.sign(order, PUBLISHED, path)
     other = rollouts(order, PUBLISHED)[::-1]
-    with pytest.raises(wire.WireError, match="sha256"):
-        session.submit(header, written(other, tmp_path / "other.parquet"))
+    answer = session.submit(header, written(other, tmp_path / "other.parquet"))
+    # Refused for good: the node's copy is what it is, and sent again it is the same.
+    assert answer.receipt is None
+    assert "sha256" in answer.refused
     assert orchestrator.ledger.submissions.all() == []
     assert orchestrator.ledger.orders.get(header.order_id).state == "open"
     assert list((orchestrator.settings.data_dir / "submissions").iterdir()) == []
 
 
 def refused_header(orchestrator, header: SubmitHeader, match: str, peer=PEERS[NODE.address]):
+    """Refused from the header for now: an error reply, which the node retries."""
     with pytest.raises(wire.WireError, match=match):
         orchestrator.work_server.check_submission(peer, header)
+    assert orchestrator.ledger.submissions.all() == []
+
+
+def refused_for_good(orchestrator, header: SubmitHeader, match: str, peer=PEERS[NODE.address]):
+    """Refused from the header with the final answer, which the node settles."""
+    answer = orchestrator.work_server.check_submission(peer, header)
+    assert answer is not None
+    assert answer.receipt is None
+    assert re.search(match, answer.refused), answer.refused
     assert orchestrator.ledger.submissions.all() == []
 
 
@@ -525,13 +540,13 @@ def test_a_header_for_another_nodes_order_is_refused(orchestrator, ordered):
     session, _, path = ordered
     their_order = orchestrator.active(OTHER).work().order
     header = session.sign(their_order, PUBLISHED, path)
-    refused_header(orchestrator, header, "answers no work order of this node")
+    refused_for_good(orchestrator, header, "answers no work order of this node")
 
 
 def test_a_header_for_an_unknown_order_is_refused(orchestrator, ordered):
     session, order, path = ordered
     header = session.sign(order.model_copy(update={"counter": 7}), PUBLISHED, path)
-    refused_header(orchestrator, header, "answers no work order of this node")
+    refused_for_good(orchestrator, header, "answers no work order of this node")
 
 
 def test_a_header_naming_another_node_than_the_sender_is_refused(orchestrator, ordered):
@@ -540,7 +555,7 @@ def test_a_header_naming_another_node_than_the_sender_is_refused(orchestrator, o
     # The other node signs a header for this node's order and sends it as itself,
     # or this node's peer sends a header the other node signed.
     header = orchestrator.session(OTHER).sign(order, PUBLISHED, path)
-    refused_header(orchestrator, header, "answers no work order", peer=PEERS[OTHER.address])
+    refused_for_good(orchestrator, header, "answers no work order", peer=PEERS[OTHER.address])
     refused_header(orchestrator, header, "names node .* not the sender")
 
 
@@ -568,7 +583,7 @@ def other_v(header: SubmitHeader) -> str:
 def test_a_header_with_a_bad_signature_is_refused(orchestrator, ordered, forge):
     session, order, path = ordered
     header = forge(session.sign(order, PUBLISHED, path))
-    refused_header(orchestrator, header, "not signed by its node")
+    refused_for_good(orchestrator, header, "not signed by its node")
 
 
 @pytest.mark.parametrize(
@@ -581,7 +596,7 @@ def test_a_submission_signed_for_another_deployment_is_refused(orchestrator, ord
     elsewhere = Session(
         session.host, session.peer, Identity(**{**session.me.__dict__, "pool_domain": domain})
     )
-    refused_header(orchestrator, elsewhere.sign(order, PUBLISHED, path), "not signed by its node")
+    refused_for_good(orchestrator, elsewhere.sign(order, PUBLISHED, path), "not signed by its node")
 
 
 def test_a_stale_step_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path):
@@ -589,7 +604,7 @@ def test_a_stale_step_is_rejected_but_not_slashable(orchestrator, ordered, tmp_p
     step = order.min_step  # within the order, but the trainer moves on before it arrives
     path = written(rollouts(order, step), tmp_path / "stale.parquet")
     orchestrator.published = step + orchestrator.settings.async_level + 1
-    receipt = session.submit(session.sign(order, step, path), path)
+    receipt = session.submit(session.sign(order, step, path), path).receipt
     assert receipt.units == 0
     assert "stale" in receipt.reason
     assert receipt.signer(SWARM) == ORCHESTRATOR.address
@@ -604,20 +619,32 @@ def test_a_step_before_the_orders_minimum_is_rejected_but_not_slashable(
     session, order, _ = ordered
     step = order.min_step - 1
     path = written(rollouts(order, step), tmp_path / "old.parquet")
-    receipt = session.submit(session.sign(order, step, path), path)
+    receipt = session.submit(session.sign(order, step, path), path).receipt
     assert (receipt.units, orchestrator.ledger.submissions.get(receipt.submission).slashable) == (
         0,
         False,
     )
 
 
-def test_an_unreadable_file_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path):
+def damaged(path: Path, records: list[Rollout]) -> Path:
+    """A rollout file whose last bytes (parquet's footer) are zeroed, as a bad disk leaves it."""
+    data = written(records, path).read_bytes()
+    path.write_bytes(data[:-64] + bytes(64))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["garbage", "damaged"])
+def test_an_unreadable_file_is_rejected_but_not_slashable(orchestrator, ordered, tmp_path, kind):
     session, order, _ = ordered
-    path = tmp_path / "garbage.parquet"
-    path.write_bytes(b"PAR1 not really PAR1")
-    receipt = session.submit(session.sign(order, PUBLISHED, path), path)
+    path = tmp_path / f"{kind}.parquet"
+    if kind == "garbage":
+        path.write_bytes(b"PAR1 not really PAR1")
+    else:
+        damaged(path, rollouts(order, PUBLISHED))
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
     assert receipt.units == 0
-    assert "not a readable rollout file" in receipt.reason
+    # Of the file as the node sent it; never the path intake spooled it to.
+    assert receipt.reason == "its file is not a readable rollout file (damaged, or not parquet)"
     assert not orchestrator.ledger.submissions.get(receipt.submission).slashable
 
 
@@ -663,7 +690,7 @@ def test_records_that_do_not_answer_the_order_are_evidence(orchestrator, ordered
     session, order, _ = ordered
     forge, reason = LIES[lie]
     path = written(forge(rollouts(order, PUBLISHED), order), tmp_path / "lie.parquet")
-    receipt = session.submit(session.sign(order, PUBLISHED, path), path)
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
     assert receipt.units == 0
     assert reason in receipt.reason
     row = orchestrator.ledger.submissions.get(receipt.submission)
@@ -677,17 +704,17 @@ def test_records_that_do_not_answer_the_order_are_evidence(orchestrator, ordered
 
 def test_an_answered_order_cannot_be_answered_again(orchestrator, ordered, tmp_path):
     session, order, path = ordered
-    assert session.submit(session.sign(order, PUBLISHED, path), path).units > 0
+    assert session.submit(session.sign(order, PUBLISHED, path), path).receipt.units > 0
     orchestrator.published += 1
     again = session.sign(order, PUBLISHED + 1, path)  # the same records, signed as newer
-    with pytest.raises(wire.WireError):
-        orchestrator.work_server.check_submission(PEERS[NODE.address], again)
+    answer = orchestrator.work_server.check_submission(PEERS[NODE.address], again)
+    assert answer.refused == f"work order {again.order_id[:12]} is already answered"
     assert len(orchestrator.ledger.submissions.all()) == 1
 
 
 def test_outcomes_reach_the_node_with_its_heartbeat(orchestrator, ordered):
     session, order, path = ordered
-    receipt = session.submit(session.sign(order, PUBLISHED, path), path)
+    receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
     orchestrator.ledger.submissions.set_outcome(
         receipt.submission, "accepted", receipt.units, "", False, True, time.time()
     )
@@ -756,10 +783,10 @@ def test_an_expired_order_goes_to_another_node_and_cannot_be_answered(
     assert [s.problem_id for s in theirs.tasks] == [s.problem_id for s in order.tasks]
     assert theirs.seed != order.seed  # the new order's own seed, drawn as always
     assert orchestrator.ledger.orders.get(order_id).state == "reassigned"
-    with pytest.raises(wire.WireError, match="already reassigned"):
-        orchestrator.work_server.check_submission(
-            PEERS[NODE.address], session.sign(order, PUBLISHED, path)
-        )
+    answer = orchestrator.work_server.check_submission(
+        PEERS[NODE.address], session.sign(order, PUBLISHED, path)
+    )
+    assert answer.refused == f"work order {order_id[:12]} is already reassigned"
     # Taken over once: left now are the two later orders, each for the other node.
     orchestrator.ledger.orders.expire(theirs.deadline + 1)
     assert orchestrator.ledger.orders.orphaned(excluding=NODE.address).order.node == OTHER.address

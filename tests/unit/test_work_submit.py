@@ -136,6 +136,15 @@ def test_malformed_values_are_refused_in_one_sentence(side, path, value):
     assert type(message).__name__ in refused(codec, [replaced(message, path, value)])
 
 
+def test_a_response_holds_a_receipt_or_a_refusal_for_good():
+    refusal = SubmitResponse.refusal("work order cdcdcdcdcdcd is already expired " * 20)
+    assert (refusal.receipt, len(refusal.refused)) == (None, 300)
+    assert SUBMIT.response.decode(SUBMIT.response.encode(refusal)) == refusal
+    (body,) = SUBMIT.response.encode(RESPONSE)
+    for both_or_neither in (body[:-1] + b',"refused":"expired"}', b"{}", b'{"refused":""}'):
+        assert "receipt or a refusal" in refused(SUBMIT.response, [both_or_neither])
+
+
 def test_the_limits_hold_the_largest_valid_header_and_receipt():
     header = HEADER.model_copy(update={"step": 2**64 - 1, "size": 2**26})
     (body,) = SUBMIT.header.encode(header)
