@@ -73,8 +73,11 @@ class TokenScores:
     log-probability that the sampler draws exactly these tokens (top-p renormalised;
     0 for an all-argmax sequence at temperature 0). ``outside`` says, per token, how
     far it lies outside what the sampler could draw: at temperature 0 the nats it
-    lies below the argmax; under top-p the probability mass of the tokens more
-    probable than it beyond top_p (0 when it is inside; always 0 with top_p 1). How
+    lies below the argmax; under top-p how deep in the tail the nucleus cuts off
+    it lies, the mass of the tokens more probable than it beyond top_p as a share
+    of the tail's 1 - top_p (0 when it is inside, near 1 for the least probable
+    token; a token drawn from the whole distribution lands uniformly in [0, 1) when
+    outside; always 0 with top_p 1). How
     far is too far is the validator's call (:mod:`swarmrl.rollouts.tolerances`): the
     same computation in another precision or batch moves near-ties.
     """
@@ -101,7 +104,7 @@ def score_tokens(logits: Any, tokens: Any, temperature: float, top_p: float) -> 
         # The sampler keeps the most probable tokens until their mass reaches top_p; a
         # token is inside when the tokens more probable than it weigh less than that.
         above = (probs * (probs > chosen.exp()[:, None])).sum(dim=-1)
-        outside = (above - top_p).clamp(min=0)
+        outside = ((above - top_p) / (1 - top_p)).clamp(min=0)
         ranked = probs.sort(dim=-1, descending=True).values
         nucleus = (ranked * (ranked.cumsum(dim=-1) - ranked < top_p)).sum(dim=-1)
         sequence = float((chosen - nucleus.log()).sum())

@@ -208,7 +208,7 @@ def _beyond(
         )
     return (
         f"its token at {worst} lies outside the top-p {rollout.top_p:g} nucleus "
-        f"(by {distance:.3g} of probability mass), so it was not sampled as claimed"
+        f"({distance:.0%} into the tail), so it was not sampled as claimed"
     )
 
 
