@@ -6,6 +6,13 @@ process can import. The daemon describes each as a `ChildSpec`; one `Child`
 starts it (spawn: nothing of the daemon's threads, libp2p host or open ledger is
 inherited), restarts it when it dies, and stops it through its `StopFlag`.
 
+A child that fails says why in one sentence: it logs it (a traceback only for what
+no sentence was written for: a bug) and hands it to the daemon through a pipe before
+it exits. The daemon restarts it a few times, saying so, and stops with
+`ChildFailedError` once it failed the same way `SAME_FAILURES` times in a row (a
+damaged file, a setting: what a restart cannot mend) or `MAX_RESTARTS` times in all,
+so a child never fails in a loop behind a daemon that looks up.
+
 Before ``main`` runs, every child is set up alike: Ctrl-C is left to the daemon
 (which stops its children itself), the child gets its share of the cores (torch
 and rayon threads; ARCHITECTURE.md, "Concurrency and processes"), and it logs to
@@ -15,24 +22,38 @@ terminal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from orchestrator.service.logs import setup_process_logging
 from orchestrator.service.stop import StopFlag, StopSignal
+from swarmrl.chain.errors import ChainError
+from swarmrl.files import os_error_sentence
 
 log = logging.getLogger("swarmrl.orchestrator")
 
 # A child that dies is restarted this many times before the daemon gives up.
 MAX_RESTARTS = 5
+# A child that fails the same way this many times in a row is not restarted again.
+SAME_FAILURES = 3
 STOP_SECONDS = 15.0  # how long a child may take to stop before it is killed
+MAX_SENTENCE = 1000  # characters of a child's failure the daemon is told
+
+
+class ChildFailedError(ValueError):
+    """A child failed too often; ``str(e)`` says which and why in one sentence. A
+    ValueError, as every failure the command line shows as one sentence."""
+
 
 Config = TypeVar("Config")
 
@@ -58,7 +79,10 @@ class Child:
         self.context = multiprocessing.get_context("spawn")
         self.stop = StopFlag(self.context)
         self.restarts = 0
+        self.failure: str | None = None  # why it failed last, in one sentence
+        self.same_failures = 0  # how many times in a row it failed so
         self.process: SpawnProcess | None = None
+        self._why: Connection | None = None  # where the running child says why it failed
         self.finished = False
 
     @property
@@ -66,14 +90,20 @@ class Child:
         return self.spec.name
 
     def start(self) -> None:
+        reader, writer = self.context.Pipe(duplex=False)
         self.process = self.context.Process(
-            target=_enter, args=(self.spec, self.stop), name=self.name
+            target=_enter, args=(self.spec, self.stop, writer), name=self.name
         )
         self.process.start()
+        writer.close()  # the child holds the only writing end now
+        if self._why is not None:
+            self._why.close()
+        self._why = reader
         log.info("started the %s process (pid %d)", self.name, self.process.pid)
 
     def check(self) -> None:
-        """Restarts the child if it died; raises once it died too often."""
+        """Restarts the child if it died; ChildFailedError once it failed the same way
+        `SAME_FAILURES` times in a row or died too often."""
         assert self.process is not None, "check a child after starting it"
         if self.finished or self.process.is_alive():
             return
@@ -82,13 +112,36 @@ class Child:
             self.finished = True
             log.info("the %s process finished its work", self.name)
             return
+        why = self._told() or _exit_reason(code)
+        self.same_failures = self.same_failures + 1 if why == self.failure else 1
+        self.failure = why
+        if self.same_failures >= SAME_FAILURES:
+            raise ChildFailedError(
+                f"the {self.name} process failed the same way {self.same_failures} times "
+                f"in a row: {why}"
+            )
         if self.restarts >= MAX_RESTARTS:
-            raise RuntimeError(
-                f"the {self.name} process died {self.restarts + 1} times (code {code})"
+            raise ChildFailedError(
+                f"the {self.name} process died {self.restarts + 1} times, the last time: {why}"
             )
         self.restarts += 1
-        log.warning("the %s process exited with code %s; restarting it", self.name, code)
+        log.warning(
+            "the %s process failed: %s; restarting it (if it fails the same way %d more "
+            "time(s), the orchestrator stops)",
+            self.name,
+            why,
+            SAME_FAILURES - self.same_failures,
+        )
         self.start()
+
+    def _told(self) -> str | None:
+        """The sentence the dead child left in its pipe, if it left one."""
+        if self._why is None or not self._why.poll():
+            return None
+        try:
+            return self._why.recv_bytes().decode(errors="replace")
+        except (EOFError, OSError):  # it died without a word (SIGKILL, out of memory)
+            return None
 
     def shutdown(self, timeout: float = STOP_SECONDS) -> None:
         """Asks the child to stop; kills it if it has not within `timeout` seconds."""
@@ -101,8 +154,9 @@ class Child:
             self.process.join()
 
 
-def _enter(spec: ChildSpec[Any], stop: StopFlag) -> None:
-    """The child process's body: the setup every child shares, then its ``main``."""
+def _enter(spec: ChildSpec[Any], stop: StopFlag, why: Connection) -> None:
+    """The child process's body: the setup every child shares, then its ``main``; a
+    failure ends as one logged sentence, handed to the daemon through ``why``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.threads is not None:
         # Set before the native kernels' rayon pool starts; it reads this once.
@@ -113,4 +167,35 @@ def _enter(spec: ChildSpec[Any], stop: StopFlag) -> None:
     setup_process_logging(spec.data_dir, spec.name, stderr=spec.log_to_stderr)
     if spec.threads is not None:
         log.info("the %s process: %d thread(s) for torch and rayon", spec.name, spec.threads)
-    spec.main(spec.config, stop)
+    try:
+        spec.main(spec.config, stop)
+    except Exception as e:
+        sentence = failure_sentence(e)
+        if sentence is None:  # nobody foresaw it: its traceback is what finds the bug
+            log.exception("the %s process failed", spec.name)
+            sentence = f"{type(e).__name__}: {e}"
+        else:
+            log.error("the %s process stops: %s", spec.name, sentence)
+        with contextlib.suppress(OSError):  # the daemon is gone: nobody left to tell
+            why.send_bytes(" ".join(sentence.split())[:MAX_SENTENCE].encode())
+        sys.exit(1)
+
+
+def failure_sentence(error: Exception) -> str | None:
+    """The one sentence a child's failure is written as, where one was written for it:
+    bad input or state (ValueError, which includes a damaged ledger), the chain, the
+    file system; None for anything else."""
+    if isinstance(error, ValueError | ChainError):
+        return str(error)
+    if isinstance(error, OSError):
+        return os_error_sentence(error)
+    return None
+
+
+def _exit_reason(code: int | None) -> str:
+    """How a child that left no sentence ended, in words."""
+    if code == 0:
+        return "it ended without being asked to"
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"

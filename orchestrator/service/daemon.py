@@ -12,6 +12,12 @@ and stops alike, the heavy ones with their share of the cores:
 They share nothing but files: the ledger (SQLite, WAL) and the run directory.
 ``<data_dir>`` holds all of it, so the same command after a crash, a SIGKILL
 or a reboot carries on where it stopped, losing nothing it acknowledged.
+
+What it cannot carry on from it refuses before any process starts, in one
+sentence: a ledger that is damaged, or missing, empty or another where a run was
+held (``ledger.home``); checkpoints the trainer could resume from only below what
+the swarm has (``checkpoint.resume_point``); a chain that does not answer. Once
+up, a damaged ledger or a child that keeps failing stops it the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from eth_account.signers.local import LocalAccount
 
 from orchestrator.service import recorder, trainer_process, validator
 from orchestrator.service.child import Child, ChildSpec
-from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.home import ledger_path, open_for_daemon
 from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.service.work_server import ChainView, RunContext, WorkServer
@@ -44,6 +50,7 @@ log = logging.getLogger("swarmrl.orchestrator")
 
 SUPERVISE_SECONDS = 1.0
 RUN_DIR = "run"
+WEIGHTS_DIR = "weights"  # the weight store the swarm is served from
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ class Orchestrator:
             signer=keys.recorder,
         )
         self.tasks = {t.problem_id: t for t in read_tasks(settings.tasks)}
-        self.ledger = Ledger(self.data_dir / "ledger.sqlite3", run=deployment.run_id)
+        self.ledger = open_for_daemon(self.data_dir, deployment.run_id)
         self.published: int | None = None
         self._stopping = threading.Event()
         self.children: list[Child] = []
@@ -145,6 +152,7 @@ class Orchestrator:
         )
         trainer_config = trainer_process.TrainerProcessConfig(
             run_dir=self.run_dir,
+            store_dir=self.data_dir / WEIGHTS_DIR,
             model=Path(s.model),
             tasks_file=Path(s.tasks),
             run=self.deployment.run_id,
@@ -161,7 +169,7 @@ class Orchestrator:
             device=s.device,
         )
         recorder_config = recorder.RecorderConfig(
-            ledger_path=self.data_dir / "ledger.sqlite3",
+            ledger_path=ledger_path(self.data_dir),
             deployment=self.deployment,
             recorder_key=bytes(self.keys.recorder.key),
             validator_key=bytes(self.keys.validator.key),
@@ -195,7 +203,39 @@ class Orchestrator:
             ),
         ]
 
-    def _start_host(self) -> None:
+    def _check_checkpoints(self) -> None:
+        """Refuses (one sentence) checkpoints the trainer could resume from only below
+        the step the swarm has. Before the publisher starts: a damaged newest checkpoint
+        nobody was given yet is moved aside here, never published."""
+        from swarmrl.p2p.store import newest_announced_step
+
+        published = newest_announced_step(self.data_dir / WEIGHTS_DIR)
+        ckpt.resume_point(self.run_dir, published)
+
+    def _connect_chain(self) -> Any:
+        """The deployment's contracts, read-only. A chain that does not answer, after the
+        chain layer's bounded retries, is one sentence naming its URL."""
+        from swarmrl.chain.contracts import Contracts
+        from swarmrl.chain.errors import ChainError, RpcUnavailableError, rpc_failure_sentence
+
+        url = self.deployment.rpc_url
+        log.info("connecting to the chain at %s", url)
+        try:
+            return Contracts.connect(self.deployment)
+        except RpcUnavailableError as e:
+            raise ValueError(
+                f"the chain at {url} does not answer: {e}; start it, or set rpc_url in "
+                f"{self.settings.deployment} to one that answers"
+            ) from None
+        except ChainError as e:
+            raise ValueError(f"the chain at {url} cannot be used: {e}") from None
+        except Exception as e:
+            sentence = rpc_failure_sentence(e)
+            if sentence is None:
+                raise
+            raise ValueError(f"the chain at {url} cannot be used: {sentence}") from None
+
+    def _start_host(self, chain: Any) -> None:
         """Starts the process's host, and on it the weight origin and intake."""
         from swarmrl.p2p.host import Host
         from swarmrl.p2p.identity import load_or_create_peer_key
@@ -204,7 +244,7 @@ class Orchestrator:
         from swarmrl.p2p.swarm import SwarmNode
 
         s = self.settings
-        store = WeightStore(self.data_dir / "weights")
+        store = WeightStore(self.data_dir / WEIGHTS_DIR)
         peer_key = load_or_create_peer_key(self.data_dir / "peer.key")
         self.host = host = Host(
             peer_key, listen=s.listen, topics=swarm_topics(self.deployment.run_id)
@@ -221,7 +261,6 @@ class Orchestrator:
         )
         latest = store.latest()
         self.published = latest.step if latest is not None else None
-        chain = _read_only_protocol(self.deployment)
         work_server = WorkServer(
             s,
             self.context,
@@ -282,16 +321,29 @@ class Orchestrator:
 
         stop = _StopOnSignal(self._stopping)
         try:
-            # Cheapest first: a taken port fails before any process or listener starts.
+            # Cheapest first: a taken port fails before any process or listener starts,
+            # then what the trainer would resume from, then the chain (seconds of
+            # retries when it is down).
             self.metrics = OrchestratorMetrics(self.settings.metrics_port)
             check_free(self.settings.listen)
+            self._check_checkpoints()
+            chain = self._connect_chain()
             self._start_children()
-            self._start_host()
+            self._start_host(chain)
             log.info(
                 "orchestrator of run %s up; metrics on 127.0.0.1:%d",
                 self.deployment.run_id[:10],
                 self.settings.metrics_port,
             )
+            self._supervise()
+        finally:
+            stop.restore()
+            self.close()
+
+    def _supervise(self) -> None:
+        """The daemon's loop, until a signal. What stops it (a damaged ledger, a child
+        that keeps failing) is one sentence, logged here and raised to the command."""
+        try:
             while not self._stopping.is_set():
                 now = time.time()
                 self._publish_new()
@@ -300,9 +352,9 @@ class Orchestrator:
                     child.check()
                 self.metrics.update(self.ledger, self.run_dir, self.published)
                 self._stopping.wait(SUPERVISE_SECONDS)
-        finally:
-            stop.restore()
-            self.close()
+        except ValueError as e:
+            log.error("stopping: %s", e)
+            raise
 
     def close(self) -> None:
         for child in self.children:
@@ -326,9 +378,3 @@ class _StopOnSignal:
     def restore(self) -> None:
         for s, handler in self._old.items():
             signal.signal(s, handler)
-
-
-def _read_only_protocol(deployment: Deployment) -> Any:
-    from swarmrl.chain.contracts import Contracts
-
-    return Contracts.connect(deployment)

@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.home import ledger_path
 from orchestrator.service.status import RUN_DIR, summarize
 from swarmrl.work.states import NodeState, SubmissionStatus
 
@@ -207,7 +208,7 @@ class LiveView:
     def _show(self) -> None:
         try:
             with (
-                Ledger(self.data_dir / "ledger.sqlite3") as ledger,
+                Ledger(ledger_path(self.data_dir)) as ledger,
                 Live(console=self.console, auto_refresh=False) as live,
             ):
                 while True:

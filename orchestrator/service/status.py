@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.home import ledger_path
 from orchestrator.trainer.metrics import read_metrics, recent_samples_per_second
 from swarmrl.work.states import SubmissionStatus
 
@@ -20,7 +21,7 @@ RATE_STEPS = 5  # samples per second are over this many steps: steady, yet curre
 
 
 def _ledger(data_dir: Path) -> Ledger:
-    path = data_dir / "ledger.sqlite3"
+    path = ledger_path(data_dir)
     if not path.is_file():
         raise ValueError(f"{data_dir} holds no orchestrator ledger; has it run yet?")
     return Ledger(path)

@@ -2,7 +2,8 @@
 
 It is the learner of ``train local`` unchanged: it reads the validator's spool,
 trains, and writes ``checkpoints/step_<n>/``, which the daemon publishes to the
-swarm. Restarted, it continues from its newest checkpoint. After every step it
+swarm. Restarted, it continues from its newest whole checkpoint, never from one
+below the newest step the daemon's weight store has announced. After every step it
 appends the step's line to ``metrics.jsonl`` and redraws ``metrics.png``.
 """
 
@@ -24,6 +25,7 @@ log = logging.getLogger("swarmrl.trainer")
 @dataclasses.dataclass(frozen=True)
 class TrainerProcessConfig:
     run_dir: Path
+    store_dir: Path  # the daemon's weight store: what the swarm has been given
     model: Path
     tasks_file: Path
     run: str
@@ -35,6 +37,7 @@ def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
     """The child's body (see ``child``): train until the last step or ``stop``."""
     from orchestrator.trainer.loop import Trainer
     from swarmrl.cli_options import quiet_transformers
+    from swarmrl.p2p.store import newest_announced_step
     from swarmrl.tasks import read_tasks
 
     quiet_transformers()
@@ -45,6 +48,8 @@ def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
         config.recipe,
         run=config.run,
         device=config.device or "cpu",
+        # Read at every start: the daemon publishes while this process runs.
+        published=newest_announced_step(config.store_dir),
     )
     on_step = StepWriter(
         config.run_dir, trainer.step, f"swarmrl orchestrator: run {config.run[:10]}"

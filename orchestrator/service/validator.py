@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.home import ledger_path
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
@@ -259,7 +260,7 @@ def main(config: ValidatorConfig, stop: StopSignal) -> None:
 
     quiet_transformers()
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
-    ledger = Ledger(config.data_dir / "ledger.sqlite3")
+    ledger = Ledger(ledger_path(config.data_dir))
     validator = Validator(config, ledger, tasks)
     try:
         while not stop.is_set():

@@ -9,21 +9,43 @@ and a staging directory left by a crash is swept away on the next start.
 
 Every step's weights are kept (they are what evaluation and the broadcast read);
 the optimizer state, twice the weights' size, only in the newest few.
+
+A checkpoint can still be damaged after it was written (a disk fault, a file
+overwritten or deleted), so a trainer resumes only from one checked whole
+(`resume_point`). A damaged newest checkpoint is moved aside for the one before
+it, but never below the newest step the swarm was given: a step trained again
+would be another policy under a number nodes already generate and are judged
+with, so then the trainer refuses, in one sentence, to start.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from swarmrl.files import os_error_reason
+
+log = logging.getLogger("swarmrl.trainer")
+
 STATE_FILE = "trainer_state.pt"
 KEEP_STATES = 2
 _STEP_DIR = re.compile(r"step_(\d+)")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a restarted trainer continues: a whole checkpoint and its trainer state."""
+
+    step: int
+    state: dict[str, Any]
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -89,8 +111,80 @@ def load_state(run_dir: Path, step: int) -> dict[str, Any]:
     try:
         state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         return state
-    except (OSError, RuntimeError, ValueError, EOFError) as e:
-        raise ValueError(f"{path} is not a readable trainer state ({e})") from None
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read: {os_error_reason(e)}") from None
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError):
+        # Not torch's words: for a damaged file they suggest loading it unsafely.
+        raise ValueError(f"{path} is not a whole trainer state: torch cannot load it") from None
+
+
+def check_resumable(run_dir: Path, step: int) -> dict[str, Any]:
+    """The trainer state of step ``step`` once its checkpoint is checked whole: every
+    tensor its config calls for, finite, its tokenizer and its state readable.
+    ValueError (one sentence) naming what is damaged."""
+    from swarmrl.models.directory import check_model, load_tokenizer
+
+    directory = step_dir(run_dir, step)
+    check_model(directory)
+    load_tokenizer(directory)
+    return load_state(run_dir, step)
+
+
+def resume_point(run_dir: Path, published: int | None) -> Resume | None:
+    """The newest whole checkpoint to resume from, None for a run with none yet.
+    ``published``: the newest step the swarm was given (None where nothing publishes,
+    as in ``train local``); no step below it is resumed from. A damaged checkpoint
+    above it is moved aside (logged) for the one before it. ValueError (one sentence)
+    when nothing at or above ``published`` is whole."""
+    root = checkpoints_dir(run_dir)
+    steps = steps_on_disk(run_dir)
+    if not steps:
+        if published is None:
+            return None
+        raise ValueError(
+            f"{root} holds no checkpoint, but the swarm has policy step {published} "
+            "already; restore the checkpoints from a backup (training again from step 0 "
+            "would publish other policies under steps the nodes hold)"
+        )
+    damaged: list[tuple[int, str]] = []
+    # Only the newest few keep a trainer state: the ones a trainer can resume from.
+    for step in reversed(steps[-KEEP_STATES:]):
+        if published is not None and step < published:
+            break
+        try:
+            state = check_resumable(run_dir, step)
+        except ValueError as e:
+            damaged.append((step, str(e)))
+            continue
+        for bad, why in damaged:
+            aside = _move_aside(run_dir, bad)
+            log.warning("checkpoint %d is damaged (%s); moved to %s", bad, why, aside)
+        if damaged:
+            log.warning("resuming from checkpoint %d, the newest whole one", step)
+        return Resume(step, state)
+    if not damaged:
+        raise ValueError(
+            f"the newest checkpoint in {root} is step {steps[-1]}, but the swarm has policy "
+            f"step {published} already; restore the checkpoints from a backup (training "
+            "again from there would publish other policies under steps the nodes hold)"
+        )
+    newest, why = damaged[0]
+    if published is not None and newest <= published:
+        instead = "the swarm has this step already, so training cannot go back before it"
+    else:
+        instead = "no checkpoint before it that training could go back to is whole"
+    raise ValueError(
+        f"cannot resume from checkpoint {newest}: {why}; {instead}: restore {root} from a backup"
+    )
+
+
+def _move_aside(run_dir: Path, step: int) -> Path:
+    """Renames a damaged checkpoint out of the steps (kept for a look, never read), so
+    its step can be trained again."""
+    aside = checkpoints_dir(run_dir) / f".step_{step}.damaged"
+    shutil.rmtree(aside, ignore_errors=True)
+    step_dir(run_dir, step).rename(aside)
+    return aside
 
 
 def sweep_staging(run_dir: Path) -> None:

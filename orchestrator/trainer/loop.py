@@ -6,9 +6,10 @@ trainer never waits for them to catch up with it. It trains step n+1 from any
 group sampled with policy n, n-1, ... n-async_level, drops older ones, and after
 every optimizer step writes ``checkpoints/step_<n+1>/`` for samplers to load.
 
-A restarted trainer continues from its newest checkpoint: weights, optimizer,
-step, RNG and data position, so kill -9 at any moment loses at most the step in
-flight and never uses a group twice.
+A restarted trainer continues from its newest whole checkpoint: weights,
+optimizer, step, RNG and data position, so kill -9 at any moment loses at most the
+step in flight and never uses a group twice; it never goes back below the newest
+step the swarm was given (``checkpoint.resume_point``).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class StepReport:
 
 class Trainer:
     """The policy, its optimizer and its feed of rollouts, restored from the run directory;
-    it trains run ``run`` by ``recipe``."""
+    it trains run ``run`` by ``recipe``. ``published``: the newest step the swarm was
+    given, below which it never resumes (None where nothing publishes)."""
 
     def __init__(
         self,
@@ -81,14 +83,15 @@ class Trainer:
         *,
         run: str,
         device: str = "cpu",
+        published: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.recipe = recipe
         self.run = run
         self.loss_config = recipe.loss_config()
         ckpt.sweep_staging(self.run_dir)
-        resume = ckpt.latest_step(self.run_dir)
-        source = base_model if resume is None else ckpt.step_dir(self.run_dir, resume)
+        resume = ckpt.resume_point(self.run_dir, published)
+        source = base_model if resume is None else ckpt.step_dir(self.run_dir, resume.step)
         self.tokenizer = load_tokenizer(source)
         self.model = _load_model(source, device)
         # The KL term measures against the weights the run started from, frozen.
@@ -98,11 +101,11 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, lr=recipe.lr, weight_decay=recipe.weight_decay)
         state: dict[str, Any] = {}
         if resume is not None:
-            state = ckpt.load_state(self.run_dir, resume)
+            state = resume.state
             self._check_same_run(state)
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["rng"])
-        self.step = resume or 0
+        self.step = 0 if resume is None else resume.step
         saved_feed = state.get("feed", {})
         by_id = {t.problem_id: t for t in tasks}
         self.feed = RolloutFeed(

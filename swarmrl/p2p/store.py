@@ -121,6 +121,19 @@ def _version_dir_name(announcement: Announcement) -> str:
     return f"step-{announcement.step:010d}-{announcement.manifest_hash[:16]}"
 
 
+def newest_announced_step(root: Path) -> int | None:
+    """The newest step the store under `root` holds an announcement of, complete or not,
+    None for none: read from the announcements alone, without hashing a shard or opening
+    the store (an origin's trainer asks it, at start, what the swarm has been given)."""
+    steps = []
+    for path in Path(root).glob(f"step-*/{ANNOUNCEMENT_FILE}"):
+        try:
+            steps.append(Announcement.model_validate_json(path.read_bytes()).step)
+        except (OSError, ValueError):
+            continue  # what load() would skip too
+    return max(steps, default=None)
+
+
 class WeightStore:
     """Versions on disk under `root`, safe to use from many threads."""
 

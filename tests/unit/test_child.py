@@ -1,7 +1,8 @@
 """The daemon's one way to run a child process, with real spawned processes: each child
 is set up alike (Ctrl-C left to the daemon, its share of threads, its log file), runs
-its main until its flag is set, is restarted when it dies and given up on when it dies
-too often; a child whose work is done is left finished."""
+its main until its flag is set, is restarted when it dies and given up on when it fails
+the same way again and again or dies too often, with one sentence saying why; a child
+whose work is done is left finished."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.service.child import MAX_RESTARTS, Child, ChildSpec
+from orchestrator.service.child import (
+    MAX_RESTARTS,
+    SAME_FAILURES,
+    Child,
+    ChildFailedError,
+    ChildSpec,
+)
 from orchestrator.service.stop import StopSignal
 
 
@@ -40,9 +47,20 @@ def _report(config: Probe, stop: StopSignal) -> None:
 
 
 def _count_then_exit(config: Probe, stop: StopSignal) -> None:
+    """Exits with another code each run: the number of runs so far."""
     with config.out.open("a") as f:
         f.write("run\n")
-    sys.exit(3)
+    sys.exit(len(config.out.read_text().splitlines()))
+
+
+def _read_the_ledger(config: Probe, stop: StopSignal) -> None:
+    """Reads every submission of the ledger in the data dir ``config.out`` (damaged)."""
+    # Imported here: the other children of these tests start without the ledger's imports.
+    from orchestrator.service.ledger import Ledger
+    from orchestrator.service.ledger.home import ledger_path
+
+    with Ledger(ledger_path(config.out)) as ledger:
+        ledger.submissions.all()
 
 
 def _count_then_return(config: Probe, stop: StopSignal) -> None:
@@ -94,10 +112,43 @@ def test_a_child_that_dies_is_restarted_until_it_died_too_often(tmp_path):
         child.process.join(60)
         child.check()
     child.process.join(60)
-    with pytest.raises(RuntimeError) as caught:
+    with pytest.raises(ChildFailedError) as caught:
         child.check()
-    assert str(caught.value) == f"the crasher process died {MAX_RESTARTS + 1} times (code 3)"
-    assert (tmp_path / "crasher.out").read_text() == "run\n" * (MAX_RESTARTS + 1)
+    runs = MAX_RESTARTS + 1
+    assert str(caught.value) == (
+        f"the crasher process died {runs} times, the last time: exit code {runs}"
+    )
+    assert (tmp_path / "crasher.out").read_text() == "run\n" * runs
+
+
+def test_a_child_that_fails_the_same_way_stops_the_daemon_with_why(tmp_path, capfd):
+    # A damaged ledger met by a running child (the validator, the recorder): a restart
+    # cannot mend it, so after a few the daemon stops, saying why, without a traceback.
+    from tests.ledger_faults import run_ledger, zero_a_page_of_submissions
+
+    data = tmp_path / "data"
+    path = run_ledger(data, submissions=40)
+    zero_a_page_of_submissions(path)
+    child = Child(ChildSpec("reader", _read_the_ledger, Probe(data), tmp_path, False))
+    child.start()
+    for _ in range(SAME_FAILURES - 1):
+        child.process.join(60)
+        child.check()
+    child.process.join(60)
+    with pytest.raises(ChildFailedError) as caught:
+        child.check()
+    why = (
+        f"the ledger {path} is damaged (database disk image is malformed); restore it from "
+        f"a backup, or keep what SQLite can still read with `sqlite3 {path} .recover`"
+    )
+    assert str(caught.value) == (
+        f"the reader process failed the same way {SAME_FAILURES} times in a row: {why}"
+    )
+    assert child.restarts == SAME_FAILURES - 1
+    log = (tmp_path / "logs" / "reader.log").read_text()
+    assert log.count(f"the reader process stops: {why}") == SAME_FAILURES
+    assert "Traceback" not in log
+    assert "Traceback" not in capfd.readouterr().err  # the children's stderr too
 
 
 def test_a_child_whose_work_is_done_is_left_finished(tmp_path):

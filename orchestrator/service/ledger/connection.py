@@ -7,6 +7,11 @@ returns. Every write of every store is one `write()` transaction, taken with
 BEGIN IMMEDIATE, so a read-then-write never fails half way on another process's
 lock, and a SIGKILL at any point leaves the file consistent. No store commits on
 its own or opens a connection of its own.
+
+A damaged file (a disk fault, a page overwritten) is `LedgerDamagedError` wherever
+it shows: at open when the caller asks for an integrity check, else at the first
+query that reads a damaged page. Nothing can repair it in place, so a process that
+meets it stops with that one sentence instead of a traceback.
 """
 
 from __future__ import annotations
@@ -23,14 +28,43 @@ from swarmrl.files import os_error_sentence
 
 BUSY_TIMEOUT_MS = 30_000  # other processes' transactions are short; wait rather than fail
 MAX_SQLITE_INT = 2**63 - 1
+# SQLite's primary result codes for a file that is damaged or no database at all.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+class LedgerDamagedError(ValueError):
+    """The ledger file is damaged; ``str(e)`` says which file, what SQLite found and
+    what to do, in one sentence."""
+
+    def __init__(self, path: Path, found: str) -> None:
+        super().__init__(
+            f"the ledger {path} is damaged ({found}); restore it from a backup, or keep "
+            f"what SQLite can still read with `sqlite3 {path} .recover`"
+        )
+
+
+def is_damage(error: sqlite3.Error) -> bool:
+    """Whether SQLite's ``error`` says the file is damaged (not busy, not full, not a
+    mistake in a query)."""
+    return _code(error) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+def _code(error: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``error`` (its extended code's low byte)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
 
 
 class Connection:
     """One SQLite connection to the ledger at `path`, shared by a process's threads."""
 
-    def __init__(self, path: Path, *, prepare: Callable[[Connection], None]) -> None:
+    def __init__(
+        self, path: Path, *, prepare: Callable[[Connection], None], check: bool = False
+    ) -> None:
         """`prepare` creates or upgrades the schema once the pragmas are set; what it
-        raises is reported like a failure to open."""
+        raises is reported like a failure to open. `check`: run SQLite's quick_check
+        first (it reads every page, so only the daemon asks for it, once, at start),
+        so a damaged file is refused before anything is written to it."""
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,17 +81,29 @@ class Connection:
             self._enter_wal()
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute("PRAGMA foreign_keys = ON")
+            if check:
+                self._quick_check()
             prepare(self)
         except sqlite3.DatabaseError as e:
             self._db.close()
-            if "not a database" in str(e) or "malformed" in str(e):
+            if _code(e) == _SQLITE_NOTADB:
                 raise ValueError(
                     f"{self.path} is not a swarmrl ledger: it is not a readable SQLite database"
                 ) from None
+            if is_damage(e):
+                raise LedgerDamagedError(self.path, str(e)) from None
             raise ValueError(f"cannot open the ledger {self.path}: {e}") from None
         except ValueError:
             self._db.close()
             raise
+
+    def _quick_check(self) -> None:
+        """LedgerDamagedError naming the first problem SQLite's quick_check finds."""
+        found = self._db.execute("PRAGMA quick_check(1)").fetchone()[0]
+        if found != "ok":
+            # One line: without the "*** in database main ***" heading SQLite puts above.
+            lines = [line for line in found.splitlines() if not line.startswith("***")]
+            raise LedgerDamagedError(self.path, f"SQLite's quick_check: {' '.join(lines)}")
 
     def _enter_wal(self) -> None:
         # Switching a new file to WAL answers "database is locked" at once, without
@@ -76,7 +122,7 @@ class Connection:
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, committed (and on disk) when the block ends, rolled
         back if it raises; IMMEDIATE takes the write lock up front."""
-        with self._lock:
+        with self._lock, self._damage_named():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -86,13 +132,24 @@ class Connection:
             self._db.execute("COMMIT")
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._lock, self._damage_named():
             return self._db.execute(sql, params).fetchall()
 
     def row(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
-        with self._lock:
+        with self._lock, self._damage_named():
             row: sqlite3.Row | None = self._db.execute(sql, params).fetchone()
             return row
+
+    @contextmanager
+    def _damage_named(self) -> Iterator[None]:
+        """SQLite's word for a damaged page, raised again as the sentence that names the
+        file and what to do."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if not is_damage(e):
+                raise
+            raise LedgerDamagedError(self.path, str(e)) from None
 
     def close(self) -> None:
         with self._lock:
