@@ -128,7 +128,7 @@ def test_a_crash_is_counted_with_its_input(value, crash):
 
 
 def test_an_input_past_its_time_is_a_hang_and_the_run_goes_on():
-    result = _count(9, 1, hang_seconds=0.2)
+    result = _count(9, 1, hang_seconds=1.0)
     assert (result.hangs, result.crashes, result.accepted) == (1, 0, 2)
     assert result.first_hang.endswith("s on 9")
 
