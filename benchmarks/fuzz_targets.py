@@ -115,6 +115,15 @@ def target(
 
 # ---- what the targets share -------------------------------------------------------------
 
+# A key a peer may send that would forge a log line if an error quoted it raw.
+FORGED_KEY = "forged\nERROR a log line"
+
+
+def with_key(encoded: bytes, key: str) -> bytes:
+    """A JSON object's encoding with `key` added."""
+    return json.dumps({**json.loads(encoded), key: []}).encode()
+
+
 KEY = Account.from_key(keccak(text="swarmrl fuzz signer"))
 OTHER = Account.from_key(keccak(text="swarmrl fuzz stranger"))
 POOL = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"
@@ -245,11 +254,17 @@ def _codec_target(protocol: str, side: str, codec: Codec[Any], message: Any) -> 
         def survives_its_codec(frames: tuple[bytes, ...], decoded: Any) -> None:
             expect(codec.decode(codec.encode(decoded)) == decoded, "it does not round-trip")
 
+        valid = codec.encode(message)
         yield Session(
-            _frames(codec.encode(message)),
+            _frames(valid),
             lambda f: codec.decode(list(f)),
             (wire.WireError,),
             survives_its_codec,
+            # Once refused in a sentence that quoted the key raw: two log lines.
+            examples=tuple(
+                (*valid[:at], with_key(f, FORGED_KEY), *valid[at + 1 :])
+                for at, f in enumerate(valid)
+            ),
         )
 
     target(f"{protocol}/{side}", f"the {side} codec of /swarmrl/{protocol}: what a peer sends")(
@@ -361,7 +376,15 @@ def _manifest(workdir: Path) -> Iterator[Session[bytes]]:
     def sound(raw: bytes, manifest: Any) -> None:
         expect(manifest.to_json() == raw, "a manifest not in its one canonical form")
 
-    yield Session(hostile(MANIFEST_OF_3.to_json()), shards.Manifest.from_json, (ValueError,), sound)
+    valid = MANIFEST_OF_3.to_json()
+    yield Session(
+        hostile(valid),
+        shards.Manifest.from_json,
+        (ValueError,),
+        sound,
+        # Once refused in a sentence that quoted the key raw: two log lines.
+        examples=(with_key(valid, FORGED_KEY),),
+    )
 
 
 # ---- the data path and shard bytes ---------------------------------------------------------
@@ -658,10 +681,22 @@ def _rollouts(workdir: Path) -> Iterator[Session[bytes]]:
     random_rows = st.lists(
         st.fixed_dictionaries({c.name: arrow_values(c) for c in schema}), min_size=1, max_size=3
     ).map(lambda r: _parquet(r, schema))
-    signature_block = (st.binary(max_size=600) | st.text(max_size=300).map(str.encode)).map(
-        lambda block: _parquet(
-            rows, schema.with_metadata({**schema.metadata, SIGNATURE_KEY: block})
+
+    def signed(block: bytes) -> bytes:
+        return _parquet(rows, schema.with_metadata({**schema.metadata, SIGNATURE_KEY: block}))
+
+    def with_column(name: str) -> bytes:
+        """The records with one more column, named `name`."""
+        return _parquet(
+            [{**r, name: None} for r in rows], schema.append(pa.field(name, pa.string()))
         )
+
+    block = schema.metadata[SIGNATURE_KEY]
+    signature_block = st.one_of(
+        st.binary(max_size=600), st.text(max_size=300).map(str.encode), hostile(block)
+    ).map(signed)
+    extra_column = (st.text(max_size=40) | st.just(FORGED_KEY)).filter(
+        lambda name: name not in schema.names
     )
     inputs = st.one_of(
         st.binary(max_size=4096),
@@ -671,6 +706,7 @@ def _rollouts(workdir: Path) -> Iterator[Session[bytes]]:
         random_rows,
         one_field_changed(),
         signature_block,
+        extra_column.map(with_column),
     )
 
     def decode(raw: bytes) -> Any:
@@ -680,7 +716,9 @@ def _rollouts(workdir: Path) -> Iterator[Session[bytes]]:
     def sound(raw: bytes, read: Any) -> None:
         expect(read.rollouts == SEALED, "records nobody sealed were read")
 
-    yield Session(inputs, decode, (ValueError,), sound)
+    # Once refused in sentences that quoted a column's or a key's name raw.
+    regressions = (with_column(FORGED_KEY), signed(with_key(block, FORGED_KEY)))
+    yield Session(inputs, decode, (ValueError,), sound, examples=regressions)
 
 
 # ---- EIP-712 signed messages ------------------------------------------------------------

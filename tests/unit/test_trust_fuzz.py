@@ -162,3 +162,17 @@ def test_a_signature_in_a_form_the_contracts_refuse_recovers_no_signer(name):
             message = kind.model.model_validate_json(raw)
             assert signer_of(kind.digest(message), message.signature) is None
     assert signer_of(kind.digest(kind.message), kind.message.signature) is not None
+
+
+@pytest.mark.parametrize("name", ["manifest", "manifest/response", "rollouts/parquet"])
+def test_a_refusal_quotes_no_key_raw(name, tmp_path):
+    """Found by the manifest targets: a key with a newline in a manifest (and, alike, a
+    column or signature key in a rollout file) went raw into the refusal, forging a
+    second log line. Each target runs these as its first examples."""
+    with TARGETS[name].session(tmp_path) as session:
+        assert session.examples
+        for raw in session.examples:
+            with pytest.raises(session.refusals) as e:
+                session.decode(raw)
+            assert "forged\\nERROR" in str(e.value)
+            assert str(e.value).isprintable()
