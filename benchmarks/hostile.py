@@ -109,23 +109,6 @@ def random_json(valid: bytes) -> st.SearchStrategy[bytes]:
 
 
 @st.composite
-def mutated_json(draw: st.DrawFn, valid: bytes) -> bytes:
-    """A valid JSON encoding with one, two or three values replaced, deleted or added."""
-    try:
-        document = json.loads(valid)
-    except ValueError:  # not JSON: nothing to mutate by field
-        return valid
-    names = sorted(keys(document)) or ["x"]
-    for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(paths(document)))
-        action = draw(st.sampled_from(["replace", "delete", "add"]))
-        value = draw(json_values)
-        key = draw(st.sampled_from(names) | st.text(max_size=8))
-        document = mutated(document, path, action, value, key)
-    return json.dumps(document).encode()
-
-
-@st.composite
 def mutated_bytes(draw: st.DrawFn, valid: bytes) -> bytes:
     """A valid encoding's bytes with some flipped, cut out, inserted, or the end cut off."""
     body = bytearray(valid)
@@ -143,6 +126,23 @@ def mutated_bytes(draw: st.DrawFn, valid: bytes) -> bytes:
         else:
             del body[at:]
     return bytes(body)
+
+
+@st.composite
+def mutated_json(draw: st.DrawFn, valid: bytes) -> bytes:
+    """A valid JSON encoding with one, two or three values replaced, deleted or added."""
+    try:
+        document = json.loads(valid)
+    except ValueError:  # not JSON: nothing to mutate by field, so by byte
+        return draw(mutated_bytes(valid))
+    names = sorted(keys(document)) or ["x"]
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths(document)))
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        value = draw(json_values)
+        key = draw(st.sampled_from(names) | st.text(max_size=8))
+        document = mutated(document, path, action, value, key)
+    return json.dumps(document).encode()
 
 
 MUTATIONS: dict[str, Callable[[bytes], st.SearchStrategy[bytes]]] = {
