@@ -9,9 +9,10 @@ protocols, the weight swarm and the rollout files alike.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 MAX_UINT32 = 2**32 - 1
 MAX_UINT64 = 2**64 - 1
@@ -35,3 +36,13 @@ class Strict(BaseModel):
     """A message or record: frozen, strict, and nothing beyond its fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def error_location(error: ValidationError, default: str) -> str:
+    """Where the first problem of `error` is (dotted, or `default` for the whole input),
+    fit for a one-line message: a key from untrusted input that would forge a log line
+    (a newline or another control character) or flood it is quoted and cut short."""
+    where = ".".join(str(part) for part in error.errors()[0]["loc"]) or default
+    if len(where) > 80 or not where.isprintable():
+        where = reprlib.repr(where)
+    return where

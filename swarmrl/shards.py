@@ -38,7 +38,7 @@ import pydantic_core
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from swarmrl import _native
-from swarmrl.schema import Hex32, Strict
+from swarmrl.schema import Hex32, Strict, error_location
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -193,9 +193,8 @@ def _check_version(value: Any) -> int:
 
 
 def _one_sentence(error: ValidationError) -> str:
-    first = error.errors()[0]
-    msg = first["msg"].removeprefix("Value error, ")
-    field = ".".join(str(part) for part in first["loc"])
+    msg = error.errors()[0]["msg"].removeprefix("Value error, ")
+    field = error_location(error, "")
     return f"invalid manifest field {field}: {msg}" if field else f"invalid manifest: {msg}"
 
 

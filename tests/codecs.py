@@ -1,51 +1,29 @@
-"""What the tests of the protocols share: an in-memory stream, a codec of raw bytes,
-and the checks every protocol's codecs pass.
+"""What the tests of the protocols share: a codec of raw bytes, and the checks every
+protocol's codecs pass.
 
 Each protocol's own test module subclasses :class:`CodecSuite` with its spec and
 a valid message of each side (request or header, and response); the suite then
 checks, for both sides, that the message survives its codec, that a frame over
 the spec's limit is refused before its body is read, that what is not the
-message (garbage, an extra field, hostile bytes from hypothesis) ends in one
-WireError sentence and never another exception.
+message (garbage, an extra field, a key that would forge a log line) ends in one
+WireError sentence and never another exception. Hostile bytes from hypothesis
+are the trust suite's fuzz targets (benchmarks/fuzz_targets.py, one per side of
+every protocol), run in short form by tests/unit/test_trust_fuzz.py.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
 import trio
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from benchmarks.hostile import MemoryStream
 from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Codec, RequestResponse, Upload
-
-
-class MemoryStream:
-    """An in-memory stream: reads hand out at most `chunk` bytes at a time, writes append."""
-
-    def __init__(self, data: bytes = b"", chunk: int | None = None) -> None:
-        self.data = bytearray(data)
-        self.chunk = chunk
-        self.written = bytearray()
-
-    async def read(self, n: int | None = None) -> bytes:
-        await trio.lowlevel.checkpoint()
-        size = len(self.data) if n is None else n
-        if self.chunk is not None:
-            size = min(size, self.chunk)
-        out = bytes(self.data[:size])
-        del self.data[:size]
-        return out
-
-    async def write(self, data: bytes) -> None:
-        await trio.lowlevel.checkpoint()
-        self.written += data
 
 
 class Raw(Codec[bytes]):
@@ -67,111 +45,8 @@ def raw(spec: RequestResponse[Any, Any], **changes: Any) -> RequestResponse[byte
 
 # ---- the suite ---------------------------------------------------------------------
 
-FUZZ = settings(max_examples=60, deadline=None)
 NOT_MESSAGES = [b"", b"null", b"[]", b"{", b"\xff\xfe", b'{"a":' * 10_000]
 SIDES = ["asked", "answered"]
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats()  # NaN and infinities too: json.dumps writes them as NaN, Infinity
-    | st.text(max_size=40)
-    | st.sampled_from(["", "0x", "ab" * 32, "0x" + "ab" * 20, "12D3KooW", "torch", "open"]),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=16,
-)
-
-
-def keys(value: Any) -> set[str]:
-    """Every key of a parsed JSON document, however deep."""
-    if isinstance(value, dict):
-        return set(value).union(*(keys(v) for v in value.values()))
-    if isinstance(value, list):
-        return set().union(*(keys(v) for v in value))
-    return set()
-
-
-def paths(value: Any, here: tuple = ()) -> list[tuple]:
-    """The path of every value inside a parsed JSON document, the root included."""
-    found = [here]
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            found += paths(inner, (*here, key))
-    elif isinstance(value, list):
-        for i, inner in enumerate(value):
-            found += paths(inner, (*here, i))
-    return found
-
-
-def mutated(document: Any, path: tuple, action: str, value: Any, key: str) -> Any:
-    """`document` with the value at `path` replaced or deleted, or `key` added beside it."""
-    if not path:
-        return value
-    document = copy.deepcopy(document)
-    parent = document
-    for step in path[:-1]:
-        parent = parent[step]
-    last = path[-1]
-    if action == "replace":
-        parent[last] = value
-    elif action == "delete":
-        del parent[last]
-    elif isinstance(parent, dict):
-        parent[key] = value
-    else:
-        parent.insert(last, value)
-    return document
-
-
-def random_bytes(data: st.DataObject, valid: bytes) -> bytes:
-    return data.draw(st.binary(max_size=2048))
-
-
-def random_json(data: st.DataObject, valid: bytes) -> bytes:
-    return json.dumps(data.draw(json_values)).encode()
-
-
-def mutated_json(data: st.DataObject, valid: bytes) -> bytes:
-    """A valid frame with one, two or three values replaced, deleted or added."""
-    try:
-        document = json.loads(valid)
-    except ValueError:  # not a JSON frame: nothing to mutate by field
-        return valid
-    names = sorted(keys(document)) or ["x"]
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(paths(document)))
-        action = data.draw(st.sampled_from(["replace", "delete", "add"]))
-        value = data.draw(json_values)
-        key = data.draw(st.sampled_from(names) | st.text(max_size=8))
-        document = mutated(document, path, action, value, key)
-    return json.dumps(document).encode()
-
-
-def mutated_bytes(data: st.DataObject, valid: bytes) -> bytes:
-    """A valid frame's bytes with some flipped, cut out, inserted, or the end cut off."""
-    body = bytearray(valid)
-    for _ in range(data.draw(st.integers(1, 8))):
-        at = data.draw(st.integers(0, len(body)))
-        action = data.draw(st.sampled_from(["flip", "cut", "insert", "truncate"]))
-        if action == "insert":
-            body[at:at] = data.draw(st.binary(min_size=1, max_size=8))
-        elif at == len(body):
-            continue
-        elif action == "flip":
-            body[at] ^= 1 << data.draw(st.integers(0, 7))
-        elif action == "cut":
-            del body[at : at + data.draw(st.integers(1, 8))]
-        else:
-            del body[at:]
-    return bytes(body)
-
-
-MUTATIONS: dict[str, Callable[[st.DataObject, bytes], bytes]] = {
-    f.__name__: f for f in (random_bytes, random_json, mutated_json, mutated_bytes)
-}
 
 
 def refused(codec: Codec[Any], frames: list[bytes]) -> str:
@@ -260,19 +135,6 @@ class CodecSuite:
         sentence = refused(codec, [json.dumps({name: 1}).encode(), *codec.encode(message)[1:]])
         assert sentence.isprintable()
         assert len(sentence) <= 200
-
-    @pytest.mark.parametrize("mutation", MUTATIONS)
-    @pytest.mark.parametrize("side", SIDES)
-    @FUZZ
-    @given(data=st.data())
-    def test_hostile_frames_are_decoded_or_refused(self, side, mutation, data):
-        """Whatever a peer sends, decoding ends in a message that survives its own round
-        trip, or in one WireError sentence; never another exception."""
-        codec, message, _ = self.side(side)
-        frames = codec.encode(message)
-        at = data.draw(st.integers(0, len(frames) - 1))
-        frames[at] = MUTATIONS[mutation](data, frames[at])
-        decoded_or_refused(codec, frames)
 
 
 def replaced(message: Any, path: str, value: Any) -> bytes:

@@ -36,6 +36,8 @@ SWARM_DOMAIN_NAME = "SwarmRL Swarm"
 DOMAIN_VERSION = "1"
 MICROS = 1_000_000
 UNSIGNED = "0" * 130
+# The order of secp256k1's group: a signature (r, s) has a twin (r, n - s).
+SECP256K1_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 
 @dataclass(frozen=True)
@@ -251,11 +253,30 @@ def recover(digest: bytes, signature: bytes) -> str:
     return signer
 
 
+def canonical_signature(signature: bytes) -> bool:
+    """Whether the contracts' ECDSA (OpenZeppelin's, EIP-2) takes `signature`: 65 bytes
+    r || s || v, v 27 or 28, s in the lower half of the group order. Plain ECDSA also
+    recovers the signer from the twin (n - s, the other v) and from v as 0 or 1, so a
+    signature the contracts refuse could otherwise pass here: a node could hand in
+    work under a signature that no slash would ever take as evidence."""
+    return (
+        len(signature) == 65
+        and signature[64] in (27, 28)
+        and int.from_bytes(signature[32:64], "big") <= SECP256K1_ORDER // 2
+    )
+
+
 def signer_of(digest: bytes, signature: str) -> str | None:
     """The checksummed address that signed `digest`, the signature as hex (as messages
-    carry it); None if it is malformed."""
+    carry it); None if it is malformed or not in the one form the contracts take."""
     try:
-        return recover(digest, bytes.fromhex(signature))
+        raw = bytes.fromhex(signature)
+    except ValueError:
+        return None
+    if not canonical_signature(raw):
+        return None
+    try:
+        return recover(digest, raw)
     except Exception:  # eth-keys raises several types for a malformed signature
         return None
 

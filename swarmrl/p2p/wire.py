@@ -17,6 +17,8 @@ from typing import Any, Protocol, TypeVar
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
+from swarmrl.schema import error_location
+
 PROTOCOL_PREFIX = "/swarmrl"
 # A varint of at most 5 bytes carries up to 2**35 - 1: more than any limit here.
 _MAX_VARINT_BYTES = 5
@@ -118,11 +120,8 @@ def parse(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the message"
-        if len(where) > 80 or not where.isprintable():
-            where = reprlib.repr(where)  # a peer's key must not forge or flood log lines
-        raise WireError(f"invalid {model.__name__}: {where}: {first['msg']}") from None
+        where = error_location(e, "the message")
+        raise WireError(f"invalid {model.__name__}: {where}: {e.errors()[0]['msg']}") from None
 
 
 def dump_json(value: Any) -> bytes:

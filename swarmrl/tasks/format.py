@@ -37,7 +37,7 @@ import pydantic_core
 from pydantic import Field, ValidationError
 
 from swarmrl.files import check_input_file, check_output_path, replacing
-from swarmrl.schema import Strict
+from swarmrl.schema import Strict, error_location
 
 TaskType = Literal["math", "code", "verifiable_math", "prime_rl_code", "reasoning_gym"]
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)
@@ -120,9 +120,7 @@ def answer_text(completion: str, task_type: TaskType) -> str | None:
 def first_error(e: Exception) -> str:
     """A validation error as one sentence: the first problem and where it is."""
     if isinstance(e, ValidationError):
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "row"
-        return f"{where}: {err['msg'].lower()}"
+        return f"{error_location(e, 'row')}: {e.errors()[0]['msg'].lower()}"
     return str(e)
 
 

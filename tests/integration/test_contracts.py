@@ -8,6 +8,7 @@ import re
 import pytest
 from eth_utils import keccak
 
+from benchmarks.hostile import malleable_twin
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain import eip712
 from swarmrl.chain.deploy import MAX_UNBONDING_PERIOD
@@ -192,6 +193,14 @@ def test_slashing_with_bad_evidence_is_rejected(contracts, accounts):
     by_other_key = eip712.sign_digest(accounts[OUTSIDER], subs[0].digest(contracts.pool_domain()))
     with pytest.raises(RevertedError, match=r"^ComputePool reverted: BadSignature\(\)$"):
         validator.slash(1, subs[0], by_other_key, tree.proof(0))
+    # The node's own signature in the other forms plain ECDSA recovers it from (the
+    # high-s twin, v as 0 or 1) is no evidence on chain, so swarmrl takes none of them
+    # as the node's either: else a node could sign work no slash would ever accept.
+    for bent in (malleable_twin(sigs[0]), sigs[0][:64] + bytes([sigs[0][64] - 27])):
+        with pytest.raises(RevertedError, match=r"^ComputePool reverted: BadSignature\(\)$"):
+            validator.slash(1, subs[0], bent, tree.proof(0))
+        assert eip712.signer_of(subs[0].digest(contracts.pool_domain()), bent.hex()) is None
+    assert eip712.signer_of(subs[0].digest(contracts.pool_domain()), sigs[0].hex()) == node.address
     stray = contracts.submission(node.address, 9, keccak(text="never committed"))
     with pytest.raises(RevertedError, match=r"^ComputePool reverted: NotInCommitment\(\)$"):
         validator.slash(1, stray, contracts.sign_submission(node, stray), tree.proof(0))

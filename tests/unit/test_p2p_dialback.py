@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.hostile import json_values
 from swarmrl.p2p.dialback import DIALBACK, PROBE_TIMEOUT, DialbackReply, DialbackRequest
-from tests.codecs import CodecSuite, decoded_or_refused, json_values, refused
+from tests.codecs import CodecSuite, decoded_or_refused, refused
 
 REQUEST = DialbackRequest(port=4001, nonce="ab" * 32)
 REPLY = DialbackReply(reached=True, endpoint="127.0.0.1:4001")

@@ -9,13 +9,13 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.hostile import MemoryStream
 from swarmrl.p2p import messages, wire
 from swarmrl.p2p.have import HAVE
 from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
 from swarmrl.p2p.messages import Advert, Holding
 from swarmrl.p2p.records import Announcement, PeerRecord
 from swarmrl.p2p.wire import WireError
-from tests.codecs import MemoryStream
 
 HASH = "ab" * 32
 ADDRESS = "0x" + "12" * 20

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.fuzz_targets import SEALED, arrow_values
 from swarmrl.rollouts.records import (
     SIGNATURE_KEY,
     VERSION_KEY,
-    Rollout,
     read_rollout_file,
     read_rollouts,
     write_rollouts,
@@ -33,34 +33,7 @@ FUZZ = settings(
 )
 
 
-def record(sample: int = 0, **changes) -> Rollout:
-    fields = {
-        "run": "fuzz",
-        "policy_step": 7,
-        "node": "0x" + "cd" * 20,
-        "problem_id": "arith-0-3",
-        "task_type": "math",
-        "prompt": "What is 3 + 4?",
-        "verification_info": '{"ground_truth":"7"}',
-        "seed": 2**63 + 1,
-        "sample": sample,
-        "temperature": 0.7,
-        "top_p": 0.9,
-        "max_tokens": 16,
-        "target_len": 8,
-        "prompt_ids": [1, 2, 3, 4],
-        "output_ids": [5, 6, 7],
-        "logprobs": [-0.5, -0.25, -2.0],
-        "finish_reason": "eos",
-        "task_reward": 1.0,
-        "length_penalty": 0.0015,
-        "reward": 0.9985,
-        "proofs": [bytes(range(256)) + b"\x01\x02"],
-    }
-    return Rollout(**{**fields, **changes}).sealed()
-
-
-ORIGINAL = [record(0), record(1, output_ids=[9], logprobs=[-0.1], proofs=[])]
+ORIGINAL = SEALED
 
 
 @pytest.fixture(scope="module")
@@ -144,27 +117,6 @@ def test_bit_flipped_files_are_refused_or_read_sound(tmp_path_factory, valid_fil
     assert_refused_or_sound(path)
 
 
-def _values(field: pa.Field) -> st.SearchStrategy:
-    """Any value of an arrow column's type, nulls included."""
-    kind = field.type
-    if pa.types.is_list(kind):
-        inner = _values(pa.field("item", kind.value_type))
-        return st.none() | st.lists(inner, max_size=6)
-    if pa.types.is_string(kind):
-        return st.none() | st.text(max_size=80) | st.sampled_from(["", "math", "eos", "0x"])
-    if pa.types.is_fixed_size_binary(kind):
-        return st.none() | st.binary(min_size=kind.byte_width, max_size=kind.byte_width)
-    if pa.types.is_binary(kind):
-        return st.none() | st.binary(max_size=300)
-    if pa.types.is_unsigned_integer(kind):
-        return st.none() | st.integers(0, 2**64 - 1)
-    if pa.types.is_integer(kind):
-        return st.none() | st.integers(-(2**63), 2**63 - 1)
-    if pa.types.is_floating(kind):
-        return st.none() | st.floats(allow_nan=True, allow_infinity=True)
-    raise AssertionError(f"the fuzz test has no values for column type {kind}")
-
-
 def _write_rows(path: Path, schema: pa.Schema, rows: list[dict]) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
@@ -180,7 +132,7 @@ def schema(valid_file) -> pa.Schema:
 def test_rows_of_random_values_are_refused(tmp_path_factory, schema, data):
     rows = data.draw(
         st.lists(
-            st.fixed_dictionaries({f.name: _values(f) for f in schema}), min_size=1, max_size=3
+            st.fixed_dictionaries({f.name: arrow_values(f) for f in schema}), min_size=1, max_size=3
         )
     )
     path = fresh(tmp_path_factory)
@@ -195,7 +147,7 @@ def test_one_field_changed_is_refused(tmp_path_factory, schema, data):
     rows = [r.model_dump() for r in ORIGINAL]
     field = data.draw(st.sampled_from(list(schema)))
     row = data.draw(st.integers(0, len(rows) - 1))
-    value = data.draw(_values(field).filter(lambda v: not _same(v, rows[row][field.name])))
+    value = data.draw(arrow_values(field).filter(lambda v: not _same(v, rows[row][field.name])))
     rows[row][field.name] = value
     path = fresh(tmp_path_factory)
     _write_rows(path, schema, rows)

@@ -333,3 +333,64 @@ proptest! {
         prop_assert!(verify_inclusion(&root, n, n, &hashes[i], &proof).is_err());
     }
 }
+
+// The fuzz targets of the trust suite (`benchmarks/trust_fuzz.py` runs them with
+// PROPTEST_CASES set; `cargo test` runs the default 256 cases): what a manifest
+// or a peer claims (sizes, counts, indexes, hashes, proofs, shard bytes) ends in
+// a verdict or a ShardError, never a panic, an overflow or a huge allocation.
+proptest! {
+    #[test]
+    fn fuzz_shard_claims(
+        file_size in any::<u64>(),
+        shard_size in prop_oneof![any::<u64>(), 0u64..=4096, Just(MAX_SHARD_SIZE), Just(MAX_SHARD_SIZE + 1)],
+        index in prop_oneof![any::<u64>(), 0u64..8],
+        hashes in prop::collection::vec(any::<Hash>(), 0..8),
+        data in prop::collection::vec(any::<u8>(), 0..2048),
+    ) {
+        let Ok(layout) = Layout::new(file_size, shard_size) else { return Ok(()) };
+        prop_assert!(layout.count() >= 1);
+        if let Ok((offset, len)) = layout.range(index) {
+            prop_assert!(index < layout.count());
+            prop_assert!(len >= 1 && len <= shard_size && offset.checked_add(len).is_some_and(|end| end <= file_size));
+        }
+        if let Ok(root) = merkle_root(&hashes) {
+            if let Ok(expected) = Expected::new(layout, hashes.clone(), root) {
+                prop_assert_eq!(expected.layout().count(), hashes.len() as u64);
+                if let Ok(h) = expected.hash(index) {
+                    if verify_shard(layout, index, &data, h, Some(1)).is_ok() {
+                        prop_assert_eq!(hash_shard(&data, Some(1)).unwrap(), *h);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fuzz_inclusion_proofs(
+        hashes in prop::collection::vec(any::<Hash>(), 1..24),
+        count in prop_oneof![any::<u64>(), 0u64..32],
+        index in prop_oneof![any::<u64>(), 0u64..32],
+        claimed in any::<Hash>(),
+        pick in any::<prop::sample::Index>(),
+        extra in prop::collection::vec(any::<Hash>(), 0..70),
+        cut in 0usize..8,
+    ) {
+        let root = merkle_root(&hashes).unwrap();
+        let i = pick.index(hashes.len());
+        let honest = inclusion_proof(&hashes, i as u64).unwrap();
+        let n = hashes.len() as u64;
+        // A damaged honest proof, then claims of any count and index with any siblings.
+        let mut shortened = honest.clone();
+        shortened.truncate(honest.len().saturating_sub(cut));
+        for (c, idx, leaf, proof) in [
+            (n, i as u64, hashes[i], shortened),
+            (count, index, claimed, extra),
+            (count, index, hashes[i], honest.clone()),
+        ] {
+            if verify_inclusion(&root, c, idx, &leaf, &proof).is_ok() {
+                prop_assert!(idx < c);
+                prop_assert!(proof.len() <= 64);
+            }
+        }
+    }
+}

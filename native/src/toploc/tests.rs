@@ -104,3 +104,81 @@ proptest! {
         }
     }
 }
+
+/// A proof's bytes with a few of them replaced, cut out or appended: damage that
+/// gets past the length check as often as not.
+fn damaged(honest: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
+    let mut bytes = honest.to_vec();
+    for &(at, value, kind) in edits {
+        let at = at % (bytes.len() + 1);
+        match kind % 3 {
+            0 if at < bytes.len() => bytes[at] = value,
+            1 if at < bytes.len() => {
+                bytes.remove(at);
+            }
+            _ => bytes.insert(at, value),
+        }
+    }
+    bytes
+}
+
+// The fuzz targets of the trust suite (`benchmarks/trust_fuzz.py` runs them with
+// PROPTEST_CASES set; `cargo test` runs the default 256 cases): untrusted proof
+// bytes end in a parsed proof or a ProofFormatError, never a panic.
+proptest! {
+    #[test]
+    fn fuzz_proof_parse(
+        bytes in prop::collection::vec(any::<u8>(), 0..600),
+        topk in 0usize..300,
+        data in prop::collection::vec(any::<u16>(), 128),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6),
+    ) {
+        let honest = proof::prove_chunk(&data, 16).to_bytes();
+        for (candidate, k) in [(bytes, topk), (damaged(&honest, &edits), 16)] {
+            if let Ok(p) = Proof::parse(&candidate, k) {
+                // Whatever parses is the one encoding of a well-formed proof.
+                prop_assert_eq!(p.coeffs.len(), k);
+                prop_assert!(p.modulus as usize >= k && p.modulus <= FIELD_PRIME);
+                prop_assert_eq!(p.to_bytes(), candidate);
+            }
+        }
+    }
+
+    #[test]
+    fn fuzz_verify_proofs(
+        data in prop::collection::vec(any::<u16>(), 64..1024),
+        width in 1usize..32,
+        chunk in 1usize..6,
+        topk in 1usize..24,
+        garbage in prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..64)), 0..6),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..4),
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let rows = data.len() / width;
+        let a = Activations::new(&data[..rows * width], rows, width).unwrap();
+        let Ok(honest) = build_proofs(a, chunk, topk, Some(1)) else { return Ok(()) };
+        let mut proofs: Vec<Option<Vec<u8>>> = honest.iter().map(|p| Some(p.to_bytes())).collect();
+        let i = pick.index(proofs.len());
+        proofs[i] = Some(damaged(&honest[i].to_bytes(), &edits));
+        // The honest count with one damaged proof, then arbitrary garbage of any count.
+        for candidate in [proofs, garbage] {
+            let refs: Vec<Option<&[u8]>> = candidate.iter().map(|p| p.as_deref()).collect();
+            match verify_proofs(a, &refs, chunk, topk, Some(1)) {
+                Ok(verdicts) => {
+                    prop_assert_eq!(verdicts.len(), honest.len());
+                    for (v, p) in verdicts.iter().zip(&refs) {
+                        prop_assert!(v.discrepancy.exp_mismatches <= topk);
+                        if p.is_none_or(|b| b.len() != 2 + 2 * topk) {
+                            prop_assert!(!v.accepted);
+                        }
+                    }
+                }
+                Err(ToplocError::ProofCount { expected, got, .. }) => {
+                    prop_assert_eq!(expected, honest.len());
+                    prop_assert_ne!(got, expected);
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+    }
+}
