@@ -101,11 +101,6 @@ class Cheat:
         """The signed header it sends the file at ``path`` with, and the file it sends."""
         return session.sign(order, step, path), path
 
-    def _copied(self) -> tuple[SubmitHeader, Path]:
-        if self.source is None:
-            raise ValueError(f"the {self.name} cheat needs another node's submissions to copy")
-        return self.source()
-
 
 # ---- another model -----------------------------------------------------------------------
 
@@ -472,6 +467,11 @@ class Copied(Cheat):
     name = "copied"
     what = "hands in another node's records as they are, signed as its own answer"
     copies = True
+
+    def _copied(self) -> tuple[SubmitHeader, Path]:
+        if self.source is None:
+            raise ValueError(f"the {self.name} cheat needs another node's submissions to copy")
+        return self.source()
 
     def records(
         self,
