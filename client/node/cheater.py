@@ -639,16 +639,23 @@ def main() -> None:
     if kind.copies != (args.copy_from is not None):
         copying = ", ".join(name for name, c in CHEATS.items() if c.copies)
         parser.error(f"--copy-from goes with the copying cheats ({copying}), and they need it")
+    try:
+        _run(args.config, kind, args.copy_from)
+    except (ValueError, OSError) as e:  # as swarmrl's own commands say them
+        parser.exit(1, f"error: {e}\n")
+
+
+def _run(config: Path, kind: type[Cheat], copy_from: Path | None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    settings = load_settings(NodeSettings, args.config)
+    settings = load_settings(NodeSettings, config)
     with sole_runner(settings, "python -m client.node.cheater"):
         tasks = load_tasks(settings)
         password = keystore.read_password(settings.password_file)
         account = keystore.unlock(settings.keystore_dir, settings.key, password)
         setup_logging(Path(settings.data_dir) / "node.log")
-        source = None if args.copy_from is None else journal_source(args.copy_from)
+        source = None if copy_from is None else journal_source(copy_from)
         cheat = kind(Path(settings.data_dir) / "cheat", source)
         node = CheatingNode(settings, account, cheat, on_event=log_event, tasks=tasks)
         for s in (signal.SIGINT, signal.SIGTERM):

@@ -198,3 +198,11 @@ def test_a_malformed_cheater_command_line_exits_2(args):
     )
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].startswith("python -m client.node.cheater: error: ")
+
+
+def test_a_cheater_without_its_config_says_so_in_one_sentence(tmp_path):
+    missing = tmp_path / "node.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "client.node.cheater", str(missing)], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (1, f"error: {missing} does not exist\n")
