@@ -25,7 +25,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +50,11 @@ from swarmrl.work.states import SubmissionStatus
 if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 load
     from eth_account.signers.local import LocalAccount
 
-    from swarmrl.models.backend import Backend, Precision
+    from swarmrl.models.backend import Backend, Precision, SamplingParams
     from swarmrl.p2p.swarm import SwarmNode
-    from swarmrl.work.submit import Receipt
+    from swarmrl.rollouts.records import Rollout
+    from swarmrl.tasks import Task
+    from swarmrl.work.submit import Receipt, SubmitHeader
 
 log = logging.getLogger("swarmrl.node")
 
@@ -353,7 +355,7 @@ class Node:
             self.backend = self._load_backend(model_dir, precision)
             self.backend_precision = precision
         elif self.backend_step != step:
-            self.backend.load_weights(model_dir)
+            self._reload(self.backend, model_dir)
         self.backend_step = step
         self.state.step = step
 
@@ -371,6 +373,10 @@ class Node:
             device=device,
             precision=precision,
         )
+
+    def _reload(self, backend: Backend, model_dir: Path) -> None:
+        """The backend takes the newer policy in ``model_dir`` in place."""
+        backend.load_weights(model_dir)
 
     def _one_order(self) -> None:
         assert self.session is not None
@@ -403,7 +409,7 @@ class Node:
             )
         )
         path, cost = self._generate(order, order_id)
-        header = self.session.sign(order, self.backend_step or 0, path)
+        header, path = self._sign(order, path)
         digest = self.session.digest(header)
         if self.journal.settled(digest):
             # The same order, redrawn and regenerated bit for bit, was settled before:
@@ -427,36 +433,31 @@ class Node:
             )
         )
 
+    def _sign(self, order: WorkOrder, path: Path) -> tuple[SubmitHeader, Path]:
+        """The signed header of the submission in ``path``, and the file it signs."""
+        assert self.session is not None
+        return self.session.sign(order, self.backend_step or 0, path), path
+
+    def _records(self, order: WorkOrder) -> list[Rollout]:
+        """The records answering ``order``, generated with the policy the backend holds."""
+        assert self.backend is not None  # loaded by _weights before any order
+        return order_rollouts(
+            self.backend,
+            order,
+            self.tasks,
+            node=self.account.address,
+            step=self.backend_step or 0,
+            batch_size=self.settings.max_batch,
+        )
+
     def _generate(self, order: WorkOrder, order_id: str) -> tuple[Path, dict[str, float]]:
         """The order's rollouts in a file of the outbox, and what making them cost."""
-        from swarmrl.models.backend import SamplingParams
-        from swarmrl.rollouts.generate import Provenance, generate_rollouts
         from swarmrl.rollouts.records import write_rollouts
-        from swarmrl.tasks.rewards import task_reward
-
-        tasks = [self.tasks[slot.problem_id] for slot in order.tasks]
-        budgets = iter(slot.budget for slot in order.tasks)
         from swarmrl.tasks.math import cpu_seconds_with_checker
 
         # math-verify's worker scores the rewards: its CPU is generation's too.
         began, cpu = time.perf_counter(), cpu_seconds_with_checker()
-        assert self.backend is not None  # loaded by _weights before any order
-        records = generate_rollouts(
-            self.backend,
-            tasks,
-            n=order.group_size,
-            params=SamplingParams(
-                max_tokens=order.max_tokens, temperature=order.temperature, top_p=order.top_p
-            ),
-            provenance=Provenance(
-                run=order.run, policy_step=self.backend_step or 0, node=self.account.address
-            ),
-            seed=order.seed,
-            score=task_reward,
-            # Called once per task, in order: each task gets the budget its order states.
-            target_for=lambda _speed: next(budgets),
-            batch_size=self.settings.max_batch,
-        )
+        records = self._records(order)
         seconds = time.perf_counter() - began
         cost = {
             "rollouts": len(records),
@@ -491,6 +492,43 @@ class Node:
         if self._tasks is None:
             self._tasks = load_tasks(self.settings)
         return self._tasks
+
+
+def order_rollouts(
+    backend: Backend,
+    order: WorkOrder,
+    tasks: Mapping[str, Task],
+    *,
+    node: str,
+    step: int,
+    batch_size: int,
+    params: SamplingParams | None = None,
+) -> list[Rollout]:
+    """The records answering ``order``: a group for each of its tasks (from ``tasks``, the
+    node's copy of the task set) with the budget the order states, generated by
+    ``backend`` holding the policy of ``step`` with the order's sampling (or ``params``),
+    proven and scored with the shared verifiers."""
+    from swarmrl.models.backend import SamplingParams
+    from swarmrl.rollouts.generate import Provenance, generate_rollouts
+    from swarmrl.tasks.rewards import task_reward
+
+    if params is None:
+        params = SamplingParams(
+            max_tokens=order.max_tokens, temperature=order.temperature, top_p=order.top_p
+        )
+    budgets = iter(slot.budget for slot in order.tasks)
+    return generate_rollouts(
+        backend,
+        [tasks[slot.problem_id] for slot in order.tasks],
+        n=order.group_size,
+        params=params,
+        provenance=Provenance(run=order.run, policy_step=step, node=node),
+        seed=order.seed,
+        score=task_reward,
+        # Called once per task, in order: each task gets the budget its order states.
+        target_for=lambda _speed: next(budgets),
+        batch_size=batch_size,
+    )
 
 
 def _sentence(e: BaseException) -> str:

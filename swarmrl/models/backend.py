@@ -79,12 +79,18 @@ class TokenScores:
     token; a token drawn from the whole distribution lands uniformly in [0, 1) when
     outside; always 0 with top_p 1). How
     far is too far is the validator's call (:mod:`swarmrl.rollouts.tolerances`): the
-    same computation in another precision or batch moves near-ties.
+    same computation in another precision or batch moves near-ties. ``expected`` and
+    ``variance`` are, per token, the mean and variance of ``logprobs`` over the tokens
+    the sampler draws at that position (top-p renormalised; at temperature 0 the
+    argmax's own, with no variance): what a token drawn as claimed scores on average,
+    the yardstick of the validator's check for sampling colder than claimed.
     """
 
     logprobs: list[float]
     sequence_logprob: float
     outside: list[float]
+    expected: list[float]
+    variance: list[float]
 
 
 def score_tokens(logits: Any, tokens: Any, temperature: float, top_p: float) -> TokenScores:
@@ -99,23 +105,43 @@ def score_tokens(logits: Any, tokens: Any, temperature: float, top_p: float) -> 
     if temperature == 0:
         outside = logprob.max(dim=-1).values - chosen
         sequence = 0.0
+        # Greedy decoding draws the argmax for certain.
+        expected, variance = logprob.max(dim=-1).values, torch.zeros_like(chosen)
     elif top_p < 1:
         probs = logprob.exp()
         # The sampler keeps the most probable tokens until their mass reaches top_p; a
         # token is inside when the tokens more probable than it weigh less than that.
         above = (probs * (probs > chosen.exp()[:, None])).sum(dim=-1)
         outside = ((above - top_p) / (1 - top_p)).clamp(min=0)
-        ranked = probs.sort(dim=-1, descending=True).values
-        nucleus = (ranked * (ranked.cumsum(dim=-1) - ranked < top_p)).sum(dim=-1)
+        ranked_logprob = logprob.sort(dim=-1, descending=True).values
+        ranked = ranked_logprob.exp()
+        kept = ranked * (ranked.cumsum(dim=-1) - ranked < top_p)
+        nucleus = kept.sum(dim=-1)
         sequence = float((chosen - nucleus.log()).sum())
+        expected, variance = _moments(kept / nucleus[:, None], ranked_logprob)
     else:
         outside = torch.zeros_like(chosen)
         sequence = float(chosen.sum())
+        expected, variance = _moments(logprob.exp(), logprob)
     return TokenScores(
         logprobs=chosen.tolist(),
         sequence_logprob=sequence,
         outside=outside.tolist(),
+        expected=expected.tolist(),
+        variance=variance.tolist(),
     )
+
+
+def _moments(draw: Any, logprob: Any) -> tuple[Any, Any]:
+    """Per row, the mean and variance of ``logprob`` over a token drawn with the
+    probabilities ``draw``."""
+    import torch
+
+    # A token never drawn adds nothing, also where its log-probability is -inf.
+    logprob = torch.where(draw > 0, logprob, 0.0)
+    mean = (draw * logprob).sum(dim=-1)
+    variance = (draw * (logprob - mean[:, None]) ** 2).sum(dim=-1)
+    return mean, variance
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,18 @@ The distances, per record (the worst token or chunk where the check is per token
 - ``nucleus`` (top-p below 1): how deep the worst token lies in the tail top-p
   cuts off: the mass of the tokens more probable than it beyond top_p, as a share
   of 1 - top_p.
+
+And one per submission, over every token of its prefilled records sampled above
+temperature 0 (each record carries it):
+
+- ``temperature``: how many standard deviations the validator's log-probabilities of
+  the sampled tokens lie above their mean over what the claimed sampling draws (each
+  token's mean and variance from the full distribution at its position). An honest
+  sampler's tokens give a sum of martingale differences, about standard normal; a
+  node sampling colder than it claims draws likelier tokens, and every token adds to
+  its excess while the spread grows only as the square root. No per-record check can
+  tell a colder token from a lucky one, and its logprobs can be the validator's own:
+  only this sum sees it, and only rejects.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from swarmrl import toploc
-from swarmrl.models.backend import PROOF_TOPK
+from swarmrl.models.backend import PROOF_TOPK, TokenScores
 
 
 class Outcome(StrEnum):
@@ -81,7 +93,13 @@ ARGMAX = Tolerance("argmax", "nats below the argmax", reject=1.0, evidence=6.0)
 # such tokens almost surely has one past this.
 NUCLEUS = Tolerance("nucleus", "share of the tail past top_p", reject=0.6, evidence=None)
 
-TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS)
+# An honest submission's z is about standard normal: 6 lies where a Gaussian goes once
+# in 1e9 submissions, with room for what bf16 sampling shifts (measured in the trust
+# benchmark). A node sampling colder gets there in a few hundred tokens; rejection only,
+# as a sum over a whole submission has no single token to show for it.
+TEMPERATURE = Tolerance("temperature", "z over a submission's tokens", reject=6.0, evidence=None)
+
+TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE)
 
 
 def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
@@ -97,3 +115,12 @@ def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
         # The native verdict decides at the bounds themselves (a ratio of exactly 1).
         worst = max(worst, ratio if r.accepted else max(ratio, math.nextafter(1.0, 2.0)))
     return worst
+
+
+def temperature_distance(scores: Sequence[TokenScores]) -> float:
+    """The one-sided z of a submission's sampled tokens: the sum of their
+    log-probabilities' excess over the mean a draw as claimed scores, in standard
+    deviations of that sum; 0 when no token was drawn at random."""
+    excess = sum(x - m for s in scores for x, m in zip(s.logprobs, s.expected, strict=True))
+    variance = sum(v for s in scores for v in s.variance)
+    return excess / math.sqrt(variance) if variance > 0 else 0.0

@@ -23,6 +23,11 @@ trainer):
 Per group (the records of one task): exactly the samples asked for, one prompt,
 and no completion repeated unless its recomputed probability makes the repeat
 plausible: a node cannot pass one lucky completion off as several samples.
+
+Per submission (the records verified together): its sampled tokens are not likelier
+than the claimed sampling draws (the ``temperature`` tolerance), so a node cannot
+sample colder than asked and report the log-probabilities the claimed temperature
+gives them.
 """
 
 from __future__ import annotations
@@ -41,9 +46,11 @@ from swarmrl.rollouts.tolerances import (
     ARGMAX,
     LOGPROBS,
     NUCLEUS,
+    TEMPERATURE,
     TOPLOC,
     Outcome,
     Tolerance,
+    temperature_distance,
     toploc_distance,
 )
 from swarmrl.tasks import Task, length_penalty
@@ -68,7 +75,7 @@ class Verdict:
     worth a stake, where every other rejection costs the node only the reward.
     ``distances`` are what the prefill measured, per check of
     :mod:`swarmrl.rollouts.tolerances` that ran (how the trust benchmark sees honest
-    variation).
+    variation); the ``temperature`` check's is its submission's.
     """
 
     accepted: bool
@@ -315,14 +322,41 @@ def verify_rollouts(
         else:
             group = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
             to_prefill.setdefault(group, []).append(i)
+    sampled: dict[int, Prefill] = {}  # the prefilled records drawn at random
     for members in to_prefill.values():
         prefills = _prefill_group(backend, [rollouts[i] for i in members])
         for i, result in zip(members, prefills, strict=True):
             task = tasks[rollouts[i].problem_id]
             verdicts[i] = _prefilled_verdict(backend, rollouts[i], task, score, result)
+            if isinstance(result, Prefill) and rollouts[i].temperature > 0:
+                sampled[i] = result
     judged = [v for v in verdicts if v is not None]
     assert len(judged) == len(rollouts)  # every branch above gives a verdict
-    return _group_verdicts(rollouts, judged, asked)
+    return _group_verdicts(rollouts, _temperature_verdicts(rollouts, judged, sampled), asked)
+
+
+def _temperature_verdicts(
+    rollouts: Sequence[Rollout], verdicts: list[Verdict], sampled: Mapping[int, Prefill]
+) -> list[Verdict]:
+    """The verdicts with the submission's temperature distance on each record drawn at
+    random; past the tolerance, those accepted so far are rejected (never evidence)."""
+    z = temperature_distance([p.scores for p in sampled.values()])
+    colder = TEMPERATURE.judge(z) is not Outcome.PASS
+    out = list(verdicts)
+    for i in sampled:
+        verdict = replace(out[i], distances={**out[i].distances, TEMPERATURE.check: z})
+        if colder and verdict.accepted:
+            verdict = replace(
+                verdict,
+                accepted=False,
+                reason=(
+                    f"its submission's tokens are {z:.3g} standard deviations likelier than "
+                    f"sampling at temperature {rollouts[i].temperature:g} draws, so they were "
+                    "sampled colder than claimed"
+                ),
+            )
+        out[i] = verdict
+    return out
 
 
 def _group_verdicts(

@@ -5,13 +5,16 @@ way a node can lie (rewrite, re-seal, verify) is rejected with its reason."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 
-from swarmrl.models.backend import SamplingParams
+from swarmrl.models.backend import SamplingParams, score_tokens
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
+from swarmrl.rollouts.tolerances import TEMPERATURE
 from swarmrl.rollouts.verify import REPEAT_PLAUSIBILITY, repeat_plausibility, verify_rollouts
 from swarmrl.tasks import Task, length_penalty
 
@@ -255,6 +258,45 @@ def test_sampling_at_another_temperature_is_rejected(backend):
     claimed = [lie(r, temperature=1.0) for r in hot]
     assert not any(v.accepted for v in verdicts(backend, claimed))
     assert "logprobs are off" in verdicts(backend, claimed)[0].reason
+
+
+def test_sampling_colder_with_the_claimed_temperatures_logprobs_is_rejected(backend):
+    # Sampled at half the temperature asked for, with the logprobs the validator computes
+    # at the one asked for: no record is wrong on its own, the submission's tokens are
+    # too likely together.
+    cold = generate(backend, params=SamplingParams(max_tokens=70, temperature=0.5), n=2)
+    claimed = [
+        lie(r, temperature=1.0, logprobs=backend.prefill(r.prompt_ids, r.output_ids).logprobs)
+        for r in cold
+    ]
+    result = verdicts(backend, claimed)
+    assert all(not v.accepted and not v.slashable for v in result)
+    assert "sampled colder than claimed" in result[0].reason
+    assert result[0].distances[TEMPERATURE.check] > TEMPERATURE.reject
+
+
+def test_honest_sampling_lies_near_its_expected_logprob(backend, records):
+    result = verdicts(backend, records)
+    assert all(v.accepted for v in result)
+    # One z for the submission, on each of its records.
+    assert len({v.distances[TEMPERATURE.check] for v in result}) == 1
+    assert abs(result[0].distances[TEMPERATURE.check]) < 4
+
+
+def test_the_expected_logprob_of_a_draw_is_computed_from_the_whole_distribution():
+    probs = torch.tensor([[0.5, 0.25, 0.25]])
+    logp = [math.log(0.5), math.log(0.25)]
+    mean = 0.5 * logp[0] + 0.5 * logp[1]
+    variance = 0.5 * logp[0] ** 2 + 0.5 * logp[1] ** 2 - mean**2
+    scores = score_tokens(probs.log(), [1], temperature=1.0, top_p=1.0)
+    assert scores.expected == pytest.approx([mean])
+    assert scores.variance == pytest.approx([variance])
+    # Top-p 0.5 keeps the first token alone: it is drawn for certain.
+    scores = score_tokens(probs.log(), [0], temperature=1.0, top_p=0.5)
+    assert (scores.expected, scores.variance) == (pytest.approx([logp[0]]), [0.0])
+    # Greedy: the argmax, for certain.
+    scores = score_tokens(probs.log(), [2], temperature=0.0, top_p=1.0)
+    assert (scores.expected, scores.variance) == (pytest.approx([logp[0]]), [0.0])
 
 
 def test_tokens_outside_the_claimed_nucleus_are_rejected(backend, records):

@@ -4,13 +4,10 @@ rejected or taken as slashing evidence, before a byte of model time is spent."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
-import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,8 +18,8 @@ from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.service.work_server import RATE_BURST, RateLimiter, RunContext, WorkServer
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
-from swarmrl.p2p import protocol, wire
-from swarmrl.p2p.protocol import RequestResponse, ServedUpload, Upload
+from swarmrl.p2p import wire
+from swarmrl.p2p.direct import DirectServer
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.tasks import Task
 from swarmrl.work import submit
@@ -81,63 +78,6 @@ class FixedChain:
         return self.refusal
 
 
-class OrchestratorHost:
-    """The orchestrator's host as intake sees it: intake registers its protocols here as
-    on a real host (Intake.serve), and each is answered as the host answers it (the
-    sender admitted first, then its request decoded, handled and the answer
-    encoded), in this process: the libp2p part (framing, Noise, streaming) is
-    test_p2p_*'s and test_work_over_libp2p's."""
-
-    def __init__(self) -> None:
-        self.protocols: dict[str, protocol.Served[Any, Any]] = {}
-        self.uploads: dict[str, tuple[ServedUpload[Any, Any], Path]] = {}
-
-    def serve(self, spec, handler, *, admit=None) -> None:
-        self.protocols[spec.id] = protocol.Served(spec, handler, admit)
-
-    def serve_upload(self, spec, handler, *, spool_dir, admit=None) -> None:
-        spool_dir.mkdir(parents=True, exist_ok=True)
-        self.uploads[spec.id] = (ServedUpload(spec, handler, admit), spool_dir)
-
-    def answer(self, spec: RequestResponse[Any, Any], peer: str, body: bytes) -> list[bytes]:
-        """What the host answers a request frame `body` of `spec` from `peer`."""
-        return self.protocols[spec.id].answer(peer, body)
-
-
-class DirectHost:
-    """A node's host, with intake on the other end of the stream: the sender is the
-    peer id Noise authenticated, sizes are checked against the specs' limits, an
-    upload is checked from its header before its body is spooled into a new file
-    that intake then owns."""
-
-    def __init__(self, orchestrator: OrchestratorHost, peer_id: str) -> None:
-        self.orchestrator, self.peer_id = orchestrator, peer_id
-        self.uploads = itertools.count()
-
-    def call(self, spec: RequestResponse[Any, Any], peer_id: str, request: Any) -> Any:
-        (body,) = spec.request.encode(request)
-        assert len(body) <= spec.request_limit
-        frames = self.orchestrator.answer(spec, self.peer_id, body)
-        assert all(len(f) <= spec.response_limit for f in frames)
-        return spec.response.decode(frames)
-
-    def upload(self, spec: Upload[Any, Any], peer_id: str, header: Any, path: Path) -> Any:
-        (body,) = spec.header.encode(header)
-        assert len(body) <= spec.header_limit
-        served, spool = self.orchestrator.uploads[spec.id]
-        checked, answered = served.check(self.peer_id, body)
-        if answered is not None:  # answered from the header alone: no body is sent
-            return spec.response.decode(answered)
-        spooled = spool / f"{self.peer_id}-{next(self.uploads)}.upload"
-        shutil.copyfile(path, spooled)
-        try:
-            frames = served.receive(self.peer_id, checked, spooled)
-        finally:
-            spooled.unlink(missing_ok=True)  # what the handler did not move away
-        assert all(len(f) <= spec.response_limit for f in frames)
-        return spec.response.decode(frames)
-
-
 class Orchestrator:
     """Intake over a fresh ledger, with the daemon's other inputs as plain values."""
 
@@ -178,7 +118,7 @@ class Orchestrator:
             backlog=lambda: self.backlog,
             weights_addrs=lambda: ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"],
         )
-        self.host = OrchestratorHost()
+        self.host = DirectServer()
         self.work_server.serve(self.host, root / "spool")
 
     def session(self, account=NODE, peer: str | None = None) -> Session:
@@ -190,7 +130,7 @@ class Orchestrator:
             pool_domain=POOL_DOMAIN,
             trusted=frozenset({ORCHESTRATOR.address}),
         )
-        host = DirectHost(self.host, peer or PEERS[account.address])
+        host = self.host.caller(peer or PEERS[account.address])
         return Session(host, "12D3KooWOrigin", identity)
 
     def active(self, account=NODE) -> Session:
