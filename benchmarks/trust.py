@@ -1,15 +1,21 @@
-"""The trust suite: what the validator costs honest nodes, measured.
+"""The trust suite: what the validator costs honest nodes and what it costs cheaters,
+and what hostile bytes do to every decoder, measured.
 
-False positives (benchmarks/trust_honest.py): honest rollouts of the default model
-and, when it is imported, SmolLM2-135M-Instruct, every way an honest node samples
-them, verified with the validator's defaults; per variation the rejections and
-the evidence, per check the worst distance against its thresholds.
+- False positives (benchmarks/trust_honest.py): honest rollouts of the default model
+  and, when it is imported, SmolLM2-135M-Instruct, every way an honest node samples
+  them, verified with the validator's defaults; per variation the rejections and
+  the evidence, per check the worst distance against its thresholds.
+- Cheats (benchmarks/trust_cheats.py): every behaviour of client/node/cheater.py
+  against the orchestrator's intake and validator: how it is caught, how soon, and
+  the stake it loses.
+- Fuzz (benchmarks/trust_fuzz.py): every decoder of untrusted bytes, Python and
+  Rust: crashes, hangs and memory.
 
 The short form (scale 1) measures about 1,500 honest rollouts in minutes; the long
 form (``--long``) scales the default model's variations to at least 330,000
 rollouts, where zero evidence bounds the false-evidence rate below 1e-5 per rollout
-(the rule of three: 3 / 330,000 at 95 % confidence). SmolLM2 stays at scale 1 in
-both: a CPU decodes it about 50 times slower.
+(the rule of three: 3 / 330,000 at 95 % confidence), and the fuzz to 1,000,000
+inputs. SmolLM2 stays at scale 1 in both: a CPU decodes it about 50 times slower.
 
     python -m benchmarks.trust [--scale 1] [--long]      or      swarmrl bench trust
 """
@@ -22,11 +28,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import trust_honest
+from benchmarks import trust_cheats, trust_fuzz, trust_honest
+from benchmarks.fuzz_targets import TARGETS
 from swarmrl.models import smollm2
 from swarmrl.models.files import default_models_dir
 
 LONG_ROLLOUTS = 330_000
+SHORT_FUZZ, LONG_FUZZ = 40_000, 1_000_000  # inputs over every target
 # The longest completion each model's positions leave room for after the longest
 # demo prompt (the default model has 512 positions).
 LONGEST = {"default": 320, "smollm2": 1024}
@@ -49,7 +57,19 @@ def long_scale() -> float:
     return LONG_ROLLOUTS / per_scale
 
 
-def main(scale: float = 1.0, long: bool = False) -> list[trust_honest.Row]:
+def main(scale: float = 1.0, long: bool = False) -> None:
+    honest(scale, long)
+    print()
+    trust_cheats.main()
+    print()
+    print("Fuzz: hostile bytes against every decoder of untrusted input")
+    print()
+    per_target = -(-(LONG_FUZZ if long else SHORT_FUZZ) // len(TARGETS))
+    trust_fuzz.main(["--inputs", str(per_target)])
+
+
+def honest(scale: float, long: bool) -> list[trust_honest.Row]:
+    """The false-positive table."""
     from orchestrator.tasks.generators import demo_tasks
     from swarmrl.cli_options import quiet_transformers
 

@@ -153,12 +153,14 @@ def bench_trust(
         1.0, "--scale", min=0.05, max=10_000.0, help="Honest rollouts of each variation, scaled."
     ),
     long: bool = typer.Option(
-        False, "--long", help="The long form: at least 330,000 honest rollouts (hours)."
+        False,
+        "--long",
+        help="The long form: 330,000 honest rollouts and 1,000,000 fuzz inputs (hours).",
     ),
 ) -> None:
-    """What the validator costs honest nodes: honest rollouts sampled every way a node
-    samples (fp32 and bf16, greedy and top-p, batches, threads, long completions),
-    judged by the validator's defaults (CPU)."""
+    """What validation costs honest nodes (rollouts sampled every way a node samples,
+    judged by the validator's defaults) and cheaters (every cheat against intake and
+    the validator), and what hostile bytes do to every decoder (CPU)."""
     _run_benchmark("trust", scale, long)
 
 
