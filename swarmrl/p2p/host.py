@@ -348,9 +348,15 @@ class Host:
                 # The reply is read while the body is still going out: a peer that
                 # refuses or answers from the header alone stops reading, and its
                 # reply must reach the caller rather than the broken pipe that follows.
-                # Any reply ends the upload (after a whole body the sender is done).
                 reply = await _read_reply(stream, limit)
-                nursery.cancel_scope.cancel()
+                if isinstance(reply, Exception) or _error_message(reply) is not None:
+                    nursery.cancel_scope.cancel()
+                else:
+                    # After a whole body the sender may still be inside its last
+                    # write (cancelling it there breaks the connection for every
+                    # stream on it); a body the peer no longer reads, answered from
+                    # its header, stops after the grace.
+                    nursery.cancel_scope.deadline = trio.current_time() + _SENDER_GRACE
             if sender.read_failure is not None:
                 raise _LocalReadError(sender.read_failure.strerror or str(sender.read_failure))
             if isinstance(reply, Exception):
@@ -622,6 +628,10 @@ def _receive_then_clean(
         return served.receive(peer, header, path)
     finally:
         path.unlink(missing_ok=True)
+
+
+# Seconds an upload's sender has to finish its writes once the peer has answered.
+_SENDER_GRACE = 10.0
 
 
 class _Sender:
