@@ -79,13 +79,17 @@ class Session(Generic[T]):
     `decode` returns what the decoder made of an input or raises one of `refusals`
     (a sentence). `sound` checks a returned value against the input; it raises
     UnsoundError where the decoder accepted what it must not. `examples` run first,
-    every time: regressions, inputs a decoder once got wrong."""
+    every time: regressions, inputs a decoder once got wrong. `seconds` and `memory`
+    are what one input may cost where a decoder's documented cap allows more than
+    the runner's defaults (a key file's kdf)."""
 
     inputs: st.SearchStrategy[T]
     decode: Callable[[T], Any]
     refusals: tuple[type[Exception], ...]
     sound: Callable[[T, Any], None] | None = None
     examples: tuple[T, ...] = ()
+    seconds: float | None = None
+    memory: int | None = None
 
 
 @dataclass(frozen=True)
@@ -915,4 +919,14 @@ def _keystore(workdir: Path) -> Iterator[Session[bytes]]:
             lambda cut, tail: valid[:cut] + tail, st.integers(0, 600), st.binary(max_size=600)
         ),
     )
-    yield Session(inputs, decode, (keystore.KeystoreError,), sound)
+    # A key file may ask for up to twice the standard scrypt cost and 256 MiB before it
+    # is refused (keystore.MAX_SCRYPT_WORK, MAX_SCRYPT_BLOCKS): a second or two on an
+    # idle core, many more on a busy one.
+    yield Session(
+        inputs,
+        decode,
+        (keystore.KeystoreError,),
+        sound,
+        seconds=60.0,
+        memory=keystore.MAX_SCRYPT_BLOCKS * 128 + 64 * 2**20,
+    )

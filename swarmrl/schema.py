@@ -4,7 +4,8 @@ Whatever a peer, a node or a file hands in is parsed into a :class:`Strict` mode
 frozen, strict (no coercion: "1" is not 1) and nothing beyond its fields. The types
 below are the shapes of what they carry (hex digests, addresses, signatures, run
 and peer ids, the bounds of Solidity's integers), defined once for the work
-protocols, the weight swarm and the rollout files alike.
+protocols, the weight swarm and the rollout files alike; and what is refused is
+named by :func:`error_location`, which no peer's key can turn into two log lines.
 """
 
 from __future__ import annotations

@@ -90,6 +90,8 @@ def _decode(value: int) -> int:
         time.sleep(30)
     if value == 10:
         return len(bytearray(trust_fuzz.ALLOCATION_LIMIT * 2))
+    if value == 11:
+        time.sleep(0.5)
     if value < 0:
         raise ValueError("negative")
     return value
@@ -137,6 +139,18 @@ def test_an_allocation_past_the_limit_is_counted():
     result = _count(10, trace=True)
     assert result.overallocations == 1
     assert result.input_growth >= 2 * trust_fuzz.ALLOCATION_LIMIT
+
+
+def test_a_target_states_a_larger_budget_for_its_documented_cost():
+    """A key file's kdf may cost seconds and 256 MiB by design: within its own budget
+    that is no hang and no unbounded allocation."""
+    session = Session(st.just(10), _decode, (ValueError,), examples=(11,), seconds=5.0)
+    assert trust_fuzz.fuzz(_target(session), 1, hang_seconds=0.2).hangs == 0
+    session = Session(st.just(11), _decode, (ValueError,), examples=(10,), memory=2**40)
+    assert trust_fuzz.fuzz(_target(session), 1, trace=True).overallocations == 0
+    # The same two inputs past the runner's defaults:
+    assert _count(11, hang_seconds=0.2).hangs == 1
+    assert _count(10, trace=True).overallocations == 1
 
 
 def test_the_table_names_what_went_wrong():
