@@ -49,8 +49,10 @@ system:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# No wheel cache: torch's pinned CUDA wheels are ~3 GB, and a cached copy beside the
+# installed one doubles what a fresh setup needs on disk (a CI machine ran out).
 $(DEPS_STAMP): requirements.lock | $(BIN)/python
-	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-cache-dir -r requirements.lock
 	touch $@
 
 # An editable install: Python edits need no rebuild, Rust edits rebuild only the crate.
