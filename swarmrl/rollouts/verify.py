@@ -203,8 +203,13 @@ def _beyond(
     tolerance: Tolerance, distance: float, rollout: Rollout, prefill: Prefill, bad: int, chunks: int
 ) -> str:
     """Why a record is past a tolerance, in one sentence."""
-    if tolerance is TOPLOC:
+    if tolerance is TOPLOC and bad:
         return f"TOPLOC rejected {bad} of {chunks} chunks"
+    if tolerance is TOPLOC:
+        return (
+            f"its worst TOPLOC chunk lies at {distance:.2f} of TOPLOC's bounds, past the "
+            f"{tolerance.reject:g} no honest node came near"
+        )
     if tolerance is LOGPROBS:
         return f"its logprobs are off by {distance:.3g} on average"
     worst = prefill.scores.outside.index(max(prefill.scores.outside))
