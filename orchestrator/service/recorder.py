@@ -89,6 +89,7 @@ class Recorder:
         self.epoch_seconds = epoch_seconds
         self.validation_grace = validation_grace
         self.settle_seconds = settle_seconds
+        self._started: float | None = None  # the time of the first round
         # What failed last round and why: a failure that lasts (a provider's stake locked
         # behind earlier epochs until their windows end) is logged when it starts and when
         # it ends, not on every round in between.
@@ -99,6 +100,8 @@ class Recorder:
         forgotten, then every closed epoch not yet recorded goes on chain, then every
         slashable submission of an epoch on chain not yet slashed."""
         report = RecorderReport()
+        if self._started is None:
+            self._started = now
         self._guarded(report, "checking the recent records", self._recheck, now)
         current = self.ledger.epochs.at(now, self.epoch_seconds)
         for epoch, node in self.ledger.epochs.unrecorded(current):
@@ -122,12 +125,18 @@ class Recorder:
 
     def _closed(self, epoch: int, submissions: list[SubmissionRow], now: float) -> bool:
         """Ended, and validated or past the grace time (a validator that falls behind
-        must not hold up payment forever; what it has not accepted is not paid)."""
+        must not hold up payment forever; what it has not accepted is not paid). The
+        grace runs from the epoch's end or from this recorder's first round, whichever
+        came later: a restarted orchestrator's validator gets it again for what waited
+        while the orchestrator was down. Before, such an epoch went on chain at the
+        restart, without the work the validator accepted moments later: acknowledged,
+        accepted, and never paid."""
         end = self.epoch_end(epoch)
         if now < end:
             return False
         validating = any(s.status is SubmissionStatus.RECEIVED for s in submissions)
-        return not validating or now >= end + self.validation_grace
+        started = now if self._started is None else self._started
+        return not validating or now >= max(end, started) + self.validation_grace
 
     def _guarded(
         self, report: RecorderReport, what: str, action: Callable[..., None], *args: object

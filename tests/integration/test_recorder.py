@@ -338,6 +338,7 @@ def test_a_slash_vote_the_chain_dropped_is_cast_again(
     recorder = _quick_timeouts(ledger, deployment, w3, accounts)
     submit(0, "accepted", 5)
     bad = submit(0, "received")  # still being validated when the epoch is recorded
+    assert recorder.run_once(after(ledger, 0)).sent == []  # within the grace
     closed = after(ledger, 0, GRACE + 1)
     assert [r.units for r in recorder.run_once(closed).sent] == [5]
     ledger.submissions.set_outcome(bad.digest, "rejected", 0, "a reason", True, True, 0.0)
@@ -396,6 +397,22 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
     # Epoch 1, fully validated, goes as soon as it has ended.
     report = recorder.run_once(after(ledger, 1))
     assert [(row.epoch, row.units) for row in report.sent] == [(1, 4)]
+
+
+def test_a_restarted_recorder_gives_the_validator_its_grace_again(
+    recorder, ledger, contracts, node, submit
+):
+    # The orchestrator was down past epoch 0's grace; its validator starts again with the
+    # recorder and has not got to what arrived before the crash.
+    submit(0, "accepted", 6)
+    waiting = submit(0, "received")
+    restarted = after(ledger, 0, 3 * GRACE)
+    assert recorder.run_once(restarted).sent == []
+    assert recorder.run_once(restarted + GRACE - 1).sent == []
+    ledger.submissions.set_outcome(waiting.digest, "accepted", 2, "", False, True, 0.0)
+    report = recorder.run_once(restarted + GRACE - 0.5)  # validated: no need to wait
+    assert [(row.epoch, row.units) for row in report.sent] == [(0, 8)]
+    assert contracts.work_of(0, node.address).units == 8
 
 
 def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
