@@ -260,7 +260,7 @@ def main(config: ValidatorConfig, stop: StopSignal) -> None:
 
     quiet_transformers()
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
-    ledger = Ledger(ledger_path(config.data_dir))
+    ledger = Ledger(ledger_path(config.data_dir), create=False)
     validator = Validator(config, ledger, tasks)
     try:
         while not stop.is_set():
