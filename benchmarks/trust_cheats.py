@@ -139,7 +139,7 @@ class Orchestrator:
         prefill: bool = True,
     ) -> None:
         self.settings = OrchestratorSettings(data_dir=root / "data", **settings)
-        self.ahead = 0.0  # seconds the work server's clock runs ahead of the real one
+        self.now: float | None = None  # the work server's clock, stopped; None: the real one
         self.run_dir = run_dir
         self.tasks = {t.problem_id: t for t in tasks}
         self.ledger = Ledger(root / "data" / "ledger.sqlite3")
@@ -160,7 +160,7 @@ class Orchestrator:
             published_step=lambda: ckpt.latest_step(run_dir),
             backlog=lambda: 0,
             weights_addrs=lambda: [],
-            clock=lambda: time.time() + self.ahead,
+            clock=lambda: time.time() if self.now is None else self.now,
         )
         self.server = DirectServer()
         self.work_server.serve(self.server, root / "spool")
@@ -217,11 +217,11 @@ class Orchestrator:
                 if response.order is None:
                     return Outcome(Stage.HELD_BACK, response.reason, orders=taken)
                 self.ledger.orders.expire(response.order.deadline + 1)
-                self.ahead = response.order.deadline + 1 - time.time()
+                self.now = response.order.deadline + 1
             limit = self.settings.abandon_limit
             return Outcome(Stage.EXPIRED, "it is never refused work", orders=limit + 1)
         finally:
-            self.ahead = 0.0
+            self.now = None
 
     def submission(
         self, cheat: Cheat, backend: Backend, session: Session, out: Path

@@ -109,7 +109,7 @@ class Orchestrator:
         self.chain = FixedChain()
         self.published: int | None = PUBLISHED
         self.backlog = 0
-        self.ahead = 0.0  # seconds the work server's clock runs ahead of the real one
+        self.now: float | None = None  # the work server's clock, stopped; None: the real one
         context = RunContext(
             run=RUN, swarm_domain=SWARM, pool_domain=POOL_DOMAIN, signer=ORCHESTRATOR
         )
@@ -122,7 +122,7 @@ class Orchestrator:
             published_step=lambda: self.published,
             backlog=lambda: self.backlog,
             weights_addrs=lambda: ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"],
-            clock=lambda: time.time() + self.ahead,
+            clock=lambda: time.time() if self.now is None else self.now,
         )
         self.host = DirectServer()
         self.work_server.serve(self.host, root / "spool")
@@ -140,8 +140,8 @@ class Orchestrator:
         return Session(host, "12D3KooWOrigin", identity)
 
     def at(self, when: float) -> None:
-        """Sets the work server's clock to the unix time `when`."""
-        self.ahead = when - time.time()
+        """Stops the work server's clock at the unix time `when`."""
+        self.now = when
 
     def active(self, account=NODE) -> Session:
         session = self.session(account)
