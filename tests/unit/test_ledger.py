@@ -16,7 +16,7 @@ import pytest
 from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger import Ledger
-from orchestrator.service.ledger.orders import OrderRow
+from orchestrator.service.ledger.orders import Abandoned, OrderRow
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.ledger.transitions import TRANSITIONS
 from swarmrl.chain.anvil import dev_accounts
@@ -299,6 +299,31 @@ def test_expired_orders_cost_their_node_standing(ledger):
     assert ledger.nodes.get(NODE).abandoned == 2
     with pytest.raises(ValueError, match="no work order"):
         ledger.orders.set_state("00" * 32, "answered")
+
+
+def test_abandoned_orders_count_since_the_newest_answered_one_and_survive_a_reopen(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        assert ledger.orders.abandoned(NODE) == Abandoned(0, 0)
+        ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+        for n, deadline in enumerate((100, 200, 300)):
+            add_order(ledger, n, deadline=deadline, counter=n)
+        ledger.orders.set_state(f"{1:064x}", "answered")
+        ledger.orders.expire(1_000.0)
+        # Order 0 was left before the answered one: only order 2 counts.
+        assert ledger.orders.abandoned(NODE) == Abandoned(1, 300)
+        add_order(ledger, 3, deadline=400, counter=3)
+        ledger.orders.expire(1_000.0)
+        add_order(ledger, 4, node=OTHER, deadline=500, counter=0)  # another node's
+        ledger.orders.expire(1_000.0)
+        add_order(ledger, 5, deadline=600, counter=4)  # taking order 3's tasks over
+        ledger.orders.add(f"{6:064x}", order(node=OTHER, counter=1), 1.0, takes_over=f"{3:064x}")
+        assert ledger.orders.abandoned(NODE) == Abandoned(2, 400)  # order 5 is still open
+    with Ledger(path) as ledger:
+        assert ledger.orders.abandoned(NODE_CHECKSUM) == Abandoned(2, 400)
+        assert ledger.orders.abandoned(OTHER) == Abandoned(1, 500)
+        ledger.orders.set_state(f"{5:064x}", "answered")
+        assert ledger.orders.abandoned(NODE) == Abandoned(0, 0)
 
 
 def test_counters_are_per_node_and_survive_a_restart(tmp_path):

@@ -124,7 +124,14 @@ def test_checks_without_a_prefill_catch_every_submission_the_others_a_sampled_sh
     for name in set(CHEATS) - {"honest"} - MEASURED:
         row = rows[name]
         if name in WITHOUT_PREFILL:
-            assert (name, row.unprefilled[0].caught, row.rate, row.delay) == (name, True, 1, 1)
+            # A submission each, or the orders an idle node leaves before it is refused.
+            orders = OrchestratorSettings().abandon_limit if name == "idle" else 1
+            assert (name, row.unprefilled[0].caught, row.rate, row.delay) == (
+                name,
+                True,
+                1,
+                orders,
+            )
         else:
             assert (name, row.unprefilled[0].caught) == (name, False)
             assert row.rate == pytest.approx(rate)
@@ -140,11 +147,12 @@ def test_where_each_cheat_is_caught(rows):
         "dropped-task",
         "cherry-picked-task",
     }
-    assert {n for n, s in stages.items() if s == Stage.EXPIRED} == {"idle"}
+    assert {n for n, s in stages.items() if s == Stage.HELD_BACK} == {"idle"}
     assert stages["false-rewards"] == stages["colder-sampling"] == Stage.VALIDATOR
     assert "not the sender" in rows["replayed"].prefilled[0].reason
     assert "does not answer its order" in rows["copied"].prefilled[0].reason
     assert "its task reward is 1, recomputed 0" in rows["false-rewards"].prefilled[0].reason
+    assert "left its last 3 work orders unanswered" in rows["idle"].prefilled[0].reason
 
 
 def test_sampling_colder_than_asked_is_rejected_and_never_evidence(rows):
