@@ -66,7 +66,7 @@ WITHOUT_PREFILL = {
     "idle",
 }
 # Rounded weights near what honest bf16 does: whether a check catches them is what the
-# benchmark measures on the default model (int8 there and here, int4 and fp8 there, pass).
+# benchmark measures on the default model; here only that rounding is never evidence.
 MEASURED = {"int8-weights", "int4-weights", "fp8-weights"}
 
 
@@ -161,9 +161,10 @@ def test_sampling_colder_than_asked_is_rejected_and_never_evidence(rows):
     assert "sampled colder than claimed" in outcome.reason
 
 
-def test_int8_weights_are_within_what_honest_bf16_does(rows):
-    # No check can tell int8 rounding from bf16's, and none should slash it.
-    assert rows["int8-weights"].prefilled[0].stage == Stage.ACCEPTED
+def test_int8_weights_are_never_slashed(rows):
+    # On this small model int8 rounding lands between TOPLOC's rejection threshold and
+    # its bounds (on the default model, within honest bf16): rounding is never evidence.
+    assert not rows["int8-weights"].prefilled[0].evidence
 
 
 def test_the_table_has_a_line_per_behaviour(rows):
