@@ -96,17 +96,6 @@ class Verdict:
     distances: Mapping[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class OlderStep:
-    """The older policy step a submission's staleness is judged against, and ``load``,
-    which gives its backend. ``load`` is called at most once per submission, after
-    every prefill with the claimed step's backend is done, so it may hand back that
-    same backend with the older step's weights loaded in place."""
-
-    step: int
-    load: Callable[[], Backend]
-
-
 def _evidence(reason: str, chunks: int = 0, passed: int = 0) -> Verdict:
     return Verdict(False, reason, chunks, passed, slashable=True)
 
@@ -311,6 +300,17 @@ def _group_error(
                 f"sampling repeats with probability {chance:.2g}",
             )
     return None
+
+
+@dataclass(frozen=True)
+class OlderStep:
+    """The older policy step a submission's staleness is judged against, and ``load``,
+    which gives its backend. ``load`` is called at most once per submission, after
+    every prefill with the claimed step's backend is done, so it may hand back that
+    same backend with the older step's weights loaded in place."""
+
+    step: int
+    load: Callable[[], Backend]
 
 
 def _stale_verdicts(
