@@ -173,6 +173,7 @@ class Orchestrator:
             trust_after=s.trust_after if prefill else 0,
             code_check_rate=s.code_check_rate,
             device="cpu",
+            async_level=s.async_level,
         )
         self.validator = Validator(config, self.ledger, self.tasks)
 

@@ -218,8 +218,10 @@ def table(rows: list[Row]) -> str:
         margin = ""
         if tolerance.evidence is not None and honest > 0:
             margin = f"{tolerance.evidence / honest:.1f}x"
+        # A check these variations never ran (staleness needs an older step) shows so.
+        worst = f"{honest:.3g}" if seen else "not run"
         lines.append(
-            f"| {tolerance.check} ({tolerance.unit}) | {honest:.3g} | {tolerance.reject:g} | "
+            f"| {tolerance.check} ({tolerance.unit}) | {worst} | {tolerance.reject:g} | "
             f"{evidence} | {margin} |"
         )
     return "\n".join(lines)

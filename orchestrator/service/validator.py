@@ -11,6 +11,12 @@ submission's digest so a restarted validator chooses the same. A submission with
 rejected records resets the node's trust; only evidence
 (:mod:`swarmrl.rollouts.tolerances`) bans it.
 
+A prefilled submission is prefilled once more with the newest step its node could
+not have claimed (``async_level`` + 1 behind its own; none in a run's first steps),
+so that a node generating with a policy too old to claim, claiming the current one,
+is rejected (the ``staleness`` tolerance). It costs a second weight load and prefill
+per prefilled submission: the validator holds one policy in memory at a time.
+
 Accepted records go to the trainer's spool with the validator's rewards, never
 the node's; the outcome (units, reason, evidence) goes to the ledger, where the
 recorder commits it on chain and slashes on evidence.
@@ -36,7 +42,7 @@ from orchestrator.trainer.feed import Spool
 from swarmrl.models.backend import Precision
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import Rollout
-from swarmrl.rollouts.verify import Verdict, verify_rollouts
+from swarmrl.rollouts.verify import OlderStep, Verdict, verify_rollouts
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
 from swarmrl.work.assign import WorkOrder
@@ -56,6 +62,7 @@ class ValidatorConfig:
     trust_after: int
     code_check_rate: float
     device: str | None
+    async_level: int  # how many steps behind the newest a node may generate
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -96,6 +103,15 @@ class Validator:
             self._backend.load_weights(model_dir)
         self._step, self._precision = step, precision
         return self._backend
+
+    def older_step(self, step: int, precision: Precision) -> OlderStep | None:
+        """The step a submission claiming ``step`` is checked for staleness against: the
+        newest one a node could not have claimed while ``step`` was the newest, when its
+        weights are on disk."""
+        older = step - self.config.async_level - 1
+        if older < 0 or not ckpt.step_dir(self.config.run_dir, older).is_dir():
+            return None
+        return OlderStep(older, lambda: self.backend_at(older, precision))
 
     def run_once(self) -> int:
         """Validate what is waiting; returns how many submissions were judged."""
@@ -142,6 +158,7 @@ class Validator:
             self.tasks,
             asked,
             _scorer(records, backend.tokenizer, check_code),
+            older=self.older_step(row.step, asked.precision) if prefill else None,
             prefill=prefill,
         )
         seconds = cpu_seconds_with_checker() - began

@@ -101,7 +101,71 @@ NUCLEUS = Tolerance("nucleus", "share of the tail past top_p", reject=0.6, evide
 # as a sum over a whole submission has no single token to show for it.
 TEMPERATURE = Tolerance("temperature", "z over a submission's tokens", reject=6.0, evidence=None)
 
-TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE)
+# A stale step claimed as current: the validator prefills a submission also with the
+# newest step its node could not have claimed (``async_level`` + 1 behind the claimed
+# one) and fits the claimed log-probabilities' gaps from the claimed step's to that
+# older step's gaps (:class:`StaleFit`): slope 0 for an honest node, 1 for one that
+# generated with the older step, one half where the claims lie as near the one step's
+# as the other's. Its z is how many standard errors the slope lies past one half, not
+# past 0: the validator's own rounding is in both of its prefills, so an honest slope
+# lies above 0 by as much as that rounding moves log-probabilities against what the
+# steps between move them, tending to one half (never past it) as the policy stops
+# moving. Measured on the default model after 9 training steps, default orders of 880
+# to 1,390 tokens (benchmarks/BENCHMARKS.md): honest, slope 0.000 in fp32 and -0.055
+# to 0.053 sampled in bf16 (validated in bf16 or fp32), z -69 or below (counted from 0
+# instead, up to 14.7); generated with the older step, slope 0.97 to 1.04, z 69 and up;
+# 9 steps behind, slope 2.2 to 2.3, z 26 to 35. On the tiny test model sampled in fp32
+# and validated in bf16 an honest slope reached 0.31 (z -6, from 0: 9.9). Rejection
+# only: cross-hardware noise is not measured, and a sum over a submission has no single
+# token to show for it.
+STALENESS = Tolerance(
+    "staleness", "z of the slope toward an older step, past 1/2", reject=6.0, evidence=None
+)
+
+TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE, STALENESS)
+
+
+@dataclass(frozen=True)
+class StaleFit:
+    """How far a submission's claimed log-probabilities ``c`` lean from the claimed step's
+    ``p`` toward an older step's ``o``: the least-squares ``slope`` of c - p on o - p
+    through the origin, its standard error ``se`` from the residuals (infinite when the
+    fit has nothing to go on), over ``tokens`` tokens."""
+
+    slope: float
+    se: float
+    tokens: int
+
+    @property
+    def z(self) -> float:
+        """The ``staleness`` distance: how many standard errors the slope lies past one
+        half, toward the older step (0 when there is nothing to go on)."""
+        lean = self.slope - 0.5
+        if math.isinf(self.se) or lean == 0:
+            return 0.0
+        return lean / self.se if self.se > 0 else math.copysign(math.inf, lean)
+
+
+def staleness_fit(
+    claimed: Sequence[float], current: Sequence[float], older: Sequence[float]
+) -> StaleFit:
+    """The fit of ``claimed - current`` on ``older - current``, token by token (see
+    :class:`StaleFit`); tokens where any of the three is not finite are left out, and
+    sums too large for a float (claims no other check passes) leave nothing to go on."""
+    pairs = [
+        (o - p, c - p)
+        for c, p, o in zip(claimed, current, older, strict=True)
+        if math.isfinite(c) and math.isfinite(p) and math.isfinite(o)
+    ]
+    nothing = StaleFit(0.0, math.inf, len(pairs))
+    sxx = sum(x * x for x, _ in pairs)
+    if len(pairs) < 2 or sxx == 0:
+        return nothing
+    slope = sum(x * y for x, y in pairs) / sxx
+    residual = sum((y - slope * x) * (y - slope * x) for x, y in pairs) / (len(pairs) - 1)
+    if not (math.isfinite(slope) and math.isfinite(residual)):
+        return nothing
+    return StaleFit(slope, math.sqrt(residual / sxx), len(pairs))
 
 
 def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:

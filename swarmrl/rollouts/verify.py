@@ -20,6 +20,12 @@ trainer):
   :mod:`swarmrl.rollouts.tolerances`, which also say which distance is evidence;
 - the rewards are recomputed with the validator's verifiers and its task.
 
+Per submission, when the caller names an older policy step (``older``: the newest one
+its node could not have claimed): the prefilled records still accepted are prefilled
+again with that step, and their claimed log-probabilities must not lean toward its
+(the ``staleness`` tolerance), so a node cannot generate with a policy too old to
+claim and claim the current one.
+
 Per group (the records of one task): exactly the samples asked for, one prompt,
 and no completion repeated unless its recomputed probability makes the repeat
 plausible: a node cannot pass one lucky completion off as several samples.
@@ -46,10 +52,12 @@ from swarmrl.rollouts.tolerances import (
     ARGMAX,
     LOGPROBS,
     NUCLEUS,
+    STALENESS,
     TEMPERATURE,
     TOPLOC,
     Outcome,
     Tolerance,
+    staleness_fit,
     temperature_distance,
     toploc_distance,
 )
@@ -294,6 +302,64 @@ def _group_error(
     return None
 
 
+@dataclass(frozen=True)
+class OlderStep:
+    """The older policy step a submission's staleness is judged against, and ``load``,
+    which gives its backend. ``load`` is called at most once per submission, after
+    every prefill with the claimed step's backend is done, so it may hand back that
+    same backend with the older step's weights loaded in place."""
+
+    step: int
+    load: Callable[[], Backend]
+
+
+def _stale_verdicts(
+    older: OlderStep,
+    rollouts: Sequence[Rollout],
+    verdicts: list[Verdict | None],
+    prefilled: Mapping[int, Prefill],
+) -> None:
+    """Judges the staleness of the prefilled records still accepted, together: each gets
+    the submission's ``staleness`` distance, and past the tolerance is rejected (never
+    evidence). Nothing is loaded when no record is left to judge."""
+    judged = [i for i, p in prefilled.items() if (v := verdicts[i]) is not None and v.accepted]
+    if not judged:
+        return
+    backend = older.load()
+    groups: dict[tuple[tuple[int, ...], float, float], list[int]] = {}
+    for i in judged:
+        r = rollouts[i]
+        groups.setdefault((tuple(r.prompt_ids), r.temperature, r.top_p), []).append(i)
+    claimed: list[float] = []
+    current: list[float] = []
+    then: list[float] = []
+    for members in groups.values():
+        again = _prefill_group(backend, [rollouts[i] for i in members])
+        for i, result in zip(members, again, strict=True):
+            if isinstance(result, Prefill):
+                claimed += rollouts[i].logprobs
+                current += prefilled[i].logprobs
+                then += result.logprobs
+    fit = staleness_fit(claimed, current, then)
+    stale = STALENESS.judge(fit.z) is not Outcome.PASS
+    for i in judged:
+        verdict = verdicts[i]
+        assert verdict is not None  # judged holds only records with a verdict
+        verdict = replace(verdict, distances={**verdict.distances, STALENESS.check: fit.z})
+        if stale:
+            verdict = replace(
+                verdict,
+                accepted=False,
+                reason=(
+                    f"its submission's log-probabilities lie {fit.slope:.2f} of the way from "
+                    f"step {rollouts[i].policy_step}'s to step {older.step}'s, {fit.z:.3g} "
+                    "standard errors past half-way, so it was generated with an older policy "
+                    "than it claims"
+                ),
+            )
+        verdicts[i] = verdict
+
+
 def verify_rollouts(
     backend: Backend,
     rollouts: Sequence[Rollout],
@@ -302,6 +368,7 @@ def verify_rollouts(
     score: Callable[[Task, str], float],
     *,
     prefill: bool = True,
+    older: OlderStep | None = None,
 ) -> list[Verdict]:
     """One verdict per record, in order: each record's own checks, then its group's.
 
@@ -328,13 +395,18 @@ def verify_rollouts(
             group = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
             to_prefill.setdefault(group, []).append(i)
     sampled: dict[int, Prefill] = {}  # the prefilled records drawn at random
+    prefilled: dict[int, Prefill] = {}
     for members in to_prefill.values():
         prefills = _prefill_group(backend, [rollouts[i] for i in members])
         for i, result in zip(members, prefills, strict=True):
             task = tasks[rollouts[i].problem_id]
             verdicts[i] = _prefilled_verdict(backend, rollouts[i], task, score, result)
+            if isinstance(result, Prefill):
+                prefilled[i] = result
             if isinstance(result, Prefill) and rollouts[i].temperature > 0:
                 sampled[i] = result
+    if older is not None:
+        _stale_verdicts(older, rollouts, verdicts, prefilled)
     judged = [v for v in verdicts if v is not None]
     assert len(judged) == len(rollouts)  # every branch above gives a verdict
     return _group_verdicts(rollouts, _temperature_verdicts(rollouts, judged, sampled), asked)

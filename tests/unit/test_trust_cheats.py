@@ -1,9 +1,10 @@
 """The trust suite's cheat table in its short form: every behaviour of the demo's cheater
 (client/node/cheater.py) once, against the orchestrator's own intake, validator and
-ledger, on a tiny random policy whose older step is another random model. Each is
+ledger, on a tiny random policy whose newest step is its older one after a small step
+(every weight moved about 1e-4), too small for TOPLOC to tell them apart. Each is
 refused or rejected, the slashable ones as evidence, with and without a prefill as
-the checks that catch them need; honest work passes every check, the one for
-sampling colder than claimed included."""
+the checks that catch them need; honest work passes every check, the ones for
+sampling colder than claimed and for a stale step included."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from swarmrl.chain.deploy import ProtocolParams
 from swarmrl.chain.tokens import format_tokens
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.tasks import Task
+from tests.model_fixtures import nudged_model
 
 TASKS = [
     Task(
@@ -77,10 +79,10 @@ def rows(tmp_path_factory, model_dirs):
         for name in list(os.environ):  # no SWARMRL_* of this machine reaches the settings
             if name.upper().startswith("SWARMRL_"):
                 env.delenv(name)
-        # The current policy, and the step a stale node kept: the first it may not use.
+        # The step a stale node kept, the first it may not use, and the current policy.
         newest = OrchestratorSettings().async_level + 1
         shutil.copytree(model_dirs[1], ckpt.step_dir(root / "steps", 0))
-        shutil.copytree(model_dirs[0], ckpt.step_dir(root / "steps", newest))
+        nudged_model(model_dirs[1], ckpt.step_dir(root / "steps", newest))
         found = trust_cheats.run(
             root / "steps", TASKS, workdir=root / "work", submissions=1, settings=SETTINGS
         )
@@ -115,7 +117,7 @@ def test_the_slashable_cheats_are_evidence_and_cost_the_slash_penalty(rows):
         outcome = rows[name].prefilled[0]
         assert (name, outcome.evidence) == (name, True), outcome
         assert rows[name].stake_lost() == penalty
-    for name in set(CHEATS) - EVIDENCE - MEASURED - {"stale-step"}:
+    for name in set(CHEATS) - EVIDENCE - MEASURED:
         assert (name, rows[name].evidence) == (name, 0)
 
 
@@ -159,6 +161,13 @@ def test_sampling_colder_than_asked_is_rejected_and_never_evidence(rows):
     outcome = rows["colder-sampling"].prefilled[0]
     assert (outcome.stage, outcome.evidence) == (Stage.VALIDATOR, False)
     assert "sampled colder than claimed" in outcome.reason
+
+
+def test_a_stale_step_claimed_as_current_is_rejected_and_never_evidence(rows):
+    outcome = rows["stale-step"].prefilled[0]
+    assert (outcome.stage, outcome.evidence) == (Stage.VALIDATOR, False)
+    assert "of the way from step 3's to step 0's" in outcome.reason
+    assert outcome.reason.endswith("so it was generated with an older policy than it claims")
 
 
 def test_int8_weights_are_never_slashed(rows):

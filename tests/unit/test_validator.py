@@ -72,6 +72,7 @@ def validator(tmp_path, model_dirs):
         trust_after=1,
         code_check_rate=1.0,
         device="cpu",
+        async_level=2,
     )
     yield Validator(config, ledger, TASKS)
     ledger.close()
