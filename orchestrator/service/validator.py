@@ -9,7 +9,9 @@ policy of the submission's step) runs on every submission of a node that has
 not yet earned trust, then on ``validation_rate`` of them, chosen by the
 submission's digest so a restarted validator chooses the same. A submission with
 rejected records resets the node's trust; only evidence
-(:mod:`swarmrl.rollouts.tolerances`) bans it.
+(:mod:`swarmrl.rollouts.tolerances`) bans it. A prefilled submission's sampled tokens
+are judged together with the node's earlier prefilled ones (its colder-sampling sums,
+kept in the ledger and added to in the transaction that records the verdict).
 
 Accepted records go to the trainer's spool with the validator's rewards, never
 the node's; the outcome (units, reason, evidence) goes to the ledger, where the
@@ -36,7 +38,8 @@ from orchestrator.trainer.feed import Spool
 from swarmrl.models.backend import Precision
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import Rollout
-from swarmrl.rollouts.verify import Verdict, verify_rollouts
+from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
+from swarmrl.rollouts.verify import Verdict, verify_submission
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
 from swarmrl.work.assign import WorkOrder
@@ -136,19 +139,21 @@ class Validator:
             if prefill or self._backend is None
             else self._backend
         )
-        verdicts = verify_rollouts(
+        judged = verify_submission(
             backend,
             records,
             self.tasks,
             asked,
             _scorer(records, backend.tokenizer, check_code),
             prefill=prefill,
+            prior=node.temperature,
         )
+        verdicts, sums = judged.verdicts, judged.temperature
         seconds = cpu_seconds_with_checker() - began
         self._note_cost(row, len(records), seconds, prefill, trusted)
         evidence = [v for v in verdicts if v.slashable]
         if evidence:
-            self._finish(row, [], evidence[0].reason, True, prefill, seconds)
+            self._finish(row, [], evidence[0].reason, True, prefill, seconds, sums)
             return
         accepted = [
             _with_rewards(r, v) for r, v in zip(records, verdicts, strict=True) if v.accepted
@@ -161,7 +166,8 @@ class Validator:
             self.ledger.nodes.reset_trust(row.node)
         if accepted:
             self._spool(row, issued.order, accepted)
-        self._finish(row, accepted, reason, False, prefill, seconds)
+        # A rejected submission's sums count too (TemperatureSums says why).
+        self._finish(row, accepted, reason, False, prefill, seconds, sums)
 
     def _note_cost(
         self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool, trusted: bool
@@ -196,10 +202,18 @@ class Validator:
         slashable: bool,
         prefilled: bool,
         seconds: float = 0.0,
+        temperature: TemperatureSums = NO_SUMS,
     ) -> None:
         status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
         self.ledger.submissions.set_outcome(
-            row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
+            row.digest,
+            status,
+            len(accepted),
+            reason[:300],
+            slashable,
+            prefilled,
+            time.time(),
+            temperature,
         )
         if prefilled and accepted and not reason:
             self.ledger.nodes.add_trust(row.node)
