@@ -393,15 +393,14 @@ def _temperature_verdicts(
 
 def _colder(sums: TemperatureSums, rollout: Rollout) -> str:
     """Why a record drawn at random is rejected as sampled colder than claimed."""
-    tokens = (
-        "its submission's tokens"
-        if sums.submissions <= 1
-        else f"its node's tokens over {sums.submissions} prefilled submissions (the latest "
-        "weighing most)"
-    )
+    whose, over = "its submission's", ""
+    if sums.submissions > 1:
+        whose = "its node's"
+        over = f", over its {sums.submissions} prefilled submissions (the latest weighing most)"
     return (
-        f"{tokens} are {sums.z:.3g} standard deviations likelier than sampling at "
-        f"temperature {rollout.temperature:g} draws, so they were sampled colder than claimed"
+        f"{whose} tokens are {sums.z:.3g} standard deviations likelier than sampling at "
+        f"temperature {rollout.temperature:g} draws{over}, so they were sampled colder than "
+        "claimed"
     )
 
 

@@ -315,10 +315,13 @@ def test_sampling_colder_is_rejected_once_a_nodes_submissions_add_up(backend):
     for z, verdicts in judged[2:]:
         assert all(not v.accepted and not v.slashable for v in verdicts)
         assert verdicts[0].distances[TEMPERATURE.check] > TEMPERATURE.reject > z
-    assert "its node's tokens over 3 prefilled submissions (the latest weighing most) are " in (
-        judged[2][1][0].reason
+    reason = judged[2][1][0].reason
+    z = judged[2][1][0].distances[TEMPERATURE.check]
+    assert reason == (
+        f"its node's tokens are {z:.3g} standard deviations likelier than sampling at "
+        "temperature 1 draws, over its 3 prefilled submissions (the latest weighing most), "
+        "so they were sampled colder than claimed"
     )
-    assert judged[2][1][0].reason.endswith("so they were sampled colder than claimed")
 
 
 def test_an_honest_nodes_sums_stay_near_zero_over_its_submissions(backend):

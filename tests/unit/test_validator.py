@@ -236,8 +236,8 @@ def test_colder_sampling_adds_up_over_a_nodes_submissions_each_counted_once(
         row = validator.ledger.submissions.get(digest)
         # Each as cold as the first; with the ones before it, past the threshold.
         assert (row.status, row.slashable) == ("rejected", False)
-        assert f"its node's tokens over {n} prefilled submissions" in row.reason
-        assert "so they were sampled colder than claimed" in row.reason
+        assert f"draws, over its {n} prefilled submissions (the latest weighing most)" in row.reason
+        assert row.reason.endswith("so they were sampled colder than claimed")
     node = validator.ledger.nodes.get(NODE.address)
     assert (node.state != "banned", node.trusted) == (True, 0)  # rejected, never evidence
     # The sums ran on past the first rejection, each submission counted once.
