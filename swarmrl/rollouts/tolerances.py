@@ -143,9 +143,9 @@ class TemperatureSums:
     martingale sums over its own standard deviation), but bf16 sampling shifts an honest
     node's tokens a little, b standard deviations per submission; plain sums would grow
     that shift as the square root of a run's length until every long-lived node crossed
-    the threshold, weighted ones keep it below b * sqrt((1 + d) / (1 - d)) (2.6 b at
+    the threshold, weighted ones keep it below b * sqrt((1 + d) / (1 - d)) (2.65 b at
     d = 0.75). A node that keeps sampling colder gets the same factor on its own z per
-    submission: 1.4 times after two submissions, 2.6 times in the long run, so half the
+    submission: 1.4 times after two submissions, 2.65 in the long run, so half the
     asked temperature (z 3.6 to 6.4 per default order) is past 6 within two or three.
     A node's first submission has exactly its own z.
 
