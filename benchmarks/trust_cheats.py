@@ -10,15 +10,23 @@ it in through intake; what intake receives the :class:`Validator` judges. Every
 node, like a volunteer, joined when the oldest policy step was the newest and has
 had each newer one since (a stale node kept the first).
 
-Each submission is handed in twice, to two runs: one whose validator prefills it
-(a new node's submissions always are), one whose validator does not (a trusted
-node's, unless its digest is among the ``validation_rate`` sampled). A node that was
-honest for ``trust_after`` submissions first is caught per submission with
-probability ``rate = r * P(caught | prefilled) + (1 - r) * P(caught | not prefilled)``
-at the orchestrator's default validation rate r (checks that need no prefill, intake
-and the recomputed rewards, catch it either way), after 1 / rate submissions on
-average. Evidence costs the node's provider the pool's slash penalty; any other
-rejection costs only the rejected work's reward.
+Each behaviour runs twice: in a run whose validator prefills every submission (as
+it does a new node's), and in one whose validator prefills none (a trusted node's,
+unless its digest is among the ``validation_rate`` sampled). In each, a node hands
+in one submission after another, judged by the run's one validator and ledger, until
+one is caught (refused, rejected or left to expire); then a fresh node takes over (a
+banned node could go no further). A check that judges each submission on its own
+catches it with the same chance wherever it falls, so the share caught is that
+chance; the colder-sampling check judges a node's prefilled submissions together
+(:class:`swarmrl.rollouts.tolerances.TemperatureSums`), so where it needs k of them
+the share caught is about 1 / k. A node that was honest for ``trust_after``
+submissions first is then caught per submission with probability
+``rate = r * P(caught | prefilled) + (1 - r) * P(caught | not prefilled)`` at the
+orchestrator's default validation rate r (checks that need no prefill, intake and
+the recomputed rewards, catch it either way), after 1 / rate submissions on average:
+k / r for the colder sampler, whose unprefilled submissions add nothing to its sums.
+Evidence costs the node's provider the pool's slash penalty; any other rejection
+costs only the rejected work's reward.
 
 The benchmark runs on the default model after a few real training steps (honest
 nodes' submissions, validated and trained on by the trainer), so the stale node
@@ -126,8 +134,8 @@ class Outcome:
 class Orchestrator:
     """The orchestrator's side of a run: its ledger, intake (the work server, reached
     through a :class:`DirectServer`) and validator, over the policy steps in
-    ``run_dir``. ``prefill`` False: its validator takes every node as trusted and
-    samples none (validation rate 0)."""
+    ``run_dir``. Its validator prefills every submission (validation rate 1), or with
+    ``prefill`` False takes every node as trusted and prefills none (rate 0)."""
 
     def __init__(
         self,
@@ -169,7 +177,7 @@ class Orchestrator:
             data_dir=root / "data",
             run_dir=run_dir,
             tasks_file=Path(s.tasks),  # read only by the validator's process body
-            validation_rate=s.validation_rate if prefill else 0.0,
+            validation_rate=1.0 if prefill else 0.0,
             trust_after=s.trust_after if prefill else 0,
             code_check_rate=s.code_check_rate,
             device="cpu",
@@ -323,15 +331,16 @@ class CheatRow:
         return statistics.fmean(o.orders for o in outcomes) / self.rate
 
     def caught_by(self) -> str:
-        """The commonest way a prefilled submission was dealt with, with one reason."""
-        if not self.prefilled:
+        """The commonest way a prefilled submission was caught, with one reason ("not
+        caught" when none was): a check that needs several of a node's submissions
+        passes the first ones, and how it catches the last is what matters."""
+        caught = [o for o in self.prefilled if o.caught] or self.prefilled
+        if not caught:
             return ""
-        kinds = Counter((o.stage, o.evidence) for o in self.prefilled)
+        kinds = Counter((o.stage, o.evidence) for o in caught)
         kind, _ = kinds.most_common(1)[0]
         stage, evidence = kind
-        reason = next(
-            o.reason for o in self.prefilled if (o.stage, o.evidence) == (stage, evidence)
-        )
+        reason = next(o.reason for o in caught if (o.stage, o.evidence) == (stage, evidence))
         label = f"{stage}, evidence" if evidence else stage
         return f"{label}: {reason[:90]}" if reason else label
 
@@ -352,7 +361,8 @@ def measure(
     submissions: int,
     settings: Mapping[str, Any],
 ) -> CheatRow:
-    """One behaviour, ``submissions`` times in a run that prefills and in one that does not."""
+    """One behaviour, ``submissions`` times in a run that prefills and in one that does
+    not: each node goes on until it is caught, then a fresh one takes over."""
     began = time.perf_counter()
     kind = CHEATS[name]
     # The honest submissions the copying cheats copy, as other nodes handed them in.
@@ -379,6 +389,8 @@ def measure(
         for orchestrator, outcomes in zip(
             orchestrators, (row.prefilled, row.unprefilled), strict=True
         ):
+            nodes = itertools.count()
+            session: Session | None = None
             for i in range(submissions):
                 if victim_backend is not None:
                     # Another node's honest submission, handed in, for this one to copy.
@@ -388,9 +400,12 @@ def measure(
                     )
                     orchestrator.hand_in(victim, *signed)
                     victims.append(signed)
-                session = orchestrator.joined(node_account(i))
+                if session is None:
+                    session = orchestrator.joined(node_account(next(nodes)))
                 out = workdir / f"{next(files)}.parquet"
                 outcomes.append(orchestrator.answer(cheat, backend, session, out))
+                if outcomes[-1].caught:
+                    session = None
     finally:
         for orchestrator in orchestrators:
             orchestrator.close()

@@ -9,7 +9,9 @@ policy of the submission's step) runs on every submission of a node that has
 not yet earned trust, then on ``validation_rate`` of them, chosen by the
 submission's digest so a restarted validator chooses the same. A submission with
 rejected records resets the node's trust; only evidence
-(:mod:`swarmrl.rollouts.tolerances`) bans it.
+(:mod:`swarmrl.rollouts.tolerances`) bans it. A prefilled submission's sampled tokens
+are judged together with the node's earlier prefilled ones (its colder-sampling sums,
+kept in the ledger and added to in the transaction that records the verdict).
 
 A prefilled submission is prefilled once more with the newest step its node could
 not have claimed (``async_level`` + 1 behind its own; none in a run's first steps),
@@ -42,7 +44,8 @@ from orchestrator.trainer.feed import Spool
 from swarmrl.models.backend import Precision
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import Rollout
-from swarmrl.rollouts.verify import OlderStep, Verdict, verify_rollouts
+from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
+from swarmrl.rollouts.verify import OlderStep, Verdict, verify_submission
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
 from swarmrl.work.assign import WorkOrder
@@ -152,7 +155,7 @@ class Validator:
             if prefill or self._backend is None
             else self._backend
         )
-        verdicts = verify_rollouts(
+        judged = verify_submission(
             backend,
             records,
             self.tasks,
@@ -160,12 +163,14 @@ class Validator:
             _scorer(records, backend.tokenizer, check_code),
             older=self.older_step(row.step, asked.precision) if prefill else None,
             prefill=prefill,
+            prior=node.temperature,
         )
+        verdicts, sums = judged.verdicts, judged.temperature
         seconds = cpu_seconds_with_checker() - began
         self._note_cost(row, len(records), seconds, prefill, trusted)
         evidence = [v for v in verdicts if v.slashable]
         if evidence:
-            self._finish(row, [], evidence[0].reason, True, prefill, seconds)
+            self._finish(row, [], evidence[0].reason, True, prefill, seconds, sums)
             return
         accepted = [
             _with_rewards(r, v) for r, v in zip(records, verdicts, strict=True) if v.accepted
@@ -178,7 +183,8 @@ class Validator:
             self.ledger.nodes.reset_trust(row.node)
         if accepted:
             self._spool(row, issued.order, accepted)
-        self._finish(row, accepted, reason, False, prefill, seconds)
+        # A rejected submission's sums count too (TemperatureSums says why).
+        self._finish(row, accepted, reason, False, prefill, seconds, sums)
 
     def _note_cost(
         self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool, trusted: bool
@@ -213,10 +219,18 @@ class Validator:
         slashable: bool,
         prefilled: bool,
         seconds: float = 0.0,
+        temperature: TemperatureSums = NO_SUMS,
     ) -> None:
         status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
         self.ledger.submissions.set_outcome(
-            row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
+            row.digest,
+            status,
+            len(accepted),
+            reason[:300],
+            slashable,
+            prefilled,
+            time.time(),
+            temperature,
         )
         if prefilled and accepted and not reason:
             self.ledger.nodes.add_trust(row.node)

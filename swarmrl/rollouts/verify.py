@@ -30,10 +30,11 @@ Per group (the records of one task): exactly the samples asked for, one prompt,
 and no completion repeated unless its recomputed probability makes the repeat
 plausible: a node cannot pass one lucky completion off as several samples.
 
-Per submission (the records verified together): its sampled tokens are not likelier
-than the claimed sampling draws (the ``temperature`` tolerance), so a node cannot
-sample colder than asked and report the log-probabilities the claimed temperature
-gives them.
+Per submission (the records verified together): its sampled tokens, together with
+those of the node's earlier prefilled submissions (``prior``, kept by whoever judges
+the node's submissions; none for a file judged on its own), are not likelier than the
+claimed sampling draws (the ``temperature`` tolerance), so a node cannot sample colder
+than asked and report the log-probabilities the claimed temperature gives them.
 """
 
 from __future__ import annotations
@@ -51,14 +52,15 @@ from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.tolerances import (
     ARGMAX,
     LOGPROBS,
+    NO_SUMS,
     NUCLEUS,
     STALENESS,
     TEMPERATURE,
     TOPLOC,
     Outcome,
+    TemperatureSums,
     Tolerance,
     staleness_fit,
-    temperature_distance,
     toploc_distance,
 )
 from swarmrl.tasks import Task, length_penalty
@@ -83,7 +85,7 @@ class Verdict:
     worth a stake, where every other rejection costs the node only the reward.
     ``distances`` are what the prefill measured, per check of
     :mod:`swarmrl.rollouts.tolerances` that ran (how the trust benchmark sees honest
-    variation); the ``temperature`` check's is its submission's.
+    variation); the ``temperature`` check's is its node's, this submission included.
     """
 
     accepted: bool
@@ -94,6 +96,16 @@ class Verdict:
     sequence_logprob: float | None = None
     slashable: bool = False
     distances: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A submission's verdicts, one per record in order, and what it adds to its node's
+    colder-sampling sums (``temperature``: empty when no record drawn at random was
+    prefilled)."""
+
+    verdicts: list[Verdict]
+    temperature: TemperatureSums
 
 
 def _evidence(reason: str, chunks: int = 0, passed: int = 0) -> Verdict:
@@ -370,7 +382,26 @@ def verify_rollouts(
     prefill: bool = True,
     older: OlderStep | None = None,
 ) -> list[Verdict]:
-    """One verdict per record, in order: each record's own checks, then its group's.
+    """One verdict per record of a submission judged on its own (no earlier submission
+    of its node is known): :func:`verify_submission`'s verdicts."""
+    judged = verify_submission(backend, rollouts, tasks, asked, score, prefill=prefill, older=older)
+    return judged.verdicts
+
+
+def verify_submission(
+    backend: Backend,
+    rollouts: Sequence[Rollout],
+    tasks: Mapping[str, Task],
+    asked: Assignment,
+    score: Callable[[Task, str], float],
+    *,
+    prefill: bool = True,
+    older: OlderStep | None = None,
+    prior: TemperatureSums = NO_SUMS,
+) -> Judged:
+    """One verdict per record, in order: each record's own checks, then its group's;
+    and what the submission adds to its node's colder-sampling sums, ``prior`` (what
+    its node's earlier prefilled submissions left).
 
     A group that fails its checks has every record rejected with the group's reason
     (a record already rejected keeps its own).
@@ -409,31 +440,42 @@ def verify_rollouts(
         _stale_verdicts(older, rollouts, verdicts, prefilled)
     judged = [v for v in verdicts if v is not None]
     assert len(judged) == len(rollouts)  # every branch above gives a verdict
-    return _group_verdicts(rollouts, _temperature_verdicts(rollouts, judged, sampled), asked)
+    own = TemperatureSums.of([p.scores for p in sampled.values()])
+    checked = _temperature_verdicts(rollouts, judged, sampled, prior.then(own))
+    return Judged(_group_verdicts(rollouts, checked, asked), own)
 
 
 def _temperature_verdicts(
-    rollouts: Sequence[Rollout], verdicts: list[Verdict], sampled: Mapping[int, Prefill]
+    rollouts: Sequence[Rollout],
+    verdicts: list[Verdict],
+    sampled: Mapping[int, Prefill],
+    sums: TemperatureSums,
 ) -> list[Verdict]:
-    """The verdicts with the submission's temperature distance on each record drawn at
-    random; past the tolerance, those accepted so far are rejected (never evidence)."""
-    z = temperature_distance([p.scores for p in sampled.values()])
+    """The verdicts with the node's temperature distance (``sums``: this submission's
+    sampled tokens folded into its earlier ones') on each record drawn at random; past
+    the tolerance, those accepted so far are rejected (never evidence)."""
+    z = sums.z
     colder = TEMPERATURE.judge(z) is not Outcome.PASS
     out = list(verdicts)
     for i in sampled:
         verdict = replace(out[i], distances={**out[i].distances, TEMPERATURE.check: z})
         if colder and verdict.accepted:
-            verdict = replace(
-                verdict,
-                accepted=False,
-                reason=(
-                    f"its submission's tokens are {z:.3g} standard deviations likelier than "
-                    f"sampling at temperature {rollouts[i].temperature:g} draws, so they were "
-                    "sampled colder than claimed"
-                ),
-            )
+            verdict = replace(verdict, accepted=False, reason=_colder(sums, rollouts[i]))
         out[i] = verdict
     return out
+
+
+def _colder(sums: TemperatureSums, rollout: Rollout) -> str:
+    """Why a record drawn at random is rejected as sampled colder than claimed."""
+    whose, over = "its submission's", ""
+    if sums.submissions > 1:
+        whose = "its node's"
+        over = f", over its {sums.submissions} prefilled submissions (the latest weighing most)"
+    return (
+        f"{whose} tokens are {sums.z:.3g} standard deviations likelier than sampling at "
+        f"temperature {rollout.temperature:g} draws{over}, so they were sampled colder than "
+        "claimed"
+    )
 
 
 def _group_verdicts(
