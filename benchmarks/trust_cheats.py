@@ -10,27 +10,40 @@ it in through intake; what intake receives the :class:`Validator` judges. Every
 node, like a volunteer, joined when the oldest policy step was the newest and has
 had each newer one since (a stale node kept the first).
 
-Each submission is handed in twice, to two runs: one whose validator prefills it
-(a new node's submissions always are), one whose validator does not (a trusted
-node's, unless its digest is among the ``validation_rate`` sampled). A node that was
-honest for ``trust_after`` submissions first is caught per submission with
-probability ``rate = r * P(caught | prefilled) + (1 - r) * P(caught | not prefilled)``
-at the orchestrator's default validation rate r (checks that need no prefill, intake
-and the recomputed rewards, catch it either way), after 1 / rate submissions on
-average. Evidence costs the node's provider the pool's slash penalty; any other
-rejection costs only the rejected work's reward.
+Each behaviour runs twice: in a run whose validator prefills every submission (as
+it does a new node's), and in one whose validator prefills none (a trusted node's,
+unless its digest is among the ``validation_rate`` sampled). In each, a node hands
+in one submission after another, judged by the run's one validator and ledger, until
+one is caught (refused, rejected or left to expire); then a fresh node takes over (a
+banned node could go no further). A check that judges each submission on its own
+catches it with the same chance wherever it falls, so the share caught is that
+chance; the colder-sampling check judges a node's prefilled submissions together
+(:class:`swarmrl.rollouts.tolerances.TemperatureSums`), so where it needs k of them
+the share caught is about 1 / k. A node that was honest for ``trust_after``
+submissions first is then caught per submission with probability
+``rate = r * P(caught | prefilled) + (1 - r) * P(caught | not prefilled)`` at the
+orchestrator's default validation rate r (checks that need no prefill, intake and
+the recomputed rewards, catch it either way), after 1 / rate submissions on average:
+k / r for the colder sampler, whose unprefilled submissions add nothing to its sums.
+Evidence costs the node's provider the pool's slash penalty; any other rejection
+costs only the rejected work's reward.
 
 The benchmark runs on the default model after a few real training steps (honest
 nodes' submissions, validated and trained on by the trainer), so the stale node
 is as far behind as a node holding the first step it may no longer use.
 
-    python -m benchmarks.trust_cheats [--submissions N]
+A node that never answers runs as fresh nodes too, each taking orders and leaving
+them to expire until the scheduler refuses it work (``abandon_limit`` orders in a
+row): caught then, after that many orders.
+
+    python -m benchmarks.trust_cheats [--submissions N] [--cheat NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 import tempfile
 import threading
 import time
@@ -84,13 +97,15 @@ MAX_BATCH: int = NodeSettings.model_fields["max_batch"].default
 
 class Stage(StrEnum):
     """What befell a submission: refused before a byte was kept, rejected by intake or by
-    the validator, accepted, or (a node that never answers) left to expire."""
+    the validator, accepted; or, for a node that never answers, what befell its orders:
+    it is refused new ones, or (never refused) they expire."""
 
     REFUSED = "refused at intake"
     INTAKE = "rejected at intake"
     VALIDATOR = "rejected by the validator"
     ACCEPTED = "not caught"
-    EXPIRED = "its order expires"
+    HELD_BACK = "refused work"
+    EXPIRED = "its orders expire"
 
 
 class Staked(ChainView):
@@ -103,22 +118,24 @@ class Staked(ChainView):
 
 @dataclass(frozen=True)
 class Outcome:
-    """How intake and the validator dealt with one submission."""
+    """How intake and the validator dealt with one submission (for a node that never
+    answers, how the scheduler dealt with it after the ``orders`` it took)."""
 
     stage: Stage
     reason: str = ""
     evidence: bool = False
+    orders: int = 1
 
     @property
     def caught(self) -> bool:
-        return self.stage is not Stage.ACCEPTED
+        return self.stage not in (Stage.ACCEPTED, Stage.EXPIRED)
 
 
 class Orchestrator:
     """The orchestrator's side of a run: its ledger, intake (the work server, reached
     through a :class:`DirectServer`) and validator, over the policy steps in
-    ``run_dir``. ``prefill`` False: its validator takes every node as trusted and
-    samples none (validation rate 0)."""
+    ``run_dir``. Its validator prefills every submission (validation rate 1), or with
+    ``prefill`` False takes every node as trusted and prefills none (rate 0)."""
 
     def __init__(
         self,
@@ -130,6 +147,7 @@ class Orchestrator:
         prefill: bool = True,
     ) -> None:
         self.settings = OrchestratorSettings(data_dir=root / "data", **settings)
+        self.now: float | None = None  # the work server's clock, stopped; None: the real one
         self.run_dir = run_dir
         self.tasks = {t.problem_id: t for t in tasks}
         self.ledger = Ledger(root / "data" / "ledger.sqlite3")
@@ -150,6 +168,7 @@ class Orchestrator:
             published_step=lambda: ckpt.latest_step(run_dir),
             backlog=lambda: 0,
             weights_addrs=lambda: [],
+            clock=lambda: time.time() if self.now is None else self.now,
         )
         self.server = DirectServer()
         self.work_server.serve(self.server, root / "spool")
@@ -158,10 +177,11 @@ class Orchestrator:
             data_dir=root / "data",
             run_dir=run_dir,
             tasks_file=Path(s.tasks),  # read only by the validator's process body
-            validation_rate=s.validation_rate if prefill else 0.0,
+            validation_rate=1.0 if prefill else 0.0,
             trust_after=s.trust_after if prefill else 0,
             code_check_rate=s.code_check_rate,
             device="cpu",
+            async_level=s.async_level,
         )
         self.validator = Validator(config, self.ledger, self.tasks)
 
@@ -191,23 +211,33 @@ class Orchestrator:
     def answer(self, cheat: Cheat, backend: Backend, session: Session, out: Path) -> Outcome:
         """``cheat``'s node takes an order, answers it as the cheat does (with ``backend``,
         the file at ``out``) and hands it in to intake; the validator judges what intake
-        keeps."""
-        submission = self.submission(cheat, backend, session, out)
-        if submission is None:
-            return Outcome(Stage.EXPIRED, "it expires unanswered, abandoned by its node")
-        return self.hand_in(session, *submission)
+        keeps. A node that never answers takes order after order until it is refused."""
+        if not cheat.answers:
+            return self.abandon(session)
+        return self.hand_in(session, *self.submission(cheat, backend, session, out))
+
+    def abandon(self, session: Session) -> Outcome:
+        """The node takes orders and leaves each to expire (the daemon's sweep, just past
+        its deadline, the work server's clock moved there) until the scheduler refuses it
+        work; then the clock is the real one again, for the next node."""
+        try:
+            for taken in range(self.settings.abandon_limit + 1):
+                response = session.work()
+                if response.order is None:
+                    return Outcome(Stage.HELD_BACK, response.reason, orders=taken)
+                self.ledger.orders.expire(response.order.deadline + 1)
+                self.now = response.order.deadline + 1
+            limit = self.settings.abandon_limit
+            return Outcome(Stage.EXPIRED, "it is never refused work", orders=limit + 1)
+        finally:
+            self.now = None
 
     def submission(
         self, cheat: Cheat, backend: Backend, session: Session, out: Path
-    ) -> tuple[SubmitHeader, Path] | None:
-        """The signed submission ``cheat``'s node makes of its next order; None where it
-        never answers (its order is then left to expire)."""
+    ) -> tuple[SubmitHeader, Path]:
+        """The signed submission ``cheat``'s node makes of its next order."""
         order = session.work().order
         assert order is not None  # a run here is never full nor finished
-        if not cheat.answers:
-            # The daemon's sweep, at the deadline: the order expires, abandoned by its node.
-            self.ledger.orders.expire(order.deadline + 1)
-            return None
         node, step = session.me.account.address, self.step
         records = cheat.records(
             backend, order, self.tasks, node=node, step=step, batch_size=MAX_BATCH
@@ -293,19 +323,24 @@ class CheatRow:
 
     @property
     def delay(self) -> float:
-        """Submissions until it is caught, on average (inf: never)."""
-        return 1 / self.rate if self.rate > 0 else float("inf")
+        """Orders it takes until it is caught, on average (inf: never): a submission each
+        (1 / rate), or for a node refused work, the orders it left before."""
+        if self.rate == 0:
+            return float("inf")
+        outcomes = self.prefilled + self.unprefilled
+        return statistics.fmean(o.orders for o in outcomes) / self.rate
 
     def caught_by(self) -> str:
-        """The commonest way a prefilled submission was dealt with, with one reason."""
-        if not self.prefilled:
+        """The commonest way a prefilled submission was caught, with one reason ("not
+        caught" when none was): a check that needs several of a node's submissions
+        passes the first ones, and how it catches the last is what matters."""
+        caught = [o for o in self.prefilled if o.caught] or self.prefilled
+        if not caught:
             return ""
-        kinds = Counter((o.stage, o.evidence) for o in self.prefilled)
+        kinds = Counter((o.stage, o.evidence) for o in caught)
         kind, _ = kinds.most_common(1)[0]
         stage, evidence = kind
-        reason = next(
-            o.reason for o in self.prefilled if (o.stage, o.evidence) == (stage, evidence)
-        )
+        reason = next(o.reason for o in caught if (o.stage, o.evidence) == (stage, evidence))
         label = f"{stage}, evidence" if evidence else stage
         return f"{label}: {reason[:90]}" if reason else label
 
@@ -326,7 +361,8 @@ def measure(
     submissions: int,
     settings: Mapping[str, Any],
 ) -> CheatRow:
-    """One behaviour, ``submissions`` times in a run that prefills and in one that does not."""
+    """One behaviour, ``submissions`` times in a run that prefills and in one that does
+    not: each node goes on until it is caught, then a fresh one takes over."""
     began = time.perf_counter()
     kind = CHEATS[name]
     # The honest submissions the copying cheats copy, as other nodes handed them in.
@@ -353,6 +389,8 @@ def measure(
         for orchestrator, outcomes in zip(
             orchestrators, (row.prefilled, row.unprefilled), strict=True
         ):
+            nodes = itertools.count()
+            session: Session | None = None
             for i in range(submissions):
                 if victim_backend is not None:
                     # Another node's honest submission, handed in, for this one to copy.
@@ -360,12 +398,14 @@ def measure(
                     signed = orchestrator.submission(
                         honest, victim_backend, victim, workdir / f"{next(files)}.parquet"
                     )
-                    assert signed is not None  # an honest node answers
                     orchestrator.hand_in(victim, *signed)
                     victims.append(signed)
-                session = orchestrator.joined(node_account(i))
+                if session is None:
+                    session = orchestrator.joined(node_account(next(nodes)))
                 out = workdir / f"{next(files)}.parquet"
                 outcomes.append(orchestrator.answer(cheat, backend, session, out))
+                if outcomes[-1].caught:
+                    session = None
     finally:
         for orchestrator in orchestrators:
             orchestrator.close()
@@ -465,8 +505,11 @@ def trained_steps(
                     f"the trainer took {trainer.step} of {count} steps in {i} submissions of "
                     "honest work: too few groups whose rewards differ"
                 )
-            if trainer.step > held:  # a node takes each new policy as it comes
-                held = trainer.step
+            # A node takes each new policy as it comes: once its checkpoint is whole on
+            # disk (the trainer counts a step before it has written it).
+            newest = ckpt.latest_step(run_dir)
+            if newest is not None and newest > held:
+                held = newest
                 honest.reload(backend, ckpt.step_dir(run_dir, held))
             session = orchestrator.joined(node_account(TRAINING_KEYS + i))
             orchestrator.answer(honest, backend, session, root / f"honest-{i}.parquet")
@@ -479,7 +522,7 @@ def trained_steps(
     return run_dir
 
 
-def main(submissions: int = SUBMISSIONS) -> list[CheatRow]:
+def main(submissions: int = SUBMISSIONS, cheats: Sequence[str] = tuple(CHEATS)) -> list[CheatRow]:
     import torch
 
     from orchestrator.pretrain import build_default_model
@@ -511,6 +554,7 @@ def main(submissions: int = SUBMISSIONS) -> list[CheatRow]:
             steps,
             tasks,
             workdir=root / "cheats",
+            cheats=cheats,
             submissions=submissions,
             on_row=lambda r: print(
                 f"  {r.name}: caught {sum(o.caught for o in r.prefilled)}/{len(r.prefilled)} "
@@ -530,5 +574,11 @@ def main(submissions: int = SUBMISSIONS) -> list[CheatRow]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=SUBMISSIONS)
+    parser.add_argument(
+        "--cheat",
+        action="append",
+        choices=list(CHEATS),
+        help="measure only this behaviour (repeated: these); every one when not given",
+    )
     args = parser.parse_args()
-    main(args.submissions)
+    main(args.submissions, args.cheat or tuple(CHEATS))

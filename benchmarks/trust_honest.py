@@ -12,6 +12,14 @@ also an unpadded prefill; groups are prefilled right-padded), one and two torch
 threads, and completions up to the model's length. Every variation has its own
 seed, so a run is repeatable; ``scale`` multiplies the rollouts of each.
 
+A variation's rollouts are handed in as one node's submissions of the orchestrator's
+default order size (``prompts_per_assignment`` tasks each) and judged in turn, each
+with the colder-sampling sums the earlier ones left, as the validator judges a
+node's prefilled submissions: the ``temperature`` distance is the node's
+accumulated z, and each submission's own z is kept beside it (worst and mean), so a
+shift that bf16 sampling gives every submission, which the sums carry up to
+``sqrt((1 + d) / (1 - d))`` times (``d``: ``TEMPERATURE_DECAY``), shows.
+
 What a GPU adds (bf16 kernels of another vendor) is the cross-hardware row: a GPU
 generates, this CPU verifies (benchmarks/BENCHMARKS.md says where it was run).
 """
@@ -26,16 +34,28 @@ from pathlib import Path
 
 import torch
 
+from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.models.backend import Precision, SamplingParams, torch_dtype
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
-from swarmrl.rollouts.tolerances import TOLERANCES
-from swarmrl.rollouts.verify import verify_rollouts
+from swarmrl.rollouts.records import Rollout
+from swarmrl.rollouts.tolerances import (
+    NO_SUMS,
+    TEMPERATURE,
+    TEMPERATURE_DECAY,
+    TOLERANCES,
+)
+from swarmrl.rollouts.verify import Verdict, verify_submission
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import task_reward
 
 NODE = "0x" + "11" * 20
+# Tasks per submission: the orchestrator's default order.
+ORDER_TASKS: int = OrchestratorSettings.model_fields["prompts_per_assignment"].default
+# How far the colder-sampling sums carry a shift every submission has: their z tends to
+# the per-submission z times this.
+CARRIED = math.sqrt((1 + TEMPERATURE_DECAY) / (1 - TEMPERATURE_DECAY))
 
 
 @dataclass(frozen=True)
@@ -101,7 +121,14 @@ class Row:
     evidence: int = 0
     reasons: dict[str, int] = field(default_factory=dict)  # the first reason, counted
     worst: dict[str, float] = field(default_factory=dict)  # per check, the largest distance
+    # Each submission's own colder-sampling z (those with a token drawn at random); the
+    # node's accumulated z is worst["temperature"].
+    submission_z: list[float] = field(default_factory=list)
     seconds: float = 0.0
+
+    def z_mean(self) -> float | None:
+        """The mean of the submissions' own z: the shift bf16 sampling gives each."""
+        return sum(self.submission_z) / len(self.submission_z) if self.submission_z else None
 
 
 def measure(
@@ -150,20 +177,32 @@ def measure(
         temperature=variation.temperature,
         top_p=variation.top_p,
     )
-    verdicts = verify_rollouts(
-        validator, records, {t.problem_id: t for t in chosen}, asked, task_reward
-    )
+    sums = NO_SUMS  # one node's, over its submissions
+    # The records come task by task, a group each. Consecutive tasks of the task set are
+    # distinct, so an order never holds a task twice (a long run wraps around the set).
+    for first in range(0, n_tasks, ORDER_TASKS):
+        order = {t.problem_id: t for t in chosen[first : first + ORDER_TASKS]}
+        submission = records[first * variation.group : (first + ORDER_TASKS) * variation.group]
+        assert {r.problem_id for r in submission} == set(order)
+        judged = verify_submission(validator, submission, order, asked, task_reward, prior=sums)
+        sums = sums.then(judged.temperature)
+        if judged.temperature.submissions:
+            row.submission_z.append(judged.temperature.z)
+        _count(row, submission, judged.verdicts)
+    row.seconds = time.perf_counter() - began
+    return row
+
+
+def _count(row: Row, records: list[Rollout], verdicts: list[Verdict]) -> None:
     for record, verdict in zip(records, verdicts, strict=True):
         row.rollouts += 1
         row.tokens += len(record.output_ids)
         for check, distance in verdict.distances.items():
-            row.worst[check] = max(row.worst.get(check, 0.0), distance)
+            row.worst[check] = max(row.worst.get(check, -math.inf), distance)
         if not verdict.accepted:
             row.rejected += 1
             row.evidence += verdict.slashable
             row.reasons[verdict.reason] = row.reasons.get(verdict.reason, 0) + 1
-    row.seconds = time.perf_counter() - began
-    return row
 
 
 def hash_seed(variation: Variation) -> int:
@@ -195,19 +234,25 @@ def run(
 
 
 def table(rows: list[Row]) -> str:
-    """The false-positive table (markdown): per variation, then per check."""
+    """The false-positive table (markdown): per variation, then per check. The
+    ``temperature`` check's worst is the node's accumulated z; each submission's own z
+    has a column of its own (worst / mean)."""
     checks = [t.check for t in TOLERANCES]
     lines = [
         "| variation | rollouts | tokens | rejected | evidence | "
         + " | ".join(f"worst {c}" for c in checks)
-        + " | seconds |",
-        "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in checks) + " | ---: |",
+        + " | submission z (worst / mean) | seconds |",
+        "| --- | ---: | ---: | ---: | ---: | "
+        + " | ".join("---:" for _ in checks)
+        + " | ---: | ---: |",
     ]
     for r in rows:
         worst = " | ".join(f"{r.worst[c]:.3g}" if c in r.worst else "" for c in checks)
+        mean = r.z_mean()
+        own = "" if mean is None else f"{max(r.submission_z):.3g} / {mean:.3g}"
         lines.append(
             f"| {r.variation.label()} | {r.rollouts} | {r.tokens} | {r.rejected} | "
-            f"{r.evidence} | {worst} | {r.seconds:.0f} |"
+            f"{r.evidence} | {worst} | {own} | {r.seconds:.0f} |"
         )
     lines += ["", "| check | honest worst | rejects above | evidence above | margin |"]
     lines.append("| --- | ---: | ---: | ---: | ---: |")
@@ -218,8 +263,27 @@ def table(rows: list[Row]) -> str:
         margin = ""
         if tolerance.evidence is not None and honest > 0:
             margin = f"{tolerance.evidence / honest:.1f}x"
+        # A check these variations never ran (staleness needs an older step) shows so.
+        worst = f"{honest:.3g}" if seen else "not run"
         lines.append(
-            f"| {tolerance.check} ({tolerance.unit}) | {honest:.3g} | {tolerance.reject:g} | "
+            f"| {tolerance.check} ({tolerance.unit}) | {worst} | {tolerance.reject:g} | "
             f"{evidence} | {margin} |"
         )
+    lines += ["", _carried(rows)]
     return "\n".join(lines)
+
+
+def _carried(rows: list[Row]) -> str:
+    """What the colder-sampling sums can carry: the largest mean z per submission (the
+    shift honest sampling gives every submission of its variation), times CARRIED."""
+    means = [(mean, r) for r in rows if (mean := r.z_mean()) is not None]
+    if not means:
+        return f"{TEMPERATURE.check}: no submission drew a token at random"
+    shift, row = max(means, key=lambda m: m[0])
+    count = sum(len(r.submission_z) for r in rows)
+    worst = max(z for r in rows for z in r.submission_z)
+    return (
+        f"{TEMPERATURE.check}: {count} submissions, own z at most {worst:.3g}; the largest "
+        f"mean shift, {shift:.3g} ({row.variation.label()}), carried by a node's sums to "
+        f"{shift * CARRIED:.3g} (x{CARRIED:.2f}) against the threshold {TEMPERATURE.reject:g}"
+    )

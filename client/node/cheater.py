@@ -615,11 +615,11 @@ class CheatingNode(Node):
             return
         assert self.session is not None
         response = self.session.work()
-        wait = response.retry_after
-        if response.order is not None:
-            # Holds the order to its deadline, then asks for the next.
-            wait = response.order.deadline - time.time() + 1
-        self.stopping.wait(max(0.5, wait))
+        if response.order is None:
+            self._wait_for_work(response)
+            return
+        # Holds the order to its deadline, then asks for the next.
+        self.stopping.wait(max(0.5, response.order.deadline - time.time() + 1))
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ class EventKind(enum.Enum):
     WEIGHTS_PROGRESS = "weights_progress"
     WEIGHTS_READY = "weights_ready"
     SERVING = "serving"  # a peer dialled the data endpoint back: shards are offered
+    NO_WORK = "no_work"  # no order for now; the reason says why, extra["wait"] for how long
     ORDER = "order"
     GENERATED = "generated"
     SUBMITTED = "submitted"

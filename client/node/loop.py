@@ -43,7 +43,7 @@ from swarmrl.p2p import wire
 from swarmrl.p2p.events import Event as SwarmEvent
 from swarmrl.p2p.events import SwarmEventKind
 from swarmrl.p2p.host import Host, RemoteError
-from swarmrl.work.assign import WorkOrder
+from swarmrl.work.assign import WorkOrder, WorkResponse
 from swarmrl.work.heartbeat import MAX_OUTCOMES
 from swarmrl.work.states import SubmissionStatus
 
@@ -132,6 +132,7 @@ class Node:
         # Outcomes already counted; heartbeats repeat the last few, so a short memory does.
         self._outcomes_seen: dict[tuple[str, str], None] = {}
         self._idle = False  # paused, with the order that was in flight handed in
+        self._no_work = ""  # why the orchestrator last had no order, said once per reason
 
     @property
     def address(self) -> str:
@@ -387,8 +388,9 @@ class Node:
         self._weights(0, self.backend_precision or self._device_precision())
         response = self.session.work()
         if response.order is None:
-            self.stopping.wait(max(0.5, response.retry_after))
+            self._wait_for_work(response)
             return
+        self._no_work = ""
         order = response.order
         if self.backend_step is None or self.backend_step < order.min_step:
             self._weights(order.min_step, order.precision)
@@ -432,6 +434,17 @@ class Node:
                 EventKind.SUBMITTED, digest=digest[:12], units=receipt.units, reason=receipt.reason
             )
         )
+
+    def _wait_for_work(self, response: WorkResponse) -> None:
+        """No order now: says why (once while the reason stays the same), then waits as
+        long as the orchestrator asks, never less than half a second."""
+        wait = max(0.5, response.retry_after)
+        if response.reason != self._no_work:
+            self._no_work = response.reason
+            self.on_event(
+                Event(EventKind.NO_WORK, reason=response.reason, extra={"wait": f"{wait:.0f}s"})
+            )
+        self.stopping.wait(wait)
 
     def _sign(self, order: WorkOrder, path: Path) -> tuple[SubmitHeader, Path]:
         """The signed header of the submission in ``path``, and the file it signs."""

@@ -111,6 +111,7 @@ class NodeView:
     stopping: bool = False
     stopped: bool = False
     retry: str = ""  # the failure being waited out, until the node joins again
+    no_work: str = ""  # why the orchestrator has no order for the node, until it has one
     rollouts: int = 0
     tokens: int = 0
     tokens_per_second: float | None = None
@@ -139,8 +140,10 @@ class NodeView:
         elif kind is EventKind.WEIGHTS_READY and event.step is not None:
             total = self.download.total if self.download else 1
             self.download = Download(event.step, total, total)
+        elif kind is EventKind.NO_WORK:
+            self.no_work = f"{event.reason} (asking again in {event.extra.get('wait', '?')})"
         elif kind is EventKind.ORDER:
-            self.step = event.step
+            self.step, self.no_work = event.step, ""
         elif kind is EventKind.GENERATED:
             self._generated(event)
         elif kind in (EventKind.SUBMITTED, EventKind.RESENT):
@@ -203,6 +206,8 @@ class NodeView:
             return "paused (p resumes)"
         if self.retry:
             return f"waiting: {self.retry}"
+        if self.no_work:
+            return f"no work: {self.no_work}"
         return "working" if self.joined else "joining"
 
     def identity_lines(self) -> list[str]:

@@ -168,6 +168,7 @@ class Orchestrator:
             trust_after=s.trust_after,
             code_check_rate=s.code_check_rate,
             device=s.device,
+            async_level=s.async_level,
         )
         recorder_config = recorder.RecorderConfig(
             ledger_path=ledger_path(self.data_dir),

@@ -208,7 +208,7 @@ class LiveView:
     def _show(self) -> None:
         try:
             with (
-                Ledger(ledger_path(self.data_dir)) as ledger,
+                Ledger(ledger_path(self.data_dir), create=False) as ledger,
                 Live(console=self.console, auto_refresh=False) as live,
             ):
                 while True:

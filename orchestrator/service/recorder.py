@@ -310,7 +310,7 @@ class RecorderConfig:
 def main(config: RecorderConfig, stop: StopSignal) -> None:
     """The child's body (see ``child``): a round every `poll_seconds` until `stop` is
     set. An unreachable chain at start is retried like any other chain failure."""
-    ledger = Ledger(config.ledger_path)
+    ledger = Ledger(config.ledger_path, create=False)
     recorder: Recorder | None = None
     try:
         while not stop.is_set():

@@ -10,6 +10,13 @@ node's measured speed, as INTELLECT-2's do: the run's budget for a node fast
 enough to meet the deadline with it, shorter ones for a slow node (or one that
 lies low), so every order fits its deadline while the task distribution stays
 the run's.
+
+A node that takes orders and leaves them to expire holds their tasks hostage until
+each deadline: after ``abandon_limit`` in a row it gets no new order for a
+cooldown that doubles with each further one (``MAX_COOLDOWN_DOUBLINGS`` times at most), so it
+holds at most one order per cooldown. An answered order starts the count over, and
+the limit is at least 2, so an honest node that loses one order to a crash keeps
+working.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 from eth_utils import keccak
 
+from orchestrator.service.settings import MAX_COOLDOWN_DOUBLINGS
 from swarmrl.tasks import Task
 from swarmrl.work.assign import Slot
 
@@ -70,3 +78,12 @@ def budget_for(
     affordable = speed * seconds * DEADLINE_SHARE
     fitting = [b for b in choices if min(b, max_tokens) * sequences <= affordable]
     return fitting[-1] if fitting else choices[0]
+
+
+def cooldown(abandoned: int, *, limit: int, first: float) -> float:
+    """Seconds a node that left its last ``abandoned`` orders unanswered in a row waits
+    for a new one after the last one's deadline: none below ``limit``, ``first`` at it,
+    doubling with each order it leaves after, ``MAX_COOLDOWN_DOUBLINGS`` times at most."""
+    if abandoned < limit:
+        return 0.0
+    return float(first * 2 ** min(abandoned - limit, MAX_COOLDOWN_DOUBLINGS))

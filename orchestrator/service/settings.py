@@ -32,6 +32,8 @@ DAY = 24 * 3600
 # The orchestrator's name for its data folder: its default place (role_data_dir) and its
 # claim on it (swarmrl.files.claim_data_dir).
 ROLE = "orchestrator"
+# A node held back for abandoning orders waits at most 2**this times abandon_cooldown.
+MAX_COOLDOWN_DOUBLINGS = 3
 
 
 def default_data_dir() -> Path:
@@ -177,6 +179,22 @@ class ServiceSettings(SwarmrlSettings):
         gt=0,
         le=7 * DAY,
         description="Deadline of an assignment; unanswered, it goes to another node.",
+    )
+    abandon_limit: int = Field(
+        3,
+        ge=2,
+        le=1_000_000,
+        description="Orders a node may leave unanswered past their deadlines in a row "
+        "before it gets no new work for abandon_cooldown; an answered order starts the "
+        "count over, so an order lost to a crash now and then costs an honest node nothing.",
+    )
+    abandon_cooldown: float = Field(
+        600.0,
+        gt=0,
+        le=DAY,
+        description="Seconds a node held back by abandon_limit waits for new work after "
+        "its last order's deadline, doubled for each further order it abandons (at most "
+        f"{2**MAX_COOLDOWN_DOUBLINGS} times this).",
     )
     heartbeat_seconds: float = Field(
         10.0, gt=0, le=3600, description="How often nodes send a heartbeat."

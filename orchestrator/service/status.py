@@ -24,7 +24,7 @@ def _ledger(data_dir: Path) -> Ledger:
     path = ledger_path(data_dir)
     if not path.is_file():
         raise ValueError(f"{data_dir} holds no orchestrator ledger; has it run yet?")
-    return Ledger(path)
+    return Ledger(path, create=False)
 
 
 def ledger_rows(data_dir: Path) -> list[dict[str, Any]]:

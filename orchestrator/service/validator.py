@@ -9,7 +9,15 @@ policy of the submission's step) runs on every submission of a node that has
 not yet earned trust, then on ``validation_rate`` of them, chosen by the
 submission's digest so a restarted validator chooses the same. A submission with
 rejected records resets the node's trust; only evidence
-(:mod:`swarmrl.rollouts.tolerances`) bans it.
+(:mod:`swarmrl.rollouts.tolerances`) bans it. A prefilled submission's sampled tokens
+are judged together with the node's earlier prefilled ones (its colder-sampling sums,
+kept in the ledger and added to in the transaction that records the verdict).
+
+A prefilled submission is prefilled once more with the newest step its node could
+not have claimed (``async_level`` + 1 behind its own; none in a run's first steps),
+so that a node generating with a policy too old to claim, claiming the current one,
+is rejected (the ``staleness`` tolerance). It costs a second weight load and prefill
+per prefilled submission: the validator holds one policy in memory at a time.
 
 Accepted records go to the trainer's spool with the validator's rewards, never
 the node's; the outcome (units, reason, evidence) goes to the ledger, where the
@@ -36,7 +44,8 @@ from orchestrator.trainer.feed import Spool
 from swarmrl.models.backend import Precision
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import Rollout
-from swarmrl.rollouts.verify import Verdict, verify_rollouts
+from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
+from swarmrl.rollouts.verify import OlderStep, Verdict, verify_submission
 from swarmrl.tasks import Task
 from swarmrl.tasks.rewards import CODE_TYPES
 from swarmrl.work.assign import WorkOrder
@@ -56,6 +65,7 @@ class ValidatorConfig:
     trust_after: int
     code_check_rate: float
     device: str | None
+    async_level: int  # how many steps behind the newest a node may generate
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -97,6 +107,15 @@ class Validator:
         self._step, self._precision = step, precision
         return self._backend
 
+    def older_step(self, step: int, precision: Precision) -> OlderStep | None:
+        """The step a submission claiming ``step`` is checked for staleness against: the
+        newest one a node could not have claimed while ``step`` was the newest, when its
+        weights are on disk."""
+        older = step - self.config.async_level - 1
+        if older < 0 or not ckpt.step_dir(self.config.run_dir, older).is_dir():
+            return None
+        return OlderStep(older, lambda: self.backend_at(older, precision))
+
     def run_once(self) -> int:
         """Validate what is waiting; returns how many submissions were judged."""
         pending = self.ledger.submissions.pending(16)
@@ -136,19 +155,22 @@ class Validator:
             if prefill or self._backend is None
             else self._backend
         )
-        verdicts = verify_rollouts(
+        judged = verify_submission(
             backend,
             records,
             self.tasks,
             asked,
             _scorer(records, backend.tokenizer, check_code),
+            older=self.older_step(row.step, asked.precision) if prefill else None,
             prefill=prefill,
+            prior=node.temperature,
         )
+        verdicts, sums = judged.verdicts, judged.temperature
         seconds = cpu_seconds_with_checker() - began
         self._note_cost(row, len(records), seconds, prefill, trusted)
         evidence = [v for v in verdicts if v.slashable]
         if evidence:
-            self._finish(row, [], evidence[0].reason, True, prefill, seconds)
+            self._finish(row, [], evidence[0].reason, True, prefill, seconds, sums)
             return
         accepted = [
             _with_rewards(r, v) for r, v in zip(records, verdicts, strict=True) if v.accepted
@@ -161,7 +183,8 @@ class Validator:
             self.ledger.nodes.reset_trust(row.node)
         if accepted:
             self._spool(row, issued.order, accepted)
-        self._finish(row, accepted, reason, False, prefill, seconds)
+        # A rejected submission's sums count too (TemperatureSums says why).
+        self._finish(row, accepted, reason, False, prefill, seconds, sums)
 
     def _note_cost(
         self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool, trusted: bool
@@ -196,10 +219,18 @@ class Validator:
         slashable: bool,
         prefilled: bool,
         seconds: float = 0.0,
+        temperature: TemperatureSums = NO_SUMS,
     ) -> None:
         status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
         self.ledger.submissions.set_outcome(
-            row.digest, status, len(accepted), reason[:300], slashable, prefilled, time.time()
+            row.digest,
+            status,
+            len(accepted),
+            reason[:300],
+            slashable,
+            prefilled,
+            time.time(),
+            temperature,
         )
         if prefilled and accepted and not reason:
             self.ledger.nodes.add_trust(row.node)
@@ -260,7 +291,7 @@ def main(config: ValidatorConfig, stop: StopSignal) -> None:
 
     quiet_transformers()
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
-    ledger = Ledger(ledger_path(config.data_dir))
+    ledger = Ledger(ledger_path(config.data_dir), create=False)
     validator = Validator(config, ledger, tasks)
     try:
         while not stop.is_set():

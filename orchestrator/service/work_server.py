@@ -28,7 +28,7 @@ from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.nodes import NodeRow
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.ledger.transitions import allowed
-from orchestrator.service.scheduler import budget_for, draw_order
+from orchestrator.service.scheduler import budget_for, cooldown, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import wire
@@ -109,7 +109,10 @@ class WorkServer:
         published_step: Callable[[], int | None],
         backlog: Callable[[], int],
         weights_addrs: Callable[[], list[str]],
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock``: unix seconds now (orders' deadlines, nodes' cooldowns, receipts'
+        epochs); tests move it."""
         self.settings = settings
         self.context = context
         self.ledger = ledger
@@ -119,6 +122,7 @@ class WorkServer:
         self.published_step = published_step
         self.backlog = backlog
         self.weights_addrs = weights_addrs
+        self.clock = clock
         self.limiter = RateLimiter()
         self.submissions_dir = Path(settings.data_dir) / "submissions"
         self.submissions_dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +162,7 @@ class WorkServer:
             claim.check_signer(self.context.swarm_domain, claim.node, "join claim")
         except ValueError as e:
             raise wire.WireError(str(e)) from None
-        now = time.time()
+        now = self.clock()
         if abs(now - claim.issued_at) > join.MAX_CLOCK_SKEW:
             raise wire.WireError(
                 "the join claim's time is more than 10 minutes off; check the clock"
@@ -196,7 +200,7 @@ class WorkServer:
         self, peer: str, request: heartbeat.HeartbeatRequest
     ) -> heartbeat.HeartbeatResponse:
         node = self._node(peer)
-        now = time.time()
+        now = self.clock()
         self.ledger.nodes.touch(node.address, now, request.tokens_per_second)
         if allowed(node.state, NodeState.ACTIVE):
             self.ledger.nodes.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
@@ -222,11 +226,14 @@ class WorkServer:
         if node.state not in (NodeState.ACTIVE, NodeState.JOINED):
             raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
         with self._order_lock:
+            now = self.clock()
             # An open order first: a node whose reply was lost gets it again, whatever
             # else has changed, rather than have it expire against its standing.
             issued = self.ledger.orders.open_for(node.address)
-            if issued is not None and issued.order.deadline > time.time():
+            if issued is not None and issued.order.deadline > now:
                 return assign.WorkResponse(order=issued.order)
+            if held_back := self._held_back(node, now):
+                return held_back
             step = self.published_step()
             if step is None:
                 return _no_work(2.0, "no policy is published yet")
@@ -234,10 +241,28 @@ class WorkServer:
                 return _no_work(60.0, f"the run has trained all its {self.settings.steps} steps")
             if self.backlog() >= self.settings.max_backlog:
                 return _no_work(2.0, "the validator and trainer are catching up")
-            order = self._new_order(node, step)
+            order = self._new_order(node, step, now)
         return assign.WorkResponse(order=order)
 
-    def _new_order(self, node: NodeRow, step: int) -> WorkOrder:
+    def _held_back(self, node: NodeRow, now: float) -> assign.WorkResponse | None:
+        """No work, and why, for a node in its cooldown for abandoning orders (see
+        ``scheduler.cooldown``); None for any other."""
+        s = self.settings
+        abandoned = self.ledger.orders.abandoned(node.address)
+        wait = cooldown(abandoned.count, limit=s.abandon_limit, first=s.abandon_cooldown)
+        left = abandoned.last_deadline + wait - now
+        if wait == 0 or left <= 0:
+            return None
+        log.info("node %s gets no work for %.0f s: it abandoned its last %d orders",
+                 node.address, left, abandoned.count)  # fmt: skip
+        return _no_work(
+            min(left, assign.MAX_RETRY_AFTER),
+            f"node {node.address} left its last {abandoned.count} work orders unanswered past "
+            f"their deadlines, so it gets no new work for {left:.0f} s; answering the next "
+            "one it gets starts the count over",
+        )
+
+    def _new_order(self, node: NodeRow, step: int, now: float) -> WorkOrder:
         s = self.settings
         counter = self.ledger.orders.next_counter(node.address)
         sequences = s.prompts_per_assignment * s.group_size
@@ -265,7 +290,6 @@ class WorkServer:
             budget=budget,
             taken_over=None if orphan is None else [s.problem_id for s in orphan.order.tasks],
         )
-        now = time.time()
         order = WorkOrder(
             run=self.context.run,
             node=node.address,
@@ -360,7 +384,7 @@ class WorkServer:
         slashable: bool,
     ) -> SubmissionRow:
         """The file kept and the submission in the ledger, before any receipt leaves."""
-        now = time.time()
+        now = self.clock()
         epoch = self.ledger.epochs.at(now, self.settings.epoch_seconds)
         kept = self.submissions_dir / f"{digest}.parquet"
         shutil.move(path, kept)

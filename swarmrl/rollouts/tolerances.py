@@ -26,8 +26,9 @@ The distances, per record (the worst token or chunk where the check is per token
   cuts off: the mass of the tokens more probable than it beyond top_p, as a share
   of 1 - top_p.
 
-And one per submission, over every token of its prefilled records sampled above
-temperature 0 (each record carries it):
+And one per node, over every token of its prefilled records sampled above
+temperature 0, in this submission and (weighed down) its earlier ones (each record
+of the submission carries it):
 
 - ``temperature``: how many standard deviations the validator's log-probabilities of
   the sampled tokens lie above their mean over what the claimed sampling draws (each
@@ -36,7 +37,11 @@ temperature 0 (each record carries it):
   node sampling colder than it claims draws likelier tokens, and every token adds to
   its excess while the spread grows only as the square root. No per-record check can
   tell a colder token from a lucky one, and its logprobs can be the validator's own:
-  only this sum sees it, and only rejects.
+  only this sum sees it, and only rejects. One submission of the default model
+  (about 1,240 tokens) is too short for it (half the asked temperature: z 3.6 to
+  6.4), so the sums run on across a node's prefilled submissions
+  (:class:`TemperatureSums`, kept in the orchestrator's ledger); a node's first
+  submission is judged on its own tokens alone.
 """
 
 from __future__ import annotations
@@ -95,13 +100,83 @@ ARGMAX = Tolerance("argmax", "nats below the argmax", reject=1.0, evidence=6.0)
 # such tokens almost surely has one past this.
 NUCLEUS = Tolerance("nucleus", "share of the tail past top_p", reject=0.6, evidence=None)
 
-# An honest submission's z is about standard normal: 6 lies where a Gaussian goes once
-# in 1e9 submissions, with room for what bf16 sampling shifts (measured in the trust
-# benchmark). A node sampling colder gets there in a few hundred tokens; rejection only,
-# as a sum over a whole submission has no single token to show for it.
-TEMPERATURE = Tolerance("temperature", "z over a submission's tokens", reject=6.0, evidence=None)
+# An honest node's z is about standard normal (also accumulated: see TemperatureSums): 6
+# lies where a Gaussian goes once in 1e9 submissions, with room for what bf16 sampling
+# shifts (measured in the trust benchmark, per submission and accumulated). A node
+# sampling at half the asked temperature gets there in two or three default orders;
+# rejection only, as a sum over whole submissions has no single token to show for it.
+TEMPERATURE = Tolerance(
+    "temperature", "z over a node's prefilled tokens", reject=6.0, evidence=None
+)
+# How much of a node's colder-sampling sums each later prefilled submission keeps: an
+# effective window of a few submissions (see TemperatureSums).
+TEMPERATURE_DECAY = 0.75
 
-TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE)
+# A stale step claimed as current: the validator prefills a submission also with the
+# newest step its node could not have claimed (``async_level`` + 1 behind the claimed
+# one) and fits the claimed log-probabilities' gaps from the claimed step's to that
+# older step's gaps (:class:`StaleFit`): slope 0 for an honest node, 1 for one that
+# generated with the older step, one half where the claims lie as near the one step's
+# as the other's. Its z is how many standard errors the slope lies past one half, not
+# past 0: the validator's own rounding is in both of its prefills, so an honest slope
+# lies above 0 by as much as that rounding moves log-probabilities against what the
+# steps between move them, tending to one half (never past it) as the policy stops
+# moving. Measured on the default model after 9 training steps, default orders of 880
+# to 1,390 tokens (benchmarks/BENCHMARKS.md): honest, slope 0.000 in fp32 and -0.055
+# to 0.053 sampled in bf16 (validated in bf16 or fp32), z -69 or below (counted from 0
+# instead, up to 14.7); generated with the older step, slope 0.97 to 1.04, z 69 and up;
+# 9 steps behind, slope 2.2 to 2.3, z 26 to 35. On the tiny test model sampled in fp32
+# and validated in bf16 an honest slope reached 0.31 (z -6, from 0: 9.9). Rejection
+# only: cross-hardware noise is not measured, and a sum over a submission has no single
+# token to show for it.
+STALENESS = Tolerance(
+    "staleness", "z of the slope toward an older step, past 1/2", reject=6.0, evidence=None
+)
+
+TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE, STALENESS)
+
+
+@dataclass(frozen=True)
+class StaleFit:
+    """How far a submission's claimed log-probabilities ``c`` lean from the claimed step's
+    ``p`` toward an older step's ``o``: the least-squares ``slope`` of c - p on o - p
+    through the origin, its standard error ``se`` from the residuals (infinite when the
+    fit has nothing to go on), over ``tokens`` tokens."""
+
+    slope: float
+    se: float
+    tokens: int
+
+    @property
+    def z(self) -> float:
+        """The ``staleness`` distance: how many standard errors the slope lies past one
+        half, toward the older step (0 when there is nothing to go on)."""
+        lean = self.slope - 0.5
+        if math.isinf(self.se) or lean == 0:
+            return 0.0
+        return lean / self.se if self.se > 0 else math.copysign(math.inf, lean)
+
+
+def staleness_fit(
+    claimed: Sequence[float], current: Sequence[float], older: Sequence[float]
+) -> StaleFit:
+    """The fit of ``claimed - current`` on ``older - current``, token by token (see
+    :class:`StaleFit`); tokens where any of the three is not finite are left out, and
+    sums too large for a float (claims no other check passes) leave nothing to go on."""
+    pairs = [
+        (o - p, c - p)
+        for c, p, o in zip(claimed, current, older, strict=True)
+        if math.isfinite(c) and math.isfinite(p) and math.isfinite(o)
+    ]
+    nothing = StaleFit(0.0, math.inf, len(pairs))
+    sxx = sum(x * x for x, _ in pairs)
+    if len(pairs) < 2 or sxx == 0:
+        return nothing
+    slope = sum(x * y for x, y in pairs) / sxx
+    residual = sum((y - slope * x) * (y - slope * x) for x, y in pairs) / (len(pairs) - 1)
+    if not (math.isfinite(slope) and math.isfinite(residual)):
+        return nothing
+    return StaleFit(slope, math.sqrt(residual / sxx), len(pairs))
 
 
 def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
@@ -119,10 +194,64 @@ def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
     return worst
 
 
-def temperature_distance(scores: Sequence[TokenScores]) -> float:
-    """The one-sided z of a submission's sampled tokens: the sum of their
-    log-probabilities' excess over the mean a draw as claimed scores, in standard
-    deviations of that sum; 0 when no token was drawn at random."""
-    excess = sum(x - m for s in scores for x, m in zip(s.logprobs, s.expected, strict=True))
-    variance = sum(v for s in scores for v in s.variance)
-    return excess / math.sqrt(variance) if variance > 0 else 0.0
+@dataclass(frozen=True)
+class TemperatureSums:
+    """The ``temperature`` check's sums over a node's prefilled submissions, each
+    earlier one weighed down by ``TEMPERATURE_DECAY`` per later one: ``excess``, the
+    sampled tokens' log-probabilities above their mean under the claimed sampling;
+    ``variance``, that sum's variance; ``submissions``, how many were folded in (those
+    with a token drawn at random). ``z`` is excess over the square root of variance.
+
+    Weighted sums, E' = d E + e and V' = d^2 V + v, rather than plain ones: under honest
+    sampling z stays about standard normal either way (a weighted sum of independent
+    martingale sums over its own standard deviation), but bf16 sampling shifts an honest
+    node's tokens a little, b standard deviations per submission; plain sums would grow
+    that shift as the square root of a run's length until every long-lived node crossed
+    the threshold, weighted ones keep it below b * sqrt((1 + d) / (1 - d)) (2.65 b at
+    d = 0.75). A node that keeps sampling colder gets the same factor on its own z per
+    submission: 1.4 times after two submissions, 2.65 in the long run, so half the
+    asked temperature (z 3.6 to 6.4 per default order) is past 6 within two or three.
+    A node's first submission has exactly its own z.
+
+    After a rejection the sums run on: a node that keeps sampling colder is rejected at
+    every prefilled submission (its trust is reset, so all are) rather than once every
+    few, while an honest node's chance rejection fades at once (one ordinary submission
+    later its z is 0.6 to 0.75 of what it was).
+    """
+
+    excess: float = 0.0
+    variance: float = 0.0
+    submissions: int = 0
+
+    @classmethod
+    def of(cls, scores: Sequence[TokenScores]) -> TemperatureSums:
+        """One submission's sums, over the scores of its records drawn at random; none
+        when no token was drawn at random. A non-finite sum (a log-probability the
+        validator finds impossible, which the per-record checks reject) is left out, so
+        it can never hide or stain a node's later submissions."""
+        excess = sum(x - m for s in scores for x, m in zip(s.logprobs, s.expected, strict=True))
+        variance = sum(v for s in scores for v in s.variance)
+        if not (math.isfinite(excess) and math.isfinite(variance) and variance > 0):
+            return cls()
+        return cls(excess, variance, 1)
+
+    def then(self, later: TemperatureSums) -> TemperatureSums:
+        """These sums followed by ``later``'s: each submission here weighs
+        ``TEMPERATURE_DECAY`` less per submission in ``later``."""
+        keep = TEMPERATURE_DECAY**later.submissions
+        return TemperatureSums(
+            keep * self.excess + later.excess,
+            keep**2 * self.variance + later.variance,
+            self.submissions + later.submissions,
+        )
+
+    @property
+    def z(self) -> float:
+        """The one-sided z of the sums: how many standard deviations the sampled tokens
+        lie above what a draw as claimed scores; 0 with nothing drawn at random."""
+        return self.excess / math.sqrt(self.variance) if self.variance > 0 else 0.0
+
+
+# The sums of a node none of whose submissions was prefilled with a token drawn at
+# random yet, and of a file judged on its own.
+NO_SUMS = TemperatureSums()

@@ -20,14 +20,21 @@ trainer):
   :mod:`swarmrl.rollouts.tolerances`, which also say which distance is evidence;
 - the rewards are recomputed with the validator's verifiers and its task.
 
+Per submission, when the caller names an older policy step (``older``: the newest one
+its node could not have claimed): the prefilled records still accepted are prefilled
+again with that step, and their claimed log-probabilities must not lean toward its
+(the ``staleness`` tolerance), so a node cannot generate with a policy too old to
+claim and claim the current one.
+
 Per group (the records of one task): exactly the samples asked for, one prompt,
 and no completion repeated unless its recomputed probability makes the repeat
 plausible: a node cannot pass one lucky completion off as several samples.
 
-Per submission (the records verified together): its sampled tokens are not likelier
-than the claimed sampling draws (the ``temperature`` tolerance), so a node cannot
-sample colder than asked and report the log-probabilities the claimed temperature
-gives them.
+Per submission (the records verified together): its sampled tokens, together with
+those of the node's earlier prefilled submissions (``prior``, kept by whoever judges
+the node's submissions; none for a file judged on its own), are not likelier than the
+claimed sampling draws (the ``temperature`` tolerance), so a node cannot sample colder
+than asked and report the log-probabilities the claimed temperature gives them.
 """
 
 from __future__ import annotations
@@ -45,12 +52,15 @@ from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.tolerances import (
     ARGMAX,
     LOGPROBS,
+    NO_SUMS,
     NUCLEUS,
+    STALENESS,
     TEMPERATURE,
     TOPLOC,
     Outcome,
+    TemperatureSums,
     Tolerance,
-    temperature_distance,
+    staleness_fit,
     toploc_distance,
 )
 from swarmrl.tasks import Task, length_penalty
@@ -75,7 +85,7 @@ class Verdict:
     worth a stake, where every other rejection costs the node only the reward.
     ``distances`` are what the prefill measured, per check of
     :mod:`swarmrl.rollouts.tolerances` that ran (how the trust benchmark sees honest
-    variation); the ``temperature`` check's is its submission's.
+    variation); the ``temperature`` check's is its node's, this submission included.
     """
 
     accepted: bool
@@ -86,6 +96,16 @@ class Verdict:
     sequence_logprob: float | None = None
     slashable: bool = False
     distances: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A submission's verdicts, one per record in order, and what it adds to its node's
+    colder-sampling sums (``temperature``: empty when no record drawn at random was
+    prefilled)."""
+
+    verdicts: list[Verdict]
+    temperature: TemperatureSums
 
 
 def _evidence(reason: str, chunks: int = 0, passed: int = 0) -> Verdict:
@@ -294,6 +314,64 @@ def _group_error(
     return None
 
 
+@dataclass(frozen=True)
+class OlderStep:
+    """The older policy step a submission's staleness is judged against, and ``load``,
+    which gives its backend. ``load`` is called at most once per submission, after
+    every prefill with the claimed step's backend is done, so it may hand back that
+    same backend with the older step's weights loaded in place."""
+
+    step: int
+    load: Callable[[], Backend]
+
+
+def _stale_verdicts(
+    older: OlderStep,
+    rollouts: Sequence[Rollout],
+    verdicts: list[Verdict | None],
+    prefilled: Mapping[int, Prefill],
+) -> None:
+    """Judges the staleness of the prefilled records still accepted, together: each gets
+    the submission's ``staleness`` distance, and past the tolerance is rejected (never
+    evidence). Nothing is loaded when no record is left to judge."""
+    judged = [i for i, p in prefilled.items() if (v := verdicts[i]) is not None and v.accepted]
+    if not judged:
+        return
+    backend = older.load()
+    groups: dict[tuple[tuple[int, ...], float, float], list[int]] = {}
+    for i in judged:
+        r = rollouts[i]
+        groups.setdefault((tuple(r.prompt_ids), r.temperature, r.top_p), []).append(i)
+    claimed: list[float] = []
+    current: list[float] = []
+    then: list[float] = []
+    for members in groups.values():
+        again = _prefill_group(backend, [rollouts[i] for i in members])
+        for i, result in zip(members, again, strict=True):
+            if isinstance(result, Prefill):
+                claimed += rollouts[i].logprobs
+                current += prefilled[i].logprobs
+                then += result.logprobs
+    fit = staleness_fit(claimed, current, then)
+    stale = STALENESS.judge(fit.z) is not Outcome.PASS
+    for i in judged:
+        verdict = verdicts[i]
+        assert verdict is not None  # judged holds only records with a verdict
+        verdict = replace(verdict, distances={**verdict.distances, STALENESS.check: fit.z})
+        if stale:
+            verdict = replace(
+                verdict,
+                accepted=False,
+                reason=(
+                    f"its submission's log-probabilities lie {fit.slope:.2f} of the way from "
+                    f"step {rollouts[i].policy_step}'s to step {older.step}'s, {fit.z:.3g} "
+                    "standard errors past half-way, so it was generated with an older policy "
+                    "than it claims"
+                ),
+            )
+        verdicts[i] = verdict
+
+
 def verify_rollouts(
     backend: Backend,
     rollouts: Sequence[Rollout],
@@ -302,8 +380,28 @@ def verify_rollouts(
     score: Callable[[Task, str], float],
     *,
     prefill: bool = True,
+    older: OlderStep | None = None,
 ) -> list[Verdict]:
-    """One verdict per record, in order: each record's own checks, then its group's.
+    """One verdict per record of a submission judged on its own (no earlier submission
+    of its node is known): :func:`verify_submission`'s verdicts."""
+    judged = verify_submission(backend, rollouts, tasks, asked, score, prefill=prefill, older=older)
+    return judged.verdicts
+
+
+def verify_submission(
+    backend: Backend,
+    rollouts: Sequence[Rollout],
+    tasks: Mapping[str, Task],
+    asked: Assignment,
+    score: Callable[[Task, str], float],
+    *,
+    prefill: bool = True,
+    older: OlderStep | None = None,
+    prior: TemperatureSums = NO_SUMS,
+) -> Judged:
+    """One verdict per record, in order: each record's own checks, then its group's;
+    and what the submission adds to its node's colder-sampling sums, ``prior`` (what
+    its node's earlier prefilled submissions left).
 
     A group that fails its checks has every record rejected with the group's reason
     (a record already rejected keeps its own).
@@ -328,40 +426,56 @@ def verify_rollouts(
             group = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
             to_prefill.setdefault(group, []).append(i)
     sampled: dict[int, Prefill] = {}  # the prefilled records drawn at random
+    prefilled: dict[int, Prefill] = {}
     for members in to_prefill.values():
         prefills = _prefill_group(backend, [rollouts[i] for i in members])
         for i, result in zip(members, prefills, strict=True):
             task = tasks[rollouts[i].problem_id]
             verdicts[i] = _prefilled_verdict(backend, rollouts[i], task, score, result)
+            if isinstance(result, Prefill):
+                prefilled[i] = result
             if isinstance(result, Prefill) and rollouts[i].temperature > 0:
                 sampled[i] = result
+    if older is not None:
+        _stale_verdicts(older, rollouts, verdicts, prefilled)
     judged = [v for v in verdicts if v is not None]
     assert len(judged) == len(rollouts)  # every branch above gives a verdict
-    return _group_verdicts(rollouts, _temperature_verdicts(rollouts, judged, sampled), asked)
+    own = TemperatureSums.of([p.scores for p in sampled.values()])
+    checked = _temperature_verdicts(rollouts, judged, sampled, prior.then(own))
+    return Judged(_group_verdicts(rollouts, checked, asked), own)
 
 
 def _temperature_verdicts(
-    rollouts: Sequence[Rollout], verdicts: list[Verdict], sampled: Mapping[int, Prefill]
+    rollouts: Sequence[Rollout],
+    verdicts: list[Verdict],
+    sampled: Mapping[int, Prefill],
+    sums: TemperatureSums,
 ) -> list[Verdict]:
-    """The verdicts with the submission's temperature distance on each record drawn at
-    random; past the tolerance, those accepted so far are rejected (never evidence)."""
-    z = temperature_distance([p.scores for p in sampled.values()])
+    """The verdicts with the node's temperature distance (``sums``: this submission's
+    sampled tokens folded into its earlier ones') on each record drawn at random; past
+    the tolerance, those accepted so far are rejected (never evidence)."""
+    z = sums.z
     colder = TEMPERATURE.judge(z) is not Outcome.PASS
     out = list(verdicts)
     for i in sampled:
         verdict = replace(out[i], distances={**out[i].distances, TEMPERATURE.check: z})
         if colder and verdict.accepted:
-            verdict = replace(
-                verdict,
-                accepted=False,
-                reason=(
-                    f"its submission's tokens are {z:.3g} standard deviations likelier than "
-                    f"sampling at temperature {rollouts[i].temperature:g} draws, so they were "
-                    "sampled colder than claimed"
-                ),
-            )
+            verdict = replace(verdict, accepted=False, reason=_colder(sums, rollouts[i]))
         out[i] = verdict
     return out
+
+
+def _colder(sums: TemperatureSums, rollout: Rollout) -> str:
+    """Why a record drawn at random is rejected as sampled colder than claimed."""
+    whose, over = "its submission's", ""
+    if sums.submissions > 1:
+        whose = "its node's"
+        over = f", over its {sums.submissions} prefilled submissions (the latest weighing most)"
+    return (
+        f"{whose} tokens are {sums.z:.3g} standard deviations likelier than sampling at "
+        f"temperature {rollout.temperature:g} draws{over}, so they were sampled colder than "
+        "claimed"
+    )
 
 
 def _group_verdicts(

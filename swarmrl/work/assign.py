@@ -24,6 +24,8 @@ from swarmrl.rollouts.checks import Assignment
 from swarmrl.schema import MAX_UINT32, MAX_UINT64, HexAddress, Reason, RunId, Strict
 
 MAX_TASKS = 64
+# The longest a node is told to wait before it asks again: a longer wait is asked out.
+MAX_RETRY_AFTER = 3600.0
 
 ProblemId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
@@ -100,7 +102,7 @@ class WorkResponse(Strict):
     """An order, or none yet (no published policy, node not active) and when to ask again."""
 
     order: WorkOrder | None = None
-    retry_after: float = Field(default=0.0, ge=0, le=3600)
+    retry_after: float = Field(default=0.0, ge=0, le=MAX_RETRY_AFTER)
     reason: Reason = ""
 
 

@@ -16,11 +16,12 @@ import pytest
 from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger import Ledger
-from orchestrator.service.ledger.orders import OrderRow
+from orchestrator.service.ledger.orders import Abandoned, OrderRow
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.ledger.transitions import TRANSITIONS
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
 from swarmrl.work.assign import Slot, WorkOrder
 
 NODE = "0x" + "ab" * 20
@@ -301,6 +302,31 @@ def test_expired_orders_cost_their_node_standing(ledger):
         ledger.orders.set_state("00" * 32, "answered")
 
 
+def test_abandoned_orders_count_since_the_newest_answered_one_and_survive_a_reopen(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        assert ledger.orders.abandoned(NODE) == Abandoned(0, 0)
+        ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+        for n, deadline in enumerate((100, 200, 300)):
+            add_order(ledger, n, deadline=deadline, counter=n)
+        ledger.orders.set_state(f"{1:064x}", "answered")
+        ledger.orders.expire(1_000.0)
+        # Order 0 was left before the answered one: only order 2 counts.
+        assert ledger.orders.abandoned(NODE) == Abandoned(1, 300)
+        add_order(ledger, 3, deadline=400, counter=3)
+        ledger.orders.expire(1_000.0)
+        add_order(ledger, 4, node=OTHER, deadline=500, counter=0)  # another node's
+        ledger.orders.expire(1_000.0)
+        add_order(ledger, 5, deadline=600, counter=4)  # taking order 3's tasks over
+        ledger.orders.add(f"{6:064x}", order(node=OTHER, counter=1), 1.0, takes_over=f"{3:064x}")
+        assert ledger.orders.abandoned(NODE) == Abandoned(2, 400)  # order 5 is still open
+    with Ledger(path) as ledger:
+        assert ledger.orders.abandoned(NODE_CHECKSUM) == Abandoned(2, 400)
+        assert ledger.orders.abandoned(OTHER) == Abandoned(1, 500)
+        ledger.orders.set_state(f"{5:064x}", "answered")
+        assert ledger.orders.abandoned(NODE) == Abandoned(0, 0)
+
+
 def test_counters_are_per_node_and_survive_a_restart(tmp_path):
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
@@ -366,7 +392,7 @@ def test_the_file_is_wal_with_full_sync_and_a_schema_version(tmp_path):
     Ledger(path).close()  # opening again creates nothing twice
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
     db.close()
 
 
@@ -385,7 +411,7 @@ def test_a_file_that_is_not_a_ledger_is_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="newer swarmrl") as caught:
         Ledger(newer)
     assert str(caught.value) == (
-        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 2); "
+        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 3); "
         "upgrade swarmrl"
     )
 
@@ -486,10 +512,56 @@ def test_a_ledger_of_schema_1_is_upgraded_to_the_signed_orders_it_issued(tmp_pat
     with Ledger(path) as ledger:  # upgraded once; from now on it opens as any other
         assert [o.order_id for o in ledger.orders.expire(501.0)] == [order_id]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "assignments" not in tables
     db.close()
+
+
+def test_a_ledger_of_schema_2_is_upgraded_to_colder_sampling_sums_per_node(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+        ledger.nodes.add_trust(NODE)
+    # Schema 2 is schema 3 without the nodes' sums.
+    db = sqlite3.connect(path)
+    for column in ("excess", "variance", "submissions"):
+        db.execute(f"ALTER TABLE nodes DROP COLUMN temperature_{column}")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    with Ledger(path) as ledger:  # no run needed: its orders are already signed ones
+        node = ledger.nodes.get(NODE)
+        assert (node.trusted, node.temperature) == (1, NO_SUMS)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    db.close()
+
+
+def test_a_verdict_adds_its_colder_sampling_sums_to_its_node_once(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    first, second = TemperatureSums(3.0, 4.0, 1), TemperatureSums(-1.0, 2.0, 1)
+    with Ledger(path) as ledger:
+        ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+        ledger.nodes.join(OTHER, PROVIDER, "peer-b", "torch", {}, 1.0)
+        for n in (1, 2, 3):
+            ledger.submissions.record(submission(n))
+        assert ledger.submissions.set_outcome(
+            f"{1:064x}", "accepted", 4, "", False, True, 5.0, first
+        )
+        # The same verdict again (a validator judging it twice) moves nothing, adds nothing.
+        assert not ledger.submissions.set_outcome(
+            f"{1:064x}", "rejected", 0, "again", False, True, 6.0, first
+        )
+        assert ledger.nodes.get(NODE).temperature == first
+        # A submission with nothing drawn at random leaves the sums as they were.
+        ledger.submissions.set_outcome(f"{2:064x}", "accepted", 4, "", False, True, 7.0)
+        assert ledger.nodes.get(NODE).temperature == first
+    with Ledger(path) as ledger:  # on disk, not in memory
+        assert ledger.nodes.get(NODE).temperature == first
+        ledger.submissions.set_outcome(f"{3:064x}", "rejected", 0, "r", False, True, 8.0, second)
+        assert ledger.nodes.get(NODE).temperature == first.then(second)
+        assert ledger.nodes.get(OTHER).temperature == NO_SUMS
 
 
 def test_out_of_range_numbers_are_refused_before_writing(ledger):

@@ -137,12 +137,16 @@ def test_only_the_last_rejections_are_kept():
     assert view.intake_rejected == LAST_REJECTIONS + 2
 
 
-def test_the_state_line_follows_pause_retry_and_stop():
+def test_the_state_line_follows_pause_retry_work_and_stop():
     view = NodeView(NODE)
     assert view.state_line() == "joining"
     view.apply(Event(EventKind.RETRY, reason="the orchestrator is gone", extra={"wait": "2.0s"}))
     assert view.state_line() == "waiting: the orchestrator is gone (retrying in 2.0s)"
     view.apply(Event(EventKind.JOINED, step=0))
+    assert view.state_line() == "working"
+    view.apply(Event(EventKind.NO_WORK, reason="no policy is published yet", extra={"wait": "2s"}))
+    assert view.state_line() == "no work: no policy is published yet (asking again in 2s)"
+    view.apply(Event(EventKind.ORDER, step=0, order="abc", total=8))
     assert view.state_line() == "working"
     view.running = "pausing"
     assert view.state_line() == "pausing after the order in flight"

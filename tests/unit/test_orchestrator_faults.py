@@ -89,6 +89,18 @@ def test_a_ledger_made_in_place_of_the_runs_is_refused(tmp_path):
     )
 
 
+def test_the_daemons_children_never_create_a_ledger(tmp_path):
+    """A ledger deleted under a running daemon is not recreated empty by a restarted
+    validator or recorder (which would split the run's record in two files)."""
+    path = ledger_path(tmp_path / "data")
+    with pytest.raises(ValueError, match="is gone; only the daemon creates one"):
+        Ledger(path, create=False)
+    assert not path.exists()
+    run_ledger(tmp_path / "data", submissions=1)
+    with Ledger(path, create=False) as ledger:
+        assert len(ledger.submissions.all()) == 1
+
+
 def test_a_fresh_data_dir_and_one_from_before_the_mark_start(tmp_path):
     # A fresh data dir gets a new ledger and its mark; so does an empty ledger file there.
     fresh, emptied = tmp_path / "fresh", tmp_path / "emptied"

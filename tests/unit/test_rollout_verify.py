@@ -14,8 +14,13 @@ from swarmrl.models.backend import SamplingParams, score_tokens
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
-from swarmrl.rollouts.tolerances import TEMPERATURE
-from swarmrl.rollouts.verify import REPEAT_PLAUSIBILITY, repeat_plausibility, verify_rollouts
+from swarmrl.rollouts.tolerances import NO_SUMS, TEMPERATURE, TEMPERATURE_DECAY
+from swarmrl.rollouts.verify import (
+    REPEAT_PLAUSIBILITY,
+    repeat_plausibility,
+    verify_rollouts,
+    verify_submission,
+)
 from swarmrl.tasks import Task, length_penalty
 
 TASKS = [
@@ -281,6 +286,60 @@ def test_honest_sampling_lies_near_its_expected_logprob(backend, records):
     # One z for the submission, on each of its records.
     assert len({v.distances[TEMPERATURE.check] for v in result}) == 1
     assert abs(result[0].distances[TEMPERATURE.check]) < 4
+
+
+def node_submissions(backend, temperature, count):
+    """``count`` submissions of one node sampled at ``temperature`` (one task, two samples
+    each, a seed of their own) with the logprobs the validator computes at the 1.0 asked
+    for, judged in turn with the sums the earlier ones left: (own z, verdicts) each."""
+    sums, judged = NO_SUMS, []
+    for seed in range(count):
+        params = SamplingParams(max_tokens=70, temperature=temperature)
+        sampled = generate(backend, params=params, tasks=TASKS[:1], seed=seed)
+        claimed = [
+            lie(r, temperature=1.0, logprobs=backend.prefill(r.prompt_ids, r.output_ids).logprobs)
+            for r in sampled
+        ]
+        result = verify_submission(backend, claimed, TASK_SET, ASKED, score, prior=sums)
+        sums = sums.then(result.temperature)
+        judged.append((result.temperature.z, result.verdicts))
+    return judged
+
+
+def test_sampling_colder_is_rejected_once_a_nodes_submissions_add_up(backend):
+    judged = node_submissions(backend, temperature=0.7, count=4)
+    # No submission is past the threshold on its own tokens...
+    assert all(0 < z < TEMPERATURE.reject for z, _ in judged)
+    assert all(v.accepted for _, verdicts in judged[:2] for v in verdicts)
+    # ...but the third is, with the two before it; the sums run on past a rejection.
+    for z, verdicts in judged[2:]:
+        assert all(not v.accepted and not v.slashable for v in verdicts)
+        assert verdicts[0].distances[TEMPERATURE.check] > TEMPERATURE.reject > z
+    reason = judged[2][1][0].reason
+    z = judged[2][1][0].distances[TEMPERATURE.check]
+    assert reason == (
+        f"its node's tokens are {z:.3g} standard deviations likelier than sampling at "
+        "temperature 1 draws, over its 3 prefilled submissions (the latest weighing most), "
+        "so they were sampled colder than claimed"
+    )
+
+
+def test_an_honest_nodes_sums_stay_near_zero_over_its_submissions(backend):
+    judged = node_submissions(backend, temperature=1.0, count=4)
+    assert all(v.accepted for _, verdicts in judged for v in verdicts)
+    assert all(abs(v.distances[TEMPERATURE.check]) < 3 for _, vs in judged for v in vs)
+
+
+def test_a_nodes_first_submission_is_judged_on_its_own_tokens(backend, records):
+    alone = verdicts(backend, records)
+    first = verify_submission(backend, records, TASK_SET, ASKED, score)
+    assert [v.distances for v in first.verdicts] == [v.distances for v in alone]
+    assert first.temperature.z == alone[0].distances[TEMPERATURE.check]
+    assert first.temperature.submissions == 1
+    # Folded onto earlier sums, the earlier ones weigh TEMPERATURE_DECAY less per submission.
+    later = first.temperature.then(first.temperature)
+    assert later.excess == pytest.approx((1 + TEMPERATURE_DECAY) * first.temperature.excess)
+    assert later.variance == pytest.approx((1 + TEMPERATURE_DECAY**2) * first.temperature.variance)
 
 
 def test_the_expected_logprob_of_a_draw_is_computed_from_the_whole_distribution():

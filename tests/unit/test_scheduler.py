@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 from eth_utils import to_checksum_address
 
-from orchestrator.service.scheduler import BUDGETS, DEADLINE_SHARE, budget_for, draw_order
+from orchestrator.service.scheduler import (
+    BUDGETS,
+    DEADLINE_SHARE,
+    budget_for,
+    cooldown,
+    draw_order,
+)
+from orchestrator.service.settings import MAX_COOLDOWN_DOUBLINGS
 from swarmrl.tasks import Task
 
 TASKS = [
@@ -102,3 +109,10 @@ def test_a_fast_node_gets_the_runs_budget_and_never_more():
 def test_a_node_too_slow_for_any_budget_gets_the_shortest():
     assert budget_for(0.001, **FIT) == BUDGETS[0]
     assert budget_for(0.001, **{**FIT, "base": 10}) == 10
+
+
+def test_a_node_abandoning_orders_waits_longer_with_each_one_up_to_a_bound():
+    waits = [cooldown(n, limit=3, first=600.0) for n in range(10)]
+    # Below the limit nothing, at it the first cooldown, then doubling up to its bound.
+    assert waits[:6] == [0.0, 0.0, 0.0, 600.0, 1200.0, 2400.0]
+    assert max(waits) == 600.0 * 2**MAX_COOLDOWN_DOUBLINGS == waits[-1]

@@ -1,9 +1,10 @@
 """The trust suite's cheat table in its short form: every behaviour of the demo's cheater
 (client/node/cheater.py) once, against the orchestrator's own intake, validator and
-ledger, on a tiny random policy whose older step is another random model. Each is
+ledger, on a tiny random policy whose newest step is its older one after a small step
+(every weight moved about 1e-4), too small for TOPLOC to tell them apart. Each is
 refused or rejected, the slashable ones as evidence, with and without a prefill as
-the checks that catch them need; honest work passes every check, the one for
-sampling colder than claimed included."""
+the checks that catch them need; honest work passes every check, the ones for
+sampling colder than claimed and for a stale step included."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from swarmrl.chain.deploy import ProtocolParams
 from swarmrl.chain.tokens import format_tokens
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.tasks import Task
+from tests.model_fixtures import nudged_model
 
 TASKS = [
     Task(
@@ -66,7 +68,7 @@ WITHOUT_PREFILL = {
     "idle",
 }
 # Rounded weights near what honest bf16 does: whether a check catches them is what the
-# benchmark measures on the default model (int8 there and here, int4 and fp8 there, pass).
+# benchmark measures on the default model; here only that rounding is never evidence.
 MEASURED = {"int8-weights", "int4-weights", "fp8-weights"}
 
 
@@ -77,10 +79,10 @@ def rows(tmp_path_factory, model_dirs):
         for name in list(os.environ):  # no SWARMRL_* of this machine reaches the settings
             if name.upper().startswith("SWARMRL_"):
                 env.delenv(name)
-        # The current policy, and the step a stale node kept: the first it may not use.
+        # The step a stale node kept, the first it may not use, and the current policy.
         newest = OrchestratorSettings().async_level + 1
         shutil.copytree(model_dirs[1], ckpt.step_dir(root / "steps", 0))
-        shutil.copytree(model_dirs[0], ckpt.step_dir(root / "steps", newest))
+        nudged_model(model_dirs[1], ckpt.step_dir(root / "steps", newest))
         found = trust_cheats.run(
             root / "steps", TASKS, workdir=root / "work", submissions=1, settings=SETTINGS
         )
@@ -115,7 +117,7 @@ def test_the_slashable_cheats_are_evidence_and_cost_the_slash_penalty(rows):
         outcome = rows[name].prefilled[0]
         assert (name, outcome.evidence) == (name, True), outcome
         assert rows[name].stake_lost() == penalty
-    for name in set(CHEATS) - EVIDENCE - MEASURED - {"stale-step"}:
+    for name in set(CHEATS) - EVIDENCE - MEASURED:
         assert (name, rows[name].evidence) == (name, 0)
 
 
@@ -124,7 +126,14 @@ def test_checks_without_a_prefill_catch_every_submission_the_others_a_sampled_sh
     for name in set(CHEATS) - {"honest"} - MEASURED:
         row = rows[name]
         if name in WITHOUT_PREFILL:
-            assert (name, row.unprefilled[0].caught, row.rate, row.delay) == (name, True, 1, 1)
+            # A submission each, or the orders an idle node leaves before it is refused.
+            orders = OrchestratorSettings().abandon_limit if name == "idle" else 1
+            assert (name, row.unprefilled[0].caught, row.rate, row.delay) == (
+                name,
+                True,
+                1,
+                orders,
+            )
         else:
             assert (name, row.unprefilled[0].caught) == (name, False)
             assert row.rate == pytest.approx(rate)
@@ -140,11 +149,12 @@ def test_where_each_cheat_is_caught(rows):
         "dropped-task",
         "cherry-picked-task",
     }
-    assert {n for n, s in stages.items() if s == Stage.EXPIRED} == {"idle"}
+    assert {n for n, s in stages.items() if s == Stage.HELD_BACK} == {"idle"}
     assert stages["false-rewards"] == stages["colder-sampling"] == Stage.VALIDATOR
     assert "not the sender" in rows["replayed"].prefilled[0].reason
     assert "does not answer its order" in rows["copied"].prefilled[0].reason
     assert "its task reward is 1, recomputed 0" in rows["false-rewards"].prefilled[0].reason
+    assert "left its last 3 work orders unanswered" in rows["idle"].prefilled[0].reason
 
 
 def test_sampling_colder_than_asked_is_rejected_and_never_evidence(rows):
@@ -153,9 +163,17 @@ def test_sampling_colder_than_asked_is_rejected_and_never_evidence(rows):
     assert "sampled colder than claimed" in outcome.reason
 
 
-def test_int8_weights_are_within_what_honest_bf16_does(rows):
-    # No check can tell int8 rounding from bf16's, and none should slash it.
-    assert rows["int8-weights"].prefilled[0].stage == Stage.ACCEPTED
+def test_a_stale_step_claimed_as_current_is_rejected_and_never_evidence(rows):
+    outcome = rows["stale-step"].prefilled[0]
+    assert (outcome.stage, outcome.evidence) == (Stage.VALIDATOR, False)
+    assert "of the way from step 3's to step 0's" in outcome.reason
+    assert outcome.reason.endswith("so it was generated with an older policy than it claims")
+
+
+def test_int8_weights_are_never_slashed(rows):
+    # On this small model int8 rounding lands between TOPLOC's rejection threshold and
+    # its bounds (on the default model, within honest bf16): rounding is never evidence.
+    assert not rows["int8-weights"].prefilled[0].evidence
 
 
 def test_the_table_has_a_line_per_behaviour(rows):

@@ -72,26 +72,45 @@ def validator(tmp_path, model_dirs):
         trust_after=1,
         code_check_rate=1.0,
         device="cpu",
+        async_level=2,
     )
     yield Validator(config, ledger, TASKS)
     ledger.close()
 
 
 def submitted(
-    validator: Validator, backend, tmp_path: Path, max_tokens: int, shift: float = 0.0, n: int = 0
+    validator: Validator,
+    backend,
+    tmp_path: Path,
+    max_tokens: int,
+    shift: float = 0.0,
+    n: int = 0,
+    temperature: float = 1.0,
 ) -> str:
     """A submission answering ORDER, its records generated with `max_tokens` and their
-    claimed log-probabilities moved by `shift` nats; its digest (the `n`th submission)."""
+    claimed log-probabilities moved by `shift` nats; its digest (the `n`th submission).
+    Sampled at another `temperature`, it claims the
+    order's, with the log-probabilities that one gives its tokens."""
     records = generate_rollouts(
         backend,
         list(TASKS.values()),
         n=ORDER.group_size,
-        params=SamplingParams(max_tokens=max_tokens, temperature=1.0, top_p=1.0),
+        params=SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=1.0),
         provenance=Provenance(run=RUN, policy_step=STEP, node=NODE.address),
         seed=ORDER.seed,
         score=task_reward,
         target_for=lambda _: 16,
     )
+    if temperature != ORDER.temperature:
+        records = [
+            r.model_copy(
+                update={
+                    "temperature": ORDER.temperature,
+                    "logprobs": backend.prefill(r.prompt_ids, r.output_ids).logprobs,
+                }
+            ).sealed()
+            for r in records
+        ]
     records = [
         r.model_copy(update={"logprobs": [x - shift for x in r.logprobs]}).sealed() for r in records
     ]
@@ -192,3 +211,39 @@ def test_a_file_that_cannot_be_read_is_rejected_in_words_that_name_no_path(
             "deleted": "its file is missing or cannot be opened",
         }[fault]
     )
+
+
+def test_colder_sampling_adds_up_over_a_nodes_submissions_each_counted_once(
+    validator, backend, tmp_path
+):
+    from swarmrl.rollouts.tolerances import TEMPERATURE
+
+    first = submitted(validator, backend, tmp_path, ORDER.max_tokens, n=1, temperature=0.65)
+    row = validator.ledger.submissions.get(first)
+    validator.judge(row)
+    once = validator.ledger.nodes.get(NODE.address).temperature
+    assert (once.submissions, validator.ledger.submissions.get(first).status) == (1, "accepted")
+    assert 0 < once.z < TEMPERATURE.reject  # alone, not cold enough to reject
+    # Judged again (a validator restarted before it saw its verdict), it counts once.
+    validator.judge(row)
+    assert validator.ledger.nodes.get(NODE.address).temperature == once
+    # The sums are the ledger's: a validator started anew on the file judges with them.
+    validator.ledger.close()
+    validator.ledger = Ledger(tmp_path / "data" / "ledger.sqlite3")
+    assert validator.ledger.nodes.get(NODE.address).temperature == once
+    for n in (2, 3):
+        digest = submitted(validator, backend, tmp_path, ORDER.max_tokens, n=n, temperature=0.65)
+        validator.run_once()
+        row = validator.ledger.submissions.get(digest)
+        # Each as cold as the first; with the ones before it, past the threshold.
+        assert (row.status, row.slashable) == ("rejected", False)
+        assert f"draws, over its {n} prefilled submissions (the latest weighing most)" in row.reason
+        assert row.reason.endswith("so they were sampled colder than claimed")
+    node = validator.ledger.nodes.get(NODE.address)
+    assert (node.state != "banned", node.trusted) == (True, 0)  # rejected, never evidence
+    # The sums ran on past the first rejection, each submission counted once.
+    thrice = once.then(once).then(once)
+    assert node.temperature.submissions == thrice.submissions == 3
+    assert node.temperature.z == pytest.approx(thrice.z)
+    assert thrice.z > once.z
+    validator.ledger.close()

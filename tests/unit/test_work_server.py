@@ -8,10 +8,14 @@ import os
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from client.node.events import Event, EventKind
+from client.node.loop import Node
 from client.node.session import Identity, Session
+from client.node.settings import NodeSettings
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
@@ -105,6 +109,7 @@ class Orchestrator:
         self.chain = FixedChain()
         self.published: int | None = PUBLISHED
         self.backlog = 0
+        self.now: float | None = None  # the work server's clock, stopped; None: the real one
         context = RunContext(
             run=RUN, swarm_domain=SWARM, pool_domain=POOL_DOMAIN, signer=ORCHESTRATOR
         )
@@ -117,6 +122,7 @@ class Orchestrator:
             published_step=lambda: self.published,
             backlog=lambda: self.backlog,
             weights_addrs=lambda: ["/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWOrigin"],
+            clock=lambda: time.time() if self.now is None else self.now,
         )
         self.host = DirectServer()
         self.work_server.serve(self.host, root / "spool")
@@ -132,6 +138,10 @@ class Orchestrator:
         )
         host = self.host.caller(peer or PEERS[account.address])
         return Session(host, "12D3KooWOrigin", identity)
+
+    def at(self, when: float) -> None:
+        """Stops the work server's clock at the unix time `when`."""
+        self.now = when
 
     def active(self, account=NODE) -> Session:
         session = self.session(account)
@@ -750,3 +760,122 @@ def test_an_expired_order_whose_tasks_left_the_task_set_is_dropped(orchestrator)
     )
     assert theirs.tasks == drawn.tasks
     assert orchestrator.ledger.orders.get(order.digest(SWARM).hex()).state == "dropped"
+
+
+# ---- abandoned orders -----------------------------------------------------------------
+
+
+def abandon(orchestrator: Orchestrator, session: Session) -> WorkOrder:
+    """The node takes an order and leaves it: the daemon's sweep expires it past its
+    deadline, and the clock stands just past it."""
+    order = session.work().order
+    assert order is not None, "the node was refused work"
+    orchestrator.ledger.orders.expire(order.deadline + 1)
+    orchestrator.at(order.deadline + 1)
+    return order
+
+
+def answer(orchestrator: Orchestrator, session: Session, tmp_path: Path) -> None:
+    """The node takes an order and hands in an honest answer."""
+    order = session.work().order
+    assert order is not None, "the node was refused work"
+    path = written(rollouts(order, PUBLISHED), tmp_path / f"answer-{order.counter}.parquet")
+    assert session.submit(session.sign(order, PUBLISHED, path), path).receipt.units > 0
+
+
+def held_back(session: Session, abandoned: int, seconds: int) -> None:
+    """The node is refused work for `seconds` more, for `abandoned` orders in a row."""
+    response = session.work()
+    assert response.order is None
+    assert response.reason == (
+        f"node {NODE.address} left its last {abandoned} work orders unanswered past their "
+        f"deadlines, so it gets no new work for {seconds} s; answering the next one it gets "
+        "starts the count over"
+    )
+    assert response.retry_after == pytest.approx(seconds, abs=1e-3)
+
+
+def test_a_node_that_abandons_its_orders_gets_no_work_for_a_cooldown_that_grows(orchestrator):
+    s = orchestrator.settings
+    session, other = orchestrator.active(), orchestrator.active(OTHER)
+    left = [abandon(orchestrator, session) for _ in range(s.abandon_limit)]
+    last = left[-1]
+    held_back(session, s.abandon_limit, int(s.abandon_cooldown) - 1)
+    # Its orders' tasks go to the nodes that work meanwhile, the oldest first.
+    theirs = other.work().order
+    assert [t.problem_id for t in theirs.tasks] == [t.problem_id for t in left[0].tasks]
+    orchestrator.at(last.deadline + s.abandon_cooldown - 1)
+    held_back(session, s.abandon_limit, 1)
+    orchestrator.at(last.deadline + s.abandon_cooldown)
+    last = abandon(orchestrator, session)  # one order after the cooldown, left again
+    held_back(session, s.abandon_limit + 1, 2 * int(s.abandon_cooldown) - 1)
+    orchestrator.at(last.deadline + 2 * s.abandon_cooldown)
+    assert session.work().order is not None
+
+
+def test_a_cooldown_past_the_longest_wait_a_reply_states_is_asked_out(tmp_path):
+    orchestrator = Orchestrator(tmp_path, abandon_limit=2, abandon_cooldown=3000.0)
+    try:
+        session = orchestrator.active()
+        for _ in range(3):
+            last = abandon(orchestrator, session)
+            orchestrator.at(last.deadline + 3000.0)
+        orchestrator.at(last.deadline + 1)
+        response = session.work()
+        assert (response.order, response.retry_after) == (None, 3600.0)
+        assert "no new work for 5999 s" in response.reason
+    finally:
+        orchestrator.ledger.close()
+
+
+def test_an_answered_order_starts_the_count_over(orchestrator, tmp_path):
+    s = orchestrator.settings
+    session = orchestrator.active()
+    for _ in range(2):  # an honest node loses an order, once and again later
+        for _ in range(s.abandon_limit - 1):
+            abandon(orchestrator, session)
+        answer(orchestrator, session, tmp_path)
+    for _ in range(s.abandon_limit):
+        abandon(orchestrator, session)
+    held_back(session, s.abandon_limit, int(s.abandon_cooldown) - 1)
+
+
+def test_a_cooldown_holds_after_the_orchestrator_restarts(orchestrator, tmp_path):
+    s = orchestrator.settings
+    session = orchestrator.active()
+    for _ in range(s.abandon_limit):
+        last = abandon(orchestrator, session)
+    orchestrator.ledger.close()
+    restarted = Orchestrator(tmp_path)
+    try:
+        restarted.at(last.deadline + 1)
+        held_back(restarted.session(), s.abandon_limit, int(s.abandon_cooldown) - 1)
+    finally:
+        restarted.ledger.close()
+
+
+def test_a_node_held_back_says_why_once_per_reason_and_waits_as_told(orchestrator, tmp_path):
+    events: list[Event] = []
+    node = Node(
+        NodeSettings(data_dir=tmp_path / "node", keystore_dir=tmp_path / "keys"),
+        account=NODE,
+        on_event=events.append,
+    )
+    node.session = orchestrator.active()
+    # No weight swarm: the weights it would load before asking are not under test.
+    node.swarm = SimpleNamespace()
+    node._weights = lambda at_least, precision: tmp_path
+    node.stopping.set()  # every wait returns at once: what it would wait is in the event
+    orchestrator.published = None
+    node._one_order()
+    node._one_order()
+    orchestrator.published = PUBLISHED
+    for _ in range(orchestrator.settings.abandon_limit):
+        abandon(orchestrator, node.session)
+    node._one_order()
+    assert [(e.kind, e.extra["wait"]) for e in events] == [
+        (EventKind.NO_WORK, "2s"),
+        (EventKind.NO_WORK, f"{orchestrator.settings.abandon_cooldown - 1:.0f}s"),
+    ]
+    assert events[0].reason == "no policy is published yet"
+    assert events[1].reason.startswith(f"node {NODE.address} left its last 3 work orders")

@@ -31,13 +31,19 @@ from orchestrator.service.ledger.submissions import Submissions
 class Ledger:
     """The ledger file at `path`; safe to share between threads and processes."""
 
-    def __init__(self, path: Path, *, run: str | None = None, check: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, run: str | None = None, check: bool = False, create: bool = True
+    ) -> None:
         """`run`: the run this orchestrator issues orders in. A ledger of schema 1 kept
         its orders without their run; given it, such a ledger is upgraded (the daemon
         gives it), else refused with a sentence saying so. `check`: refuse a damaged
         file before anything is written to it (SQLite's quick_check reads every page:
-        the daemon asks for it once, at start; `home.open_for_daemon`)."""
-        self._connection = Connection(path, prepare=lambda c: schema.prepare(c, run), check=check)
+        the daemon asks for it once, at start; `home.open_for_daemon`). `create=False`:
+        refuse a missing file rather than start an empty one (the daemon's children and
+        readers: only the daemon, having checked the data dir, may create its ledger)."""
+        self._connection = Connection(
+            path, prepare=lambda c: schema.prepare(c, run), check=check, create=create
+        )
         self.nodes = Nodes(self._connection)
         self.orders = Orders(self._connection)
         self.submissions = Submissions(self._connection)

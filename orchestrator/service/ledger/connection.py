@@ -59,13 +59,21 @@ class Connection:
     """One SQLite connection to the ledger at `path`, shared by a process's threads."""
 
     def __init__(
-        self, path: Path, *, prepare: Callable[[Connection], None], check: bool = False
+        self,
+        path: Path,
+        *,
+        prepare: Callable[[Connection], None],
+        check: bool = False,
+        create: bool = True,
     ) -> None:
         """`prepare` creates or upgrades the schema once the pragmas are set; what it
         raises is reported like a failure to open. `check`: run SQLite's quick_check
         first (it reads every page, so only the daemon asks for it, once, at start),
-        so a damaged file is refused before anything is written to it."""
+        so a damaged file is refused before anything is written to it. `create=False`:
+        a missing file is an error, not a new ledger."""
         self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise ValueError(f"the ledger {self.path} is gone; only the daemon creates one")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:

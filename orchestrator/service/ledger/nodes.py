@@ -12,6 +12,7 @@ from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger.connection import Connection
 from orchestrator.service.ledger.transitions import allowed, first, member
+from swarmrl.rollouts.tolerances import TemperatureSums
 from swarmrl.work.states import NodeState
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ class NodeRow:
     speed: float | None  # measured tokens per second, None until reported
     trusted: int  # submissions that passed a full prefill check since its last rejection
     abandoned: int  # orders left past their deadline
+    # Its prefilled submissions' colder-sampling sums, what the validator judges the next
+    # one's sampled tokens with (folded in with each verdict: `fold_temperature`).
+    temperature: TemperatureSums
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,32 @@ def count_abandoned(db: sqlite3.Connection, address: str) -> None:
     )
 
 
+def fold_temperature(db: sqlite3.Connection, address: str, later: TemperatureSums) -> None:
+    """A submission's colder-sampling sums folded into its node's, inside the caller's
+    transaction: the one that records the verdict on that submission, so a submission
+    judged again after a crash is counted once, however often it was judged."""
+    address = to_checksum_address(address)
+    row = db.execute(
+        "SELECT temperature_excess, temperature_variance, temperature_submissions "
+        "FROM nodes WHERE address = ?",
+        (address,),
+    ).fetchone()
+    if row is None or not later.submissions:
+        return
+    sums = _temperature(row).then(later)
+    db.execute(
+        "UPDATE nodes SET temperature_excess = ?, temperature_variance = ?, "
+        "temperature_submissions = ? WHERE address = ?",
+        (sums.excess, sums.variance, sums.submissions, address),
+    )
+
+
+def _temperature(r: sqlite3.Row) -> TemperatureSums:
+    return TemperatureSums(
+        r["temperature_excess"], r["temperature_variance"], r["temperature_submissions"]
+    )
+
+
 def _node(r: sqlite3.Row) -> NodeRow:
     return NodeRow(
         address=r["address"],
@@ -185,4 +215,5 @@ def _node(r: sqlite3.Row) -> NodeRow:
         speed=r["speed"],
         trusted=r["trusted"],
         abandoned=r["abandoned"],
+        temperature=_temperature(r),
     )

@@ -17,6 +17,9 @@ from orchestrator.service.ledger.transitions import first, member, sources
 from swarmrl.work.assign import WorkOrder
 from swarmrl.work.states import OrderState
 
+# An order left past its deadline unanswered, whatever became of its tasks since.
+ABANDONED = (OrderState.EXPIRED, OrderState.REASSIGNED, OrderState.DROPPED)
+
 
 @dataclass(frozen=True)
 class OrderRow:
@@ -26,6 +29,14 @@ class OrderRow:
     order: WorkOrder
     issued_at: float
     state: OrderState
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """The orders a node left unanswered past their deadlines since it last answered one."""
+
+    count: int
+    last_deadline: int  # the latest one's; 0 when there is none
 
 
 class Orders:
@@ -65,6 +76,20 @@ class Orders:
             (OrderState.EXPIRED, to_checksum_address(excluding)),
         )
         return None if row is None else _order(row)
+
+    def abandoned(self, node: str) -> Abandoned:
+        """The node's orders left past their deadlines since the newest one it answered
+        (all of them if it answered none): what the scheduler holds it back by. Read
+        from the orders themselves, so it is the same after a restart."""
+        address = to_checksum_address(node)
+        row = self._connection.row(
+            "SELECT COUNT(*) AS count, COALESCE(MAX(deadline), 0) AS last FROM orders "
+            f"WHERE node = ? AND state IN ({marks(ABANDONED)}) AND counter > COALESCE("
+            "(SELECT MAX(counter) FROM orders WHERE node = ? AND state = ?), -1)",
+            (address, *ABANDONED, address, OrderState.ANSWERED),
+        )
+        assert row is not None  # an aggregate always has its row
+        return Abandoned(int(row["count"]), int(row["last"]))
 
     def next_counter(self, node: str) -> int:
         """Reserves the node's next assignment counter: 0, 1, 2 ...; never handed out

@@ -1,7 +1,8 @@
 """The ledger's tables, its schema version, and the upgrade from older versions.
 
 The version is SQLite's `user_version`. A new file gets the tables and its genesis
-time; a file of schema 1 is upgraded in one transaction; a newer one is refused.
+time; a file of an older schema is upgraded, through each version in turn, in one
+transaction; a newer one is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from swarmrl.work.assign import Slot, WorkOrder
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # A work order is kept signed, as its node got it (JSON); node, counter and deadline,
 # taken from it, are what it is looked up by.
@@ -36,7 +37,9 @@ CREATE TABLE nodes (
     address TEXT PRIMARY KEY, provider TEXT NOT NULL, peer_id TEXT NOT NULL,
     backend TEXT NOT NULL, hardware TEXT NOT NULL, state TEXT NOT NULL,
     joined_at REAL NOT NULL, last_seen REAL NOT NULL, speed REAL,
-    trusted INTEGER NOT NULL DEFAULT 0, abandoned INTEGER NOT NULL DEFAULT 0
+    trusted INTEGER NOT NULL DEFAULT 0, abandoned INTEGER NOT NULL DEFAULT 0,
+    temperature_excess REAL NOT NULL DEFAULT 0, temperature_variance REAL NOT NULL DEFAULT 0,
+    temperature_submissions INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX nodes_by_peer ON nodes (peer_id);
 CREATE TABLE transitions (
@@ -67,6 +70,14 @@ CREATE TABLE slashes (
 CREATE INDEX slashes_by_epoch ON slashes (epoch, node);
 """
 
+# Schema 3: each node's colder-sampling sums (swarmrl.rollouts.tolerances.TemperatureSums),
+# empty for the nodes a schema 2 ledger knew.
+_UPGRADE_FROM_2 = """
+ALTER TABLE nodes ADD COLUMN temperature_excess REAL NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN temperature_variance REAL NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN temperature_submissions INTEGER NOT NULL DEFAULT 0;
+"""
+
 
 def prepare(connection: Connection, run: str | None) -> None:
     """Creates the schema of a new file, or upgrades an older one. `run`: the run this
@@ -87,14 +98,17 @@ def prepare(connection: Connection, run: str | None) -> None:
         if version == 0:
             _execute(db, _SCHEMA)
             db.execute("INSERT INTO meta (key, value) VALUES ('genesis', ?)", (repr(time.time()),))
-        elif run is None:
-            raise ValueError(
-                f"{path} was written by an older swarmrl (ledger schema {version}); "
-                "`swarmrl orchestrator run` upgrades it"
-            )
-        else:
+        if version == 1:
+            if run is None:
+                raise ValueError(
+                    f"{path} was written by an older swarmrl (ledger schema {version}); "
+                    "`swarmrl orchestrator run` upgrades it"
+                )
             count = _upgrade_from_1(db, connection, run)
             log.info("ledger %s upgraded from schema 1 (%d work orders)", path, count)
+        if 1 <= version <= 2:
+            _execute(db, _UPGRADE_FROM_2)
+            log.info("ledger %s upgraded from schema 2 (colder-sampling sums per node)", path)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 

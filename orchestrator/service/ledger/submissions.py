@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger import orders
+from orchestrator.service.ledger import nodes, orders
 from orchestrator.service.ledger.connection import MAX_SQLITE_INT, Connection, marks
 from orchestrator.service.ledger.transitions import first, member, sources
+from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
 from swarmrl.work.states import OrderState, SubmissionStatus
 
 
@@ -153,9 +154,12 @@ class Submissions:
         slashable: bool,
         prefilled: bool,
         now: float,
+        temperature: TemperatureSums = NO_SUMS,
     ) -> bool:
         """The validator's verdict on a submission, if the transition table lets it move
-        to `status` from the status it has (a verdict stands); returns whether it did."""
+        to `status` from the status it has (a verdict stands); returns whether it did.
+        With the verdict, in its transaction, the submission's colder-sampling sums
+        (`temperature`) join its node's: only a verdict that moves counts them."""
         to = member(SubmissionStatus, status, "submission status")
         if not 0 <= units <= MAX_SQLITE_INT:
             raise ValueError(f"submission units {units} is out of range")
@@ -167,7 +171,11 @@ class Submissions:
                 f"WHERE digest = ? AND status IN ({marks(before)})",
                 (to, units, reason, int(slashable), int(prefilled), now, digest, *before),
             ).rowcount
-            known = db.execute("SELECT 1 FROM submissions WHERE digest = ?", (digest,)).fetchone()
+            known = db.execute(
+                "SELECT node FROM submissions WHERE digest = ?", (digest,)
+            ).fetchone()
+            if changed:
+                nodes.fold_temperature(db, known["node"], temperature)
         if known is None:
             raise ValueError(f"no submission {digest} in the ledger")
         return bool(changed)
