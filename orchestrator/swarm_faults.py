@@ -200,7 +200,7 @@ class Faults:
         path = ledger_path(self.data_dir)
         if not path.is_file():
             return set()
-        with Ledger(path) as ledger:
+        with Ledger(path, create=False) as ledger:
             return {s.digest for s in ledger.submissions.all()}
 
     def _trainer_log(self) -> Path:
@@ -255,7 +255,7 @@ class Faults:
     # ---- the promises ---------------------------------------------------------------
 
     def _acknowledged(self, nodes: dict[str, Path]) -> list[str]:
-        with Ledger(ledger_path(self.data_dir)) as ledger:
+        with Ledger(ledger_path(self.data_dir), create=False) as ledger:
             rows = ledger.submissions.all()
         digests = {r.digest for r in rows}
         out = [f"{d[:16]} was in the ledger before a kill, not after" for d in
@@ -276,7 +276,7 @@ class Faults:
         chain = Contracts.connect(self.swarm.deployment)
         path = ledger_path(self.data_dir)
         out: list[str] = []
-        with Ledger(path) as ledger:
+        with Ledger(path, create=False) as ledger:
             closed = ledger.epochs.at(time.time(), self.epoch_seconds)
 
             def all_recorded() -> bool:
@@ -349,7 +349,7 @@ class Faults:
                 out.append(f"checkpoint {step}: {e}")
         for name, config in nodes.items():
             out += [f"{name}: {why}" for why in broken_weights(_node_dir(config) / "weights")]
-        with Ledger(ledger_path(self.data_dir)) as ledger:
+        with Ledger(ledger_path(self.data_dir), create=False) as ledger:
             for s in ledger.submissions.all():
                 kept = Path(s.file)
                 if kept.is_file() and file_sha256(kept) != s.file_sha256:
