@@ -10,12 +10,16 @@ and what hostile bytes do to every decoder, measured.
   the stake it loses.
 - Fuzz (benchmarks/trust_fuzz.py): every decoder of untrusted bytes, Python and
   Rust: crashes, hangs and memory.
+- Faults (benchmarks/trust_faults.py): whole swarms on loopback whose node,
+  orchestrator, trainer and anvil are killed with SIGKILL at random points and
+  started again; the faults per target and the violations of what must hold after.
 
 The short form (scale 1) measures about 1,500 honest rollouts in minutes; the long
 form (``--long``) scales the default model's variations to at least 330,000
 rollouts, where zero evidence bounds the false-evidence rate below 1e-5 per rollout
-(the rule of three: 3 / 330,000 at 95 % confidence), and the fuzz to 1,000,000
-inputs. SmolLM2 stays at scale 1 in both: a CPU decodes it about 50 times slower.
+(the rule of three: 3 / 330,000 at 95 % confidence), the fuzz to 1,000,000 inputs
+and the fault runs from 3 to 50 (a few minutes each). SmolLM2 stays at scale 1 in
+both: a CPU decodes it about 50 times slower.
 
     python -m benchmarks.trust [--scale 1] [--long]      or      swarmrl bench trust
 """
@@ -28,13 +32,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import trust_cheats, trust_fuzz, trust_honest
+from benchmarks import trust_cheats, trust_faults, trust_fuzz, trust_honest
 from benchmarks.fuzz_targets import TARGETS
 from swarmrl.models import smollm2
 from swarmrl.models.files import default_models_dir
 
 LONG_ROLLOUTS = 330_000
 SHORT_FUZZ, LONG_FUZZ = 40_000, 1_000_000  # inputs over every target
+SHORT_FAULT_RUNS, LONG_FAULT_RUNS = trust_faults.RUNS, 50
 # The longest completion each model's positions leave room for after the longest
 # demo prompt (the default model has 512 positions).
 LONGEST = {"default": 320, "smollm2": 1024}
@@ -66,6 +71,8 @@ def main(scale: float = 1.0, long: bool = False) -> None:
     print()
     per_target = -(-(LONG_FUZZ if long else SHORT_FUZZ) // len(TARGETS))
     trust_fuzz.main(["--inputs", str(per_target)])
+    print()
+    trust_faults.main(runs=LONG_FAULT_RUNS if long else SHORT_FAULT_RUNS)
 
 
 def honest(scale: float, long: bool) -> list[trust_honest.Row]:

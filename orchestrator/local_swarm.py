@@ -39,6 +39,9 @@ PASSWORD = "correct horse battery staple"
 # How long a stopped process group has to end, every process in it, before it is killed:
 # the orchestrator gives each of its three children 15 s to finish their work.
 STOP_SECONDS = 60.0
+# How often a swarm that keeps its chain across anvil's restarts dumps it: what was mined
+# since the last dump is lost in a kill -9, as blocks are in a reorganisation.
+CHAIN_DUMP_SECONDS = 2.0
 # Providers among the funded dev accounts (4 onwards).
 PROVIDERS = (4, 5, 6, 7)
 # The demo's and the end-to-end test's cast: node key names and their providers' accounts.
@@ -72,6 +75,8 @@ class Swarm:
     deployment_file: Path
     keystore_dir: Path
     password_file: Path
+    # Where anvil's chain is dumped, for a swarm that keeps it across restarts.
+    chain_state: Path | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Every process group started, kept after the process is gone: `still_running` looks
     # for anything left in them (an orchestrator's trainer, say) once all were stopped.
@@ -120,6 +125,14 @@ class Swarm:
         has ended; one that outlives STOP_SECONDS is killed (SIGKILL), and an error."""
         if self._stop({name: self.processes.pop(name)}, sig):
             raise RuntimeError(f"{name} did not stop within {STOP_SECONDS:.0f} s of signal {sig}")
+
+    def restart_anvil(self) -> None:
+        """kill -9 of anvil, then anvil again on its port from its last dump: the chain
+        less what was mined since (a swarm made with `keep_chain`)."""
+        if self.chain_state is None:
+            raise RuntimeError("this swarm's chain is not kept across restarts (keep_chain)")
+        self.anvil.kill()
+        self.anvil.restart(self.chain_state)
 
     def stop_all(self) -> list[str]:
         """Stops every process group this swarm started and anvil: SIGTERM, then SIGKILL
@@ -204,7 +217,16 @@ def _lower_session_priority(pid: int, nice: int) -> None:
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
 
 
-def make_swarm(root: Path, *, invalidation_window: int = 3600, run: str = "e2e-swarm") -> Swarm:
+def make_swarm(
+    root: Path,
+    *,
+    invalidation_window: int = 3600,
+    run: str = "e2e-swarm",
+    keep_chain: bool = False,
+) -> Swarm:
+    """anvil, the protocol deployed on it, the dev keys in a keystore, under `root`.
+    `keep_chain`: anvil's chain is dumped every CHAIN_DUMP_SECONDS, so that
+    `Swarm.restart_anvil` can kill it and start it again (the fault runs)."""
     anvil = Anvil.start()
     deployment = deploy_dev(
         anvil,
@@ -230,7 +252,11 @@ def make_swarm(root: Path, *, invalidation_window: int = 3600, run: str = "e2e-s
     keystore.save(keys, "validator", bytes(accounts[DEV_VALIDATOR].key), PASSWORD)
     for i in PROVIDERS:
         keystore.save(keys, f"provider{i}", bytes(accounts[i].key), PASSWORD)
-    return Swarm(root, anvil, deployment, deployment_file, keys, password_file)
+    chain_state = None
+    if keep_chain:
+        chain_state = root / "anvil-state.json"
+        anvil.keep_state(chain_state, CHAIN_DUMP_SECONDS)
+    return Swarm(root, anvil, deployment, deployment_file, keys, password_file, chain_state)
 
 
 def stake_and_init_node(swarm: Swarm, provider: int, node_key: str, stake: int = 100) -> str:

@@ -155,12 +155,16 @@ def bench_trust(
     long: bool = typer.Option(
         False,
         "--long",
-        help="The long form: 330,000 honest rollouts and 1,000,000 fuzz inputs (hours).",
+        help=(
+            "The long form: 330,000 honest rollouts, 1,000,000 fuzz inputs and 50 fault "
+            "runs (hours)."
+        ),
     ),
 ) -> None:
     """What validation costs honest nodes (rollouts sampled every way a node samples,
     judged by the validator's defaults) and cheaters (every cheat against intake and
-    the validator), and what hostile bytes do to every decoder (CPU)."""
+    the validator), what hostile bytes do to every decoder, and what kill -9 of a
+    node, the orchestrator, the trainer or anvil loses (CPU)."""
     _run_benchmark("trust", scale, long)
 
 

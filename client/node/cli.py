@@ -216,6 +216,7 @@ def status(
     summary = {
         "pending": len(journal.pending()),
         "receipts": len(receipts),
+        "receipt_digests": sorted(str(r["submission"]) for r in receipts),
         "units_at_intake": sum(int(r.get("units", 0)) for r in receipts),
         "rejected_at_intake": sum(1 for r in receipts if not r.get("units")),
         "refused": [

@@ -11,7 +11,9 @@ no sentence was written for: a bug) and hands it to the daemon through a pipe be
 it exits. The daemon restarts it a few times, saying so, and stops with
 `ChildFailedError` once it failed the same way `SAME_FAILURES` times in a row (a
 damaged file, a setting: what a restart cannot mend) or `MAX_RESTARTS` times in all,
-so a child never fails in a loop behind a daemon that looks up.
+so a child never fails in a loop behind a daemon that looks up. Both count failures
+since the child last got somewhere (`progressed`: the trainer took a step): a trainer
+killed three times in a day, training between the kills, is no loop.
 
 Before ``main`` runs, every child is set up alike: Ctrl-C is left to the daemon
 (which stops its children itself), the child gets its share of the cores (torch
@@ -133,6 +135,14 @@ class Child:
             SAME_FAILURES - self.same_failures,
         )
         self.start()
+
+    def progressed(self) -> None:
+        """The child got its work done since it was last started (the trainer trained a
+        step): what failed before was mended by a restart, and its failures are not
+        counted against the next ones."""
+        self.restarts = 0
+        self.same_failures = 0
+        self.failure = None
 
     def _told(self) -> str | None:
         """The sentence the dead child left in its pipe, if it left one."""

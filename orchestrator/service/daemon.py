@@ -51,6 +51,7 @@ log = logging.getLogger("swarmrl.orchestrator")
 SUPERVISE_SECONDS = 1.0
 RUN_DIR = "run"
 WEIGHTS_DIR = "weights"  # the weight store the swarm is served from
+TRAINER = "trainer"  # the trainer child's name
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class Orchestrator:
         )
         return [
             ChildSpec(
-                "trainer",
+                TRAINER,
                 trainer_process.main,
                 trainer_config,
                 data_dir=self.data_dir,
@@ -289,6 +290,9 @@ class Orchestrator:
         step = ckpt.latest_step(self.run_dir)
         if step is None or (self.published is not None and step <= self.published):
             return
+        for child in self.children:
+            if child.name == TRAINER:
+                child.progressed()  # a new step: the trainer is not failing in a loop
         began = time.perf_counter()
         self.swarm.publish(
             ckpt.step_dir(self.run_dir, step), model=self.deployment.run_id, step=step

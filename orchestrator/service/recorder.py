@@ -8,8 +8,12 @@ to slash with the node's own signed submission and its Merkle proof.
 
 The chain, not the ledger, says what was sent: before every transaction the
 recorder reads the chain, so a crash between a transaction and its ledger write
-never sends an epoch or a slash vote twice. A chain failure is one logged
-sentence and is retried on the next round; the loop itself never stops on one.
+never sends an epoch or a slash vote twice. A chain can also drop a mined
+transaction with its block (an L2's unsafe head reorganised, a local anvil
+restarted from its last dump): for `settle_seconds` after recording an epoch or a
+vote the recorder checks every round that the chain still holds it, and forgets
+what it no longer holds, so the round sends it again. A chain failure is one
+logged sentence and is retried on the next round; the loop itself never stops on one.
 """
 
 from __future__ import annotations
@@ -39,19 +43,25 @@ log = logging.getLogger(__name__)
 
 # Reverts of `slash` that mean the chain already holds this vote or this epoch's slash.
 _ALREADY_SLASHED = ("AlreadyVoted", "AlreadySlashed", "EvidenceUsed")
+# How long after recording an epoch or a slash vote the recorder still checks that the
+# chain holds it: longer than a chain's reorganisations reach back and than a local
+# chain's restart from its dump takes.
+SETTLE_SECONDS = 120.0
 
 
 @dataclass
 class RecorderReport:
     """What one round did. Epochs: `sent` by this round's transactions, `found` on chain
     already (sent before a crash), `empty` (nothing to record, nothing sent). Slashes
-    carry their outcome ('sent', 'found', 'missed'). `errors`: one sentence per
-    failure, each retried next round."""
+    carry their outcome ('sent', 'found', 'missed'). `dropped`: epochs and votes the
+    chain held and no longer holds, forgotten to be sent again. `errors`: one sentence
+    per failure, each retried next round."""
 
     sent: list[EpochRow] = field(default_factory=list)
     found: list[EpochRow] = field(default_factory=list)
     empty: list[EpochRow] = field(default_factory=list)
     slashes: list[SlashRow] = field(default_factory=list)
+    dropped: list[EpochRow | SlashRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -67,6 +77,7 @@ class Recorder:
         *,
         epoch_seconds: float,
         validation_grace: float,
+        settle_seconds: float = SETTLE_SECONDS,
     ) -> None:
         if epoch_seconds <= 0:
             raise ValueError(f"epoch_seconds must be positive, got {epoch_seconds}")
@@ -77,15 +88,21 @@ class Recorder:
         self.validator = validator
         self.epoch_seconds = epoch_seconds
         self.validation_grace = validation_grace
+        self.settle_seconds = settle_seconds
+        self._started: float | None = None  # the time of the first round
         # What failed last round and why: a failure that lasts (a provider's stake locked
         # behind earlier epochs until their windows end) is logged when it starts and when
         # it ends, not on every round in between.
         self._failing: dict[str, str] = {}
 
     def run_once(self, now: float) -> RecorderReport:
-        """One round at time `now`: every closed epoch not yet recorded, then every
+        """One round at time `now`: what the chain dropped of the recent records is
+        forgotten, then every closed epoch not yet recorded goes on chain, then every
         slashable submission of an epoch on chain not yet slashed."""
         report = RecorderReport()
+        if self._started is None:
+            self._started = now
+        self._guarded(report, "checking the recent records", self._recheck, now)
         current = self.ledger.epochs.at(now, self.epoch_seconds)
         for epoch, node in self.ledger.epochs.unrecorded(current):
             submissions = self.ledger.submissions.all(node=node, epoch=epoch)
@@ -108,12 +125,18 @@ class Recorder:
 
     def _closed(self, epoch: int, submissions: list[SubmissionRow], now: float) -> bool:
         """Ended, and validated or past the grace time (a validator that falls behind
-        must not hold up payment forever; what it has not accepted is not paid)."""
+        must not hold up payment forever; what it has not accepted is not paid). The
+        grace runs from the epoch's end or from this recorder's first round, whichever
+        came later: a restarted orchestrator's validator gets it again for what waited
+        while the orchestrator was down. Before, such an epoch went on chain at the
+        restart, without the work the validator accepted moments later: acknowledged,
+        accepted, and never paid."""
         end = self.epoch_end(epoch)
         if now < end:
             return False
         validating = any(s.status is SubmissionStatus.RECEIVED for s in submissions)
-        return not validating or now >= end + self.validation_grace
+        started = now if self._started is None else self._started
+        return not validating or now >= max(end, started) + self.validation_grace
 
     def _guarded(
         self, report: RecorderReport, what: str, action: Callable[..., None], *args: object
@@ -131,6 +154,37 @@ class Recorder:
             return
         if self._failing.pop(what, None) is not None:
             log.info("recorder: %s succeeded after retries", what)
+
+    def _recheck(self, report: RecorderReport, now: float) -> None:
+        """Forgets the epochs and our slash votes recorded in the last `settle_seconds`
+        that the chain no longer holds (their block was dropped): this round sends them
+        again. An epoch's slash goes with it: the chain cannot hold one without the other."""
+        since = now - self.settle_seconds
+        for row in self.ledger.epochs.on_chain_since(since):
+            if self.recorder.work_of(row.epoch, row.node).units:
+                continue
+            log.warning(
+                "recorder: the chain no longer holds epoch %d of node %s (recorded in %s); "
+                "recording it again",
+                row.epoch,
+                row.node,
+                row.tx_hash or "an earlier run",
+            )
+            self.ledger.epochs.dropped(row.epoch, row.node)
+            report.dropped.append(row)
+        for vote in self.ledger.slashes.sent_since(since):
+            assert vote.tx_hash is not None  # sent_since returns our votes, with their hashes
+            if self.validator.mined(vote.tx_hash):
+                continue
+            log.warning(
+                "recorder: the chain no longer holds our vote to slash node %s for epoch %d "
+                "(%s); voting again",
+                vote.node,
+                vote.epoch,
+                vote.tx_hash,
+            )
+            self.ledger.slashes.dropped(vote.digest)
+            report.dropped.append(vote)
 
     def _record(
         self,

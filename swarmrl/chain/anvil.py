@@ -5,17 +5,24 @@ anvil runs as a subprocess bound to 127.0.0.1 only, on a port it picks itself
 uses the well-known dev mnemonic, so account *i* has the same key everywhere.
 Its output goes to a log file, never a pipe: anvil logs every RPC call, and an
 undrained pipe would eventually block it.
+
+anvil keeps its chain in memory. Where a chain must outlive its process (the fault
+runs kill it with SIGKILL and start it again), `keep_state` dumps the chain to a file
+every few seconds and `restart` starts anvil again on the same port from it: what was
+mined after the last dump is lost, as blocks are in a reorganisation.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gzip
 import os
 import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -27,6 +34,7 @@ from web3 import HTTPProvider, Web3
 from web3.types import RPCEndpoint
 
 from swarmrl.chain.errors import ChainConfigError, ChainError, RpcUnavailableError
+from swarmrl.files import write_atomically
 
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_CHAIN_ID = 31337
@@ -109,14 +117,18 @@ def wait_for_rpc(
             time.sleep(0.05)
 
 
-def _wait_for_port(log_path: Path, process: subprocess.Popen[bytes], timeout: float) -> int:
+def _wait_for_port(
+    log_path: Path, process: subprocess.Popen[bytes], timeout: float, start: int = 0
+) -> int:
+    """The port anvil says it listens on, in its log from byte `start` on."""
     deadline = time.monotonic() + timeout
     while True:
-        match = _LISTENING.search(log_path.read_bytes())
+        match = _LISTENING.search(log_path.read_bytes()[start:])
         if match:
             return int(match.group(1))
         if process.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            text = log_path.read_bytes()[start:].decode(errors="replace")
+            tail = text.strip().splitlines()[-1:]
             raise ChainError(
                 f"anvil exited with code {process.returncode} before listening"
                 + (f": {tail[0]}" if tail else "")
@@ -135,6 +147,13 @@ class Anvil:
         self.log_path = log_path
         self.chain_id = DEV_CHAIN_ID
         self._owns_log = False
+        self._args: list[str] = []  # the command line, less port and state: for restart
+        self._detached = False
+        self._keeper: threading.Thread | None = None
+        self._keeping = threading.Event()
+        # Held by a dump and by `kill`: a dump read before a kill is never written after
+        # it, over the file the restarted chain came from.
+        self._dumping = threading.Lock()
 
     @property
     def pid(self) -> int:
@@ -160,18 +179,15 @@ class Anvil:
         views read, follows the wall clock on an idle chain too. Without it, the chain
         mines only for transactions, and tests move its clock at will.
         """
-        binary = find_anvil()
         owns_log = log_path is None
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="swarmrl-anvil-", suffix=".log")
             os.close(fd)
             log_path = Path(name)
         args = [
-            str(binary),
+            str(find_anvil()),
             "--host",
             HOST,
-            "--port",
-            "0",
             "--chain-id",
             str(chain_id),
             "--mnemonic",
@@ -185,37 +201,78 @@ class Anvil:
             ),
             *extra_args,
         ]
-        log: IO[bytes]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=detached,
-                # An attached anvil must not outlive us, even if we are killed
-                # before stop() runs (a test run cut short, say).
-                preexec_fn=None if detached else _die_with_parent,
-            )
         try:
-            port = _wait_for_port(log_path, process, timeout)
-            rpc_url = f"http://{HOST}:{port}"
-            wait_for_rpc(rpc_url, timeout=timeout, process=process)
+            process, rpc_url = _spawn([*args, "--port", "0"], log_path, detached, timeout)
         except BaseException:
-            _terminate(process)
             if owns_log:
                 log_path.unlink(missing_ok=True)
             raise
         anvil = cls(process, rpc_url, log_path)
         anvil.chain_id = chain_id
         anvil._owns_log = owns_log
+        anvil._args = args
+        anvil._detached = detached
         return anvil
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.rpc_url).port
+        assert port is not None  # set from the port anvil said it listens on
+        return port
+
+    def dump_state(self, path: Path) -> None:
+        """Writes the whole chain (state, blocks, transactions) to `path`, replacing it
+        only once the dump is whole. anvil's own `--state-interval` rewrites its file in
+        place: killed in the middle, it leaves a file it then refuses to load."""
+        dump = _rpc(self.web3(), "anvil_dumpState", [])
+        if not isinstance(dump, str):
+            raise ChainError(f"anvil_dumpState answered {type(dump).__name__}, not hex bytes")
+        # The answer is the state file's JSON, gzipped, as hex.
+        write_atomically(Path(path), gzip.decompress(bytes.fromhex(dump.removeprefix("0x"))))
+
+    def keep_state(self, path: Path, seconds: float) -> None:
+        """Dumps the chain to `path` every `seconds` until `stop`, from a thread of its
+        own; a dump that fails (anvil killed, restarting) waits for the next turn."""
+        if self._keeper is not None:
+            raise ChainError("this anvil keeps its state already")
+
+        def keep() -> None:
+            while not self._keeping.wait(seconds):
+                try:
+                    with self._dumping:
+                        self.dump_state(path)
+                except Exception:  # anvil is down or restarting: the next turn dumps
+                    continue
+
+        with self._dumping:
+            self.dump_state(path)  # one whole dump before anything can be lost
+        self._keeper = threading.Thread(target=keep, name="anvil-state", daemon=True)
+        self._keeper.start()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: what was mined after the last dump is gone."""
+        with self._dumping:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self, state: Path, timeout: float = 30.0) -> None:
+        """Starts anvil again, on the same port, from the chain dumped at `state` (the
+        old process must have ended: `kill` or `stop`)."""
+        if self.process.poll() is None:
+            raise ChainError(f"anvil (pid {self.pid}) still runs; stop it before restarting")
+        with open(self.log_path, "ab") as log:
+            log.write(b"\n--- restarted from " + str(state).encode() + b" ---\n")
+        args = [*self._args, "--port", str(self.port), "--load-state", str(state)]
+        self.process, _ = _spawn(args, self.log_path, self._detached, timeout, append=True)
 
     def web3(self) -> Web3:
         return connect(self.rpc_url)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Terminates anvil (SIGTERM, then SIGKILL) and reaps it: no zombie."""
+        self._keeping.set()
+        if self._keeper is not None:
+            self._keeper.join()
         _terminate(self.process, timeout)
         if self._owns_log:
             self.log_path.unlink(missing_ok=True)
@@ -225,6 +282,34 @@ class Anvil:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _spawn(
+    args: list[str], log_path: Path, detached: bool, timeout: float, *, append: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Runs anvil with `args`, output to `log_path`; the process and its RPC URL once it
+    answers (it is stopped again if it does not)."""
+    start = log_path.stat().st_size if append else 0
+    log: IO[bytes]
+    with open(log_path, "ab" if append else "wb") as log:
+        process = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=detached,
+            # An attached anvil must not outlive us, even if we are killed
+            # before stop() runs (a test run cut short, say).
+            preexec_fn=None if detached else _die_with_parent,
+        )
+    try:
+        port = _wait_for_port(log_path, process, timeout, start)
+        rpc_url = f"http://{HOST}:{port}"
+        wait_for_rpc(rpc_url, timeout=timeout, process=process)
+    except BaseException:
+        _terminate(process)
+        raise
+    return process, rpc_url
 
 
 def _die_with_parent() -> None:

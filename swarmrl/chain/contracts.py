@@ -21,6 +21,7 @@ from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
 from web3.contract.contract import ContractEvent, ContractFunction
+from web3.exceptions import TransactionNotFound
 from web3.logs import DISCARD
 from web3.types import FilterParams, LogReceipt, TxReceipt
 
@@ -419,6 +420,18 @@ class Contracts:
     def chain_time(self) -> int:
         """The chain's clock as the next block will read it (see tx.chain_time)."""
         return chain_time(self.w3)
+
+    def mined(self, tx_hash: str) -> bool:
+        """Whether the chain holds transaction `tx_hash` mined: one that was can be
+        dropped with its block (a reorganisation, a local chain restarted from a dump)."""
+        try:
+            with_rpc_retries(
+                lambda: self.w3.eth.get_transaction_receipt(HexBytes(tx_hash)),
+                what="eth_getTransactionReceipt",
+            )
+        except TransactionNotFound:
+            return False
+        return True
 
     def history(
         self, account: str, *, from_block: int | None = None, chunk: int = LOG_CHUNK_BLOCKS

@@ -269,7 +269,16 @@ class TxSender:
         params.update(self.fees())
 
         tx_hash = self._send(fn, params)
-        receipt = self.wait(tx_hash)
+        try:
+            receipt = self.wait(tx_hash)
+        except TxTimeoutError:
+            # A chain that dropped its newest blocks (a reorganisation, a local chain
+            # restarted from a dump) holds a lower nonce than ours: the node keeps our
+            # transaction queued behind the gap, never to be mined, and every later one
+            # behind it. The node's count is read again before the next send.
+            with self._lock:
+                self._nonce = None
+            raise
         if receipt["status"] != 1:
             raise self._mined_revert(params, receipt, fn, contract)
         return receipt

@@ -172,8 +172,9 @@ class WeightStore:
         self, path: Path, manifest: Manifest, announcement: Announcement, *, owned: bool = False
     ) -> Version:
         """Registers the origin's own checkpoint file (already hashed into `manifest`)
-        as complete, served in place; the store deletes it when pruning only if `owned`
-        (a bundle it built), never the trainer's file."""
+        as complete, served in place, never deleted: the trainer's file. An `owned` file
+        (a bundle built for the store) is moved into the version's directory instead,
+        deleted with it when pruned and found again by `load` after a restart."""
         announcement.matches(manifest)
         fd = os.open(path, os.O_RDONLY)
         if os.fstat(fd).st_size != manifest.file_size:
@@ -182,6 +183,10 @@ class WeightStore:
         directory = self.root / _version_dir_name(announcement)
         directory.mkdir(parents=True, exist_ok=True)
         self._write_meta(directory, manifest, announcement)
+        if owned:  # the open descriptor follows the file
+            kept = directory / manifest.file_name
+            os.replace(path, kept)
+            path = kept
         version = Version(
             announcement,
             manifest,

@@ -95,3 +95,27 @@ def test_an_attached_anvil_dies_with_a_killed_parent(tmp_path):
     while anvil_mod.pid_running(anvil_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not anvil_mod.pid_running(anvil_pid)
+
+
+def test_a_killed_anvil_restarts_on_its_port_from_its_last_whole_dump(tmp_path):
+    # What a crash loses is what was mined after the last dump, as in a reorganisation;
+    # the dump file is whole at every moment, so the restart always finds a chain.
+    state = tmp_path / "chain.json"
+    node = Anvil.start(log_path=tmp_path / "anvil.log")
+    try:
+        node.keep_state(state, 3600)  # one dump now, the next an hour away
+        w3 = node.web3()
+        anvil_mod.mine(w3, 2)
+        node.dump_state(state)
+        kept = w3.eth.get_block("latest")
+        anvil_mod.mine(w3, 3)  # after the last dump: lost in the crash
+        url = node.rpc_url
+        node.kill()
+        node.restart(state)
+        assert node.rpc_url == url
+        after = node.web3().eth.get_block("latest")
+        assert (after["number"], after["hash"]) == (kept["number"], kept["hash"])
+        assert not list(tmp_path.glob(".chain.json.*"))  # no half-written dump left
+    finally:
+        node.stop()
+    assert node.process.returncode is not None

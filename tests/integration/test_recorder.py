@@ -19,6 +19,7 @@ from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree
+from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain import eip712
 from swarmrl.chain.anvil import connect
 from swarmrl.chain.contracts import Contracts
@@ -283,6 +284,76 @@ def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, contracts, node,
     assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE
 
 
+def _quick_timeouts(ledger, deployment, w3, accounts) -> Recorder:
+    """A recorder whose transactions time out after a second: one sent behind a nonce the
+    chain dropped is never mined."""
+    settings = TxSettings(receipt_timeout=1.0)
+    return Recorder(
+        ledger,
+        Contracts(w3, deployment, accounts[RECORDER], settings),
+        Contracts(w3, deployment, accounts[VALIDATOR], settings),
+        epoch_seconds=EPOCH,
+        validation_grace=GRACE,
+    )
+
+
+def test_an_epoch_and_its_slash_the_chain_dropped_are_sent_again(
+    ledger, contracts, node, submit, accounts, deployment, w3
+):
+    # The blocks that held the record and the slash vote are dropped (a reorganisation,
+    # a local chain restarted from its last dump): the ledger says recorded, the chain
+    # holds nothing. Before, the epoch was never recorded again.
+    recorder = _quick_timeouts(ledger, deployment, w3, accounts)
+    submit(0, "accepted", 8)
+    bad = submit(0, "rejected", slashable=True)
+    before = anvil_mod.snapshot(w3)
+    first = recorder.run_once(after(ledger, 0))
+    assert ([r.units for r in first.sent], [s.outcome for s in first.slashes]) == ([8], ["sent"])
+    anvil_mod.revert(w3, before)
+    assert contracts.work_of(0, node.address).units == 0
+
+    # Found dropped; sent at once, behind the nonce the chain lost: it times out once and
+    # the sender reads its nonce again.
+    dropped = recorder.run_once(after(ledger, 0, 10))
+    assert [(r.epoch, r.node) for r in dropped.dropped] == [(0, node.address)]
+    assert (dropped.sent, len(dropped.errors)) == ([], 1)
+    assert (ledger.epochs.get(0, node.address), ledger.slashes.all()) == (None, [])
+    recorded = recorder.run_once(after(ledger, 0, 20))
+    assert [r.units for r in recorded.sent] == [8]
+    assert (recorded.slashes, len(recorded.errors)) == ([], 1)  # the validator's turn
+    voted = recorder.run_once(after(ledger, 0, 30))
+    assert [(s.digest, s.outcome) for s in voted.slashes] == [(bad.digest, "sent")]
+    assert voted.errors == []
+
+    work = contracts.work_of(0, node.address)
+    assert (work.units, work.slashed) == (8, True)
+    penalty = deployment.params.slash_penalty
+    assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE - penalty  # once
+    assert recorder.run_once(after(ledger, 0, 40)).dropped == []
+
+
+def test_a_slash_vote_the_chain_dropped_is_cast_again(
+    ledger, contracts, node, submit, accounts, deployment, w3
+):
+    recorder = _quick_timeouts(ledger, deployment, w3, accounts)
+    submit(0, "accepted", 5)
+    bad = submit(0, "received")  # still being validated when the epoch is recorded
+    assert recorder.run_once(after(ledger, 0)).sent == []  # within the grace
+    closed = after(ledger, 0, GRACE + 1)
+    assert [r.units for r in recorder.run_once(closed).sent] == [5]
+    ledger.submissions.set_outcome(bad.digest, "rejected", 0, "a reason", True, True, 0.0)
+    before = anvil_mod.snapshot(w3)
+    assert [s.outcome for s in recorder.run_once(closed + 5).slashes] == ["sent"]
+    anvil_mod.revert(w3, before)  # the vote's block is gone, the record's is not
+
+    dropped = recorder.run_once(closed + 10)
+    assert [(s.digest, s.outcome) for s in dropped.dropped] == [(bad.digest, "sent")]
+    assert len(dropped.errors) == 1  # voted again behind the dropped nonce: timed out
+    voted = recorder.run_once(closed + 20)
+    assert [(s.digest, s.outcome) for s in voted.slashes] == [(bad.digest, "sent")]
+    assert contracts.work_of(0, node.address).slashed
+
+
 def test_an_epoch_of_rejections_without_evidence_sends_nothing(
     recorder, ledger, contracts, node, submit, accounts
 ):
@@ -326,6 +397,22 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
     # Epoch 1, fully validated, goes as soon as it has ended.
     report = recorder.run_once(after(ledger, 1))
     assert [(row.epoch, row.units) for row in report.sent] == [(1, 4)]
+
+
+def test_a_restarted_recorder_gives_the_validator_its_grace_again(
+    recorder, ledger, contracts, node, submit
+):
+    # The orchestrator was down past epoch 0's grace; its validator starts again with the
+    # recorder and has not got to what arrived before the crash.
+    submit(0, "accepted", 6)
+    waiting = submit(0, "received")
+    restarted = after(ledger, 0, 3 * GRACE)
+    assert recorder.run_once(restarted).sent == []
+    assert recorder.run_once(restarted + GRACE - 1).sent == []
+    ledger.submissions.set_outcome(waiting.digest, "accepted", 2, "", False, True, 0.0)
+    report = recorder.run_once(restarted + GRACE - 0.5)  # validated: no need to wait
+    assert [(row.epoch, row.units) for row in report.sent] == [(0, 8)]
+    assert contracts.work_of(0, node.address).units == 8
 
 
 def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(

@@ -298,6 +298,33 @@ def test_a_directory_checkpoint_arrives_unpacked(swarm, origin_key, tmp_path):
     assert (got / "sub" / "model.safetensors").read_bytes() == bytes(range(256)) * 5000
 
 
+def test_an_origins_bundles_are_kept_and_pruned_as_its_versions_are(swarm, origin_key, tmp_path):
+    # Before, every published directory's bundle stayed in the store's root for good (a
+    # model's size per step, found after the fault runs), a restarted origin forgot the
+    # versions it had published, and a publish killed mid-bundle left its file behind.
+    store = tmp_path / "origin"
+    (store / ".bundling-killed").mkdir(parents=True)
+    (store / ".bundling-killed" / "step_9.tar").write_bytes(b"half a bundle")
+    origin = swarm("origin", account=origin_key, keep=2)
+    assert not list(store.glob(".bundling-*"))
+    for step in (1, 2, 3):
+        policy = tmp_path / "checkpoints" / f"step_{step}"
+        policy.mkdir(parents=True)
+        (policy / "model.safetensors").write_bytes(bytes([step]) * 3 * SHARD)
+        origin.publish(policy, model="policy", step=step, shard_size=SHARD)
+    bundles = sorted(store.rglob("*.tar"))
+    assert [(b.parent.name[:15], b.name) for b in bundles] == [
+        ("step-0000000002", "step_2.tar"),
+        ("step-0000000003", "step_3.tar"),
+    ]
+    assert sorted(p.name for p in store.iterdir())[:2] == [b.parent.name for b in bundles]
+    origin.close()
+    again = swarm("origin", account=origin_key, keep=2)  # the orchestrator restarted
+    assert [v.step for v in again.store.versions()] == [2, 3]
+    node = swarm("node", bootstrap=again.addrs)
+    assert node.wait_for(3, timeout=WAIT).path.read_bytes() == bundles[-1].read_bytes()
+
+
 def test_idle_connections_do_not_stall_transfers(swarm, origin_key, checkpoint):
     origin = swarm("origin", account=origin_key)
     origin.publish(checkpoint, model="demo", step=1, shard_size=SHARD)

@@ -45,3 +45,24 @@ def test_a_dead_rpc_is_retried_then_reported(deployment, accounts):
         chain.register_provider()
     with pytest.raises(RpcUnavailableError):
         Contracts.connect(deployment, rpc_url="http://127.0.0.1:9", settings=settings)
+
+
+def test_a_sender_whose_nonce_the_chain_dropped_sends_again_after_a_timeout(
+    contracts, accounts, w3
+):
+    # The chain lost the sender's newest block (a reorganisation, a local chain restarted
+    # from its last dump): its next nonce is ahead of the chain's, so the node queues its
+    # transaction behind the gap and never mines it. Timed out once, it reads the nonce
+    # again and the next send goes through.
+    settings = TxSettings(receipt_timeout=0.5)
+    sender = TxSender(w3, accounts[PROVIDER_A], contracts.decoder, settings)
+    approve = contracts.token.functions.approve
+    before = anvil_mod.snapshot(w3)
+    sender.transact(approve(contracts.pool.address, 1), "StakeToken")
+    anvil_mod.revert(w3, before)  # the block is gone, the sender's nonce stays ahead
+    with pytest.raises(TxTimeoutError):
+        sender.transact(approve(contracts.pool.address, 2), "StakeToken")
+    sender.transact(approve(contracts.pool.address, 3), "StakeToken")
+    # The transaction queued behind the gap is mined once the gap is filled, as a
+    # reorganised transaction is: what a sender sends must be safe to land twice.
+    assert contracts.allowance(accounts[PROVIDER_A].address, contracts.pool.address) == 2

@@ -151,6 +151,30 @@ def test_a_child_that_fails_the_same_way_stops_the_daemon_with_why(tmp_path, cap
     assert "Traceback" not in capfd.readouterr().err  # the children's stderr too
 
 
+def _exit_3(config: Probe, stop: StopSignal) -> None:
+    with config.out.open("a") as f:
+        f.write("run\n")
+    sys.exit(3)
+
+
+def test_failures_count_since_the_child_last_got_somewhere(tmp_path):
+    # A trainer killed now and then (the fault runs kill it with SIGKILL), training steps
+    # between the kills, is no loop. Before, a third kill stopped the orchestrator ("failed
+    # the same way 3 times in a row") though the trainer had trained after each.
+    child = Child(_spec(tmp_path, "worker", _exit_3))
+    child.start()
+    for _ in range(SAME_FAILURES - 1):
+        child.process.join(60)
+        child.check()
+    assert (child.same_failures, child.restarts) == (SAME_FAILURES - 1, SAME_FAILURES - 1)
+    child.progressed()  # what the daemon calls when the trainer takes a step
+    child.process.join(60)
+    child.check()  # the third failure in a row, but the first since the child got somewhere
+    assert (child.same_failures, child.restarts) == (1, 1)
+    child.shutdown(timeout=60)
+    assert (tmp_path / "worker.out").read_text().count("run") >= SAME_FAILURES
+
+
 def test_a_child_whose_work_is_done_is_left_finished(tmp_path):
     done = Child(_spec(tmp_path, "done", _count_then_return, finishes=True))
     serving = Child(_spec(tmp_path, "serving", _count_then_return))

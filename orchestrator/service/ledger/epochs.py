@@ -82,6 +82,23 @@ class Epochs:
                 ),
             )
 
+    def on_chain_since(self, since: float) -> list[EpochRow]:
+        """Rows with work on chain (units > 0) recorded at or after `since`."""
+        rows = self._connection.rows(
+            "SELECT * FROM epochs WHERE units > 0 AND recorded_at >= ? ORDER BY epoch, node",
+            (since,),
+        )
+        return [_epoch(r) for r in rows]
+
+    def dropped(self, epoch: int, node: str) -> None:
+        """Forgets (epoch, node) and its slash records, in one transaction: the chain
+        dropped the block that recorded it (a reorganisation), and with it any slash of
+        it, which needs the record; the recorder sends both again."""
+        node = to_checksum_address(node)
+        with self._connection.write() as db:
+            db.execute("DELETE FROM slashes WHERE epoch = ? AND node = ?", (epoch, node))
+            db.execute("DELETE FROM epochs WHERE epoch = ? AND node = ?", (epoch, node))
+
     def get(self, epoch: int, node: str) -> EpochRow | None:
         row = self._connection.row(
             "SELECT * FROM epochs WHERE epoch = ? AND node = ?", (epoch, to_checksum_address(node))

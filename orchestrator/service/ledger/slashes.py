@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -59,17 +60,22 @@ class Slashes:
 
     def all(self) -> list[SlashRow]:
         rows = self._connection.rows("SELECT * FROM slashes ORDER BY at, digest")
-        return [
-            SlashRow(
-                r["digest"],
-                r["epoch"],
-                r["node"],
-                r["tx_hash"],
-                SlashOutcome(r["outcome"]),
-                r["at"],
-            )
-            for r in rows
-        ]
+        return [_slash(r) for r in rows]
+
+    def sent_since(self, since: float) -> list[SlashRow]:
+        """Our votes (outcome 'sent', with their transaction) recorded at or after `since`."""
+        rows = self._connection.rows(
+            "SELECT * FROM slashes WHERE outcome = ? AND tx_hash IS NOT NULL AND at >= ? "
+            "ORDER BY at, digest",
+            (SlashOutcome.SENT, since),
+        )
+        return [_slash(r) for r in rows]
+
+    def dropped(self, digest: str) -> None:
+        """Forgets the slash record of `digest`: the chain dropped the block that held our
+        vote (a reorganisation); the recorder votes again."""
+        with self._connection.write() as db:
+            db.execute("DELETE FROM slashes WHERE digest = ?", (digest,))
 
     def candidates(self) -> list[submissions.SubmissionRow]:
         """Slashable submissions whose (epoch, node) is on chain (recorded with units)
@@ -83,3 +89,9 @@ class Slashes:
             "ORDER BY s.epoch, s.node, s.digest"
         )
         return [submissions.from_row(r) for r in rows]
+
+
+def _slash(r: sqlite3.Row) -> SlashRow:
+    return SlashRow(
+        r["digest"], r["epoch"], r["node"], r["tx_hash"], SlashOutcome(r["outcome"]), r["at"]
+    )

@@ -6,12 +6,16 @@ bundle) shards it and builds its manifest (BLAKE3 per shard, Merkle root;
 run's swarm domain, adds it to the store as complete (served in place), and
 announces it on ``swarmrl/<run>/checkpoints``. Only a trusted signer may publish,
 and only a step newer than every step held.
+
+A bundle is built in a hidden folder of the store's root, then kept in its version's
+directory like any fetched file: pruned with it, and found again by a restarted
+store. A publish killed while it built one leaves the folder, swept at the next start.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+import shutil
 import tarfile
 import tempfile
 import threading
@@ -28,6 +32,8 @@ from swarmrl.p2p.messages import checkpoints_topic
 from swarmrl.p2p.records import Announcement
 from swarmrl.p2p.store import BUNDLE_SUFFIX, Version, WeightStore
 from swarmrl.shards import DEFAULT_SHARD_SIZE
+
+BUNDLING = ".bundling-"  # the hidden folders bundles are built in
 
 
 class Origin:
@@ -54,6 +60,8 @@ class Origin:
         self._topic = checkpoints_topic(run)
         self._steps = steps  # held around every decision to take a step (the fetcher's too)
         self._on_change = on_change  # what this peer holds changed
+        for leftover in store.root.glob(f"{BUNDLING}*"):  # a publish killed mid-bundle
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def publish(
         self, path: Path, *, model: str, step: int, shard_size: int = DEFAULT_SHARD_SIZE
@@ -65,17 +73,23 @@ class Origin:
         if self.account.address not in self.trusted:
             raise ValueError(f"{self.account.address} is not a trusted checkpoint signer")
         path = Path(path)
-        owned = False
+        building = None
         if path.is_dir():
-            path = _bundle(path, self.store.root)
-            owned = True
-        manifest = shards.build_manifest(path, model=model, step=step, shard_size=shard_size)
-        announcement = Announcement.sign(self.account, manifest, self.domain)
-        with self._steps:
-            newest = self.store.newest_step()
-            if step <= newest:
-                raise ValueError(f"step {step} is not newer than the published step {newest}")
-            version = self.store.add_origin(path, manifest, announcement, owned=owned)
+            building = Path(tempfile.mkdtemp(prefix=BUNDLING, dir=self.store.root))
+            path = _bundle(path, building)
+        try:
+            manifest = shards.build_manifest(path, model=model, step=step, shard_size=shard_size)
+            announcement = Announcement.sign(self.account, manifest, self.domain)
+            with self._steps:
+                newest = self.store.newest_step()
+                if step <= newest:
+                    raise ValueError(f"step {step} is not newer than the published step {newest}")
+                # A bundle is the store's own: moved into the version's directory.
+                owned = building is not None
+                version = self.store.add_origin(path, manifest, announcement, owned=owned)
+        finally:
+            if building is not None:
+                shutil.rmtree(building, ignore_errors=True)
         self.announce(version)
         self.store.prune()
         return version
@@ -88,11 +102,11 @@ class Origin:
 
 
 def _bundle(directory: Path, workdir: Path) -> Path:
-    """`directory` as one deterministic uncompressed tar: sorted names, no owners or
-    times, so the same files always give the same bytes and so the same manifest."""
-    fd, tmp = tempfile.mkstemp(dir=workdir, suffix=BUNDLE_SUFFIX)
-    os.close(fd)
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+    """`directory` as one deterministic uncompressed tar in `workdir`: sorted names, no
+    owners or times, so the same files always give the same bytes and so the same
+    manifest."""
+    bundle = workdir / f"{directory.name}{BUNDLE_SUFFIX}"
+    with tarfile.open(bundle, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(directory.rglob("*")):
             if not (path.is_file() or path.is_dir()) or path.is_symlink():
                 continue
@@ -105,6 +119,4 @@ def _bundle(directory: Path, workdir: Path) -> Path:
             else:
                 with open(path, "rb") as f:
                     tar.addfile(info, f)
-    final = workdir / f"{directory.name}{BUNDLE_SUFFIX}"
-    os.replace(tmp, final)
-    return final
+    return bundle
