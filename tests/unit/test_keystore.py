@@ -173,7 +173,9 @@ def test_a_damaged_keystore_is_one_sentence_naming_it(tmp_path, where_then_value
         ({"n": 2**62, "r": 8, "p": 1}, "scrypt memory n*r = 36893488147419103232 is above"),
         ({"n": 2**18, "r": 8, "p": 3}, "scrypt cost n*r*p = 6291456 is above the 4194304"),
         ({"n": 2, "r": 1, "p": 2**40}, "scrypt cost n*r*p = 2199023255552 is above the 4194304"),
-        ({"n": 2, "r": 2**20, "p": 2}, "scrypt block size r = 1048576 is above the 1024"),
+        ({"n": 2, "r": 2**20, "p": 2}, "scrypt r = 1048576, p = 2 are above the 32 and 16"),
+        ({"n": 256, "r": 1024, "p": 16}, "scrypt r = 1024, p = 16 are above the 32 and 16"),
+        ({"n": 2**14, "r": 8, "p": 17}, "scrypt r = 8, p = 17 are above the 32 and 16"),
     ],
 )
 def test_a_scrypt_cost_above_the_cap_is_refused_before_the_kdf(tmp_path, kdfparams, problem):
