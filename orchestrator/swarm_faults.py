@@ -50,6 +50,7 @@ RUN_DIR = "run"  # the daemon's run directory under its data dir
 RESTART_SECONDS = 120.0
 _TRAINER_STARTED = re.compile(rb"started the trainer process \(pid (\d+)\)")
 _TRAINER_AT = re.compile(rb"trainer at step (\d+) of \d+")
+_TRAINER_DONE = b"the trainer process finished its work"
 
 
 class Target(StrEnum):
@@ -191,7 +192,8 @@ class Faults:
             self._note_resume()
             self.start_orchestrator()
         elif fault.target is Target.TRAINER:
-            self._kill_trainer()
+            if not self._kill_trainer():
+                return  # it had trained its last step: no trainer left to kill
         else:
             self.swarm.restart_anvil()
         self.seen.injected[fault.target] += 1
@@ -211,9 +213,18 @@ class Faults:
         log = self._trainer_log()
         self.seen.resumes.append((self.step(), log.stat().st_size if log.is_file() else 0))
 
-    def _kill_trainer(self) -> None:
-        """kill -9 of the daemon's trainer child, which the daemon starts again."""
-        pid = wait_for(self._trainer_pid, "a running trainer", RESTART_SECONDS, self.swarm)
+    def _kill_trainer(self) -> bool:
+        """kill -9 of the daemon's trainer child, which the daemon starts again; False
+        when the trainer finished its last step first (a restarted orchestrator's may
+        catch up past a fault's step before the fault comes)."""
+        pid = wait_for(
+            lambda: self._trainer_pid() or (-1 if self._trainer_done() else None),
+            "running trainer",
+            RESTART_SECONDS,
+            self.swarm,
+        )
+        if pid == -1:
+            return False
         os.kill(pid, signal.SIGKILL)
         while alive(pid):
             time.sleep(0.05)
@@ -227,6 +238,12 @@ class Faults:
             wait_for(restarted, "the trainer started again", RESTART_SECONDS, self.swarm)
         except AssertionError:
             self.seen.problems.append(f"the daemon did not start the trainer (pid {pid}) again")
+        return True
+
+    def _trainer_done(self) -> bool:
+        """Whether the trainer the daemon started last has finished its work."""
+        text = self.log.read_bytes() if self.log.is_file() else b""
+        return text.rfind(_TRAINER_DONE) > text.rfind(b"started the trainer process")
 
     def _trainer_pid(self) -> int | None:
         """The trainer the daemon started last, if it runs: a child in the orchestrator's
