@@ -21,7 +21,11 @@ rollouts, where zero evidence bounds the false-evidence rate below 1e-5 per roll
 and the fault runs from 3 to 50 (a few minutes each). SmolLM2 stays at scale 1 in
 both: a CPU decodes it about 50 times slower.
 
-    python -m benchmarks.trust [--scale 1] [--long]      or      swarmrl bench trust
+    python -m benchmarks.trust [--scale 1] [--long] [--results rows.jsonl]
+    swarmrl bench trust [--scale 1] [--long]
+
+``--results`` keeps each honest row as it is measured and takes it up again on the
+next run at the same scale: the long form's hours can be spread over several runs.
 """
 
 from __future__ import annotations
@@ -40,9 +44,6 @@ from swarmrl.models.files import default_models_dir
 LONG_ROLLOUTS = 330_000
 SHORT_FUZZ, LONG_FUZZ = 40_000, 1_000_000  # inputs over every target
 SHORT_FAULT_RUNS, LONG_FAULT_RUNS = trust_faults.RUNS, 50
-# The longest completion each model's positions leave room for after the longest
-# demo prompt (the default model has 512 positions).
-LONGEST = {"default": 320, "smollm2": 1024}
 
 
 def _models() -> dict[str, Path]:
@@ -58,12 +59,12 @@ def _models() -> dict[str, Path]:
 
 def long_scale() -> float:
     """The scale at which the default model's variations hold LONG_ROLLOUTS rollouts."""
-    per_scale = sum(v.rollouts for v in trust_honest.variations(["default"], LONGEST))
+    per_scale = sum(v.rollouts for v in trust_honest.variations(["default"], trust_honest.LONGEST))
     return LONG_ROLLOUTS / per_scale
 
 
-def main(scale: float = 1.0, long: bool = False) -> None:
-    honest(scale, long)
+def main(scale: float = 1.0, long: bool = False, results: Path | None = None) -> None:
+    honest(scale, long, results)
     print()
     trust_cheats.main()
     print()
@@ -75,8 +76,9 @@ def main(scale: float = 1.0, long: bool = False) -> None:
     trust_faults.main(runs=LONG_FAULT_RUNS if long else SHORT_FAULT_RUNS)
 
 
-def honest(scale: float, long: bool) -> list[trust_honest.Row]:
-    """The false-positive table."""
+def honest(scale: float, long: bool, results: Path | None = None) -> list[trust_honest.Row]:
+    """The false-positive table (``results``: rows kept and taken up again, see
+    `trust_honest.run`)."""
     from orchestrator.tasks.generators import demo_tasks
     from swarmrl.cli_options import quiet_transformers
 
@@ -92,12 +94,13 @@ def honest(scale: float, long: bool) -> list[trust_honest.Row]:
             {name: path},
             tasks,
             scale=model_scale,
-            long_tokens=LONGEST,
+            long_tokens=trust_honest.LONGEST,
             on_row=lambda r: print(
                 f"  {r.variation.label()}: {r.rollouts} rollouts, {r.rejected} rejected, "
                 f"{r.evidence} evidence ({r.seconds:.0f} s)",
                 flush=True,
             ),
+            results=results,
         )
     print()
     print("False positives: honest rollouts judged by the validator's defaults")
@@ -116,5 +119,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--long", action="store_true")
+    parser.add_argument(
+        "--results", type=Path, default=None, help="keep the honest rows here and resume from it"
+    )
     args = parser.parse_args()
-    main(args.scale, args.long)
+    if args.results is not None and args.results.is_dir():
+        parser.error(f"--results {args.results} is a folder, not a file of rows")
+    main(args.scale, args.long, args.results)

@@ -26,10 +26,11 @@ generates, this CPU verifies (benchmarks/BENCHMARKS.md says where it was run).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -53,6 +54,9 @@ from swarmrl.tasks.rewards import task_reward
 NODE = "0x" + "11" * 20
 # Tasks per submission: the orchestrator's default order.
 ORDER_TASKS: int = OrchestratorSettings.model_fields["prompts_per_assignment"].default
+# The longest completion each model's positions leave room for after the longest
+# demo prompt (the default model has 512 positions).
+LONGEST = {"default": 320, "smollm2": 1024}
 # How far the colder-sampling sums carry a shift every submission has: their z tends to
 # the per-submission z times this.
 CARRIED = math.sqrt((1 + TEMPERATURE_DECAY) / (1 - TEMPERATURE_DECAY))
@@ -72,11 +76,13 @@ class Variation:
     threads: int
     max_tokens: int
     rollouts: int  # at scale 1
+    sampled_on: str = "cpu"  # where the node samples (the validator prefills on the CPU)
 
     def label(self) -> str:
         top_p = "" if self.top_p == 1 else f" top-p {self.top_p:g}"
+        on = "" if self.sampled_on == "cpu" else f" on {self.sampled_on}"
         return (
-            f"{self.model}, {self.sampled} sampled / {self.verified} verified, "
+            f"{self.model}, {self.sampled} sampled{on} / {self.verified} verified, "
             f"T {self.temperature:g}{top_p}, batch {self.batch}, {self.threads} thr, "
             f"{self.max_tokens} tok"
         )
@@ -140,7 +146,6 @@ def measure(
 ) -> Row:
     """Generate and verify one variation's rollouts (backends are kept across calls)."""
     began = time.perf_counter()
-    row = Row(variation)
     torch.set_num_threads(variation.threads)
 
     def backend(precision: Precision) -> TorchBackend:
@@ -149,25 +154,45 @@ def measure(
             backends[key] = TorchBackend(model_dir, device="cpu", dtype=torch_dtype(precision))
         return backends[key]
 
-    sampler, validator = backend(variation.sampled), backend(variation.verified)
+    chosen = chosen_tasks(variation, tasks, scale)
+    records = sample(variation, backend(variation.sampled), chosen)
+    row = judge(variation, backend(variation.verified), chosen, records)
+    row.seconds = time.perf_counter() - began
+    return row
+
+
+def chosen_tasks(variation: Variation, tasks: list[Task], scale: float) -> list[Task]:
+    """The tasks a variation samples at ``scale``, a group each: drawn from its seed, so
+    the sampler and a validator elsewhere pick the same ones."""
     count = max(variation.group, round(variation.rollouts * scale))
-    n_tasks = math.ceil(count / variation.group)
     seed = hash_seed(variation)
-    chosen = [tasks[(seed + i) % len(tasks)] for i in range(n_tasks)]
+    return [tasks[(seed + i) % len(tasks)] for i in range(math.ceil(count / variation.group))]
+
+
+def sample(variation: Variation, sampler: TorchBackend, chosen: list[Task]) -> list[Rollout]:
+    """The honest node's records for ``chosen``, task by task (the node's own path)."""
     params = SamplingParams(
         max_tokens=variation.max_tokens, temperature=variation.temperature, top_p=variation.top_p
     )
-    records = generate_rollouts(
+    return generate_rollouts(
         sampler,
         chosen,
         n=variation.group,
         params=params,
         provenance=Provenance(run="trust", policy_step=0, node=NODE),
-        seed=seed,
+        seed=hash_seed(variation),
         score=task_reward,
         target_for=lambda _speed: variation.max_tokens,
         batch_size=variation.batch,
     )
+
+
+def judge(
+    variation: Variation, validator: TorchBackend, chosen: list[Task], records: list[Rollout]
+) -> Row:
+    """Verify ``records`` (sampled for ``chosen``) as the validator judges one node's
+    prefilled submissions in turn."""
+    row = Row(variation)
     asked = Assignment(
         run="trust",
         node=NODE,
@@ -180,16 +205,16 @@ def measure(
     sums = NO_SUMS  # one node's, over its submissions
     # The records come task by task, a group each. Consecutive tasks of the task set are
     # distinct, so an order never holds a task twice (a long run wraps around the set).
-    for first in range(0, n_tasks, ORDER_TASKS):
+    for first in range(0, len(chosen), ORDER_TASKS):
         order = {t.problem_id: t for t in chosen[first : first + ORDER_TASKS]}
         submission = records[first * variation.group : (first + ORDER_TASKS) * variation.group]
-        assert {r.problem_id for r in submission} == set(order)
+        if {r.problem_id for r in submission} != set(order):
+            raise ValueError(f"{variation.label()}: the records are not the chosen tasks'")
         judged = verify_submission(validator, submission, order, asked, task_reward, prior=sums)
         sums = sums.then(judged.temperature)
         if judged.temperature.submissions:
             row.submission_z.append(judged.temperature.z)
         _count(row, submission, judged.verdicts)
-    row.seconds = time.perf_counter() - began
     return row
 
 
@@ -219,17 +244,47 @@ def run(
     scale: float = 1.0,
     long_tokens: dict[str, int],
     on_row: Callable[[Row], None] = lambda _row: None,
+    results: Path | None = None,
 ) -> list[Row]:
-    """Every variation of every model; ``on_row`` hears each row as it is done."""
+    """Every variation of every model; ``on_row`` hears each row as it is done.
+
+    With ``results`` (JSON lines), a row measured there before at the same scale is
+    taken from it and each new row is appended, so a long run stopped part-way goes on
+    where it stopped (a row's seed is its variation's, so it is the same row)."""
+    saved = _saved_rows(results, scale) if results is not None else {}
     backends: dict[tuple[str, Precision], TorchBackend] = {}
     threads = torch.get_num_threads()
     rows = []
     try:
         for variation in variations(models, long_tokens):
-            rows.append(measure(variation, models[variation.model], tasks, scale, backends))
-            on_row(rows[-1])
+            row = saved.get(variation.label())
+            if row is None:
+                row = measure(variation, models[variation.model], tasks, scale, backends)
+                if results is not None:
+                    with open(results, "a") as f:
+                        f.write(json.dumps({"scale": scale, "row": asdict(row)}) + "\n")
+            rows.append(row)
+            on_row(row)
     finally:
         torch.set_num_threads(threads)
+    return rows
+
+
+def _saved_rows(results: Path, scale: float) -> dict[str, Row]:
+    """The rows ``results`` holds at ``scale``, by their variation's label (a line cut
+    short by a stop is left out)."""
+    rows = {}
+    lines = results.read_text().splitlines() if results.exists() else []
+    for line in lines:
+        try:
+            saved = json.loads(line)
+            if saved["scale"] != scale:
+                continue
+            fields = saved["row"]
+            row = Row(variation=Variation(**fields.pop("variation")), **fields)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a row this version wrote: measured again
+        rows[row.variation.label()] = row
     return rows
 
 
