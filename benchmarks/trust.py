@@ -79,11 +79,10 @@ def main(scale: float = 1.0, long: bool = False, results: Path | None = None) ->
 def honest(scale: float, long: bool, results: Path | None = None) -> list[trust_honest.Row]:
     """The false-positive table (``results``: rows kept and taken up again, see
     `trust_honest.run`)."""
-    from orchestrator.tasks.generators import demo_tasks
     from swarmrl.cli_options import quiet_transformers
 
     quiet_transformers()
-    tasks = demo_tasks(2000, seed=24)
+    tasks = trust_honest.honest_tasks()
     models = _models()
     print(f"torch {torch.__version__}, CPU; the validator's defaults; scale {scale:g}")
     began = time.perf_counter()

@@ -37,8 +37,6 @@ from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.records import read_rollouts, write_rollouts
 from swarmrl.tasks import Task
 
-# Tasks drawn as the CPU rows draw them (benchmarks/trust.py).
-TASKS, TASK_SEED = 2000, 24
 MANIFEST, ENVIRONMENT = "variations.json", "environment.json"
 MODELS = ("default", "smollm2")
 
@@ -84,12 +82,6 @@ def model_dir(name: str, models: Path) -> Path:
     return smollm2.import_smollm2(models / "smollm2")
 
 
-def _tasks() -> list[Task]:
-    from orchestrator.tasks.generators import demo_tasks
-
-    return demo_tasks(TASKS, seed=TASK_SEED)
-
-
 def generate(
     out: Path,
     models: Path,
@@ -119,7 +111,7 @@ def generate(
         "weights": {name: weights_digest(path) for name, path in dirs.items()},
     }
     print(json.dumps(environment), flush=True)
-    tasks = _tasks()
+    tasks = trust_honest.honest_tasks()
     manifest = []
     with tempfile.TemporaryDirectory() as tmp:
         backends: dict[tuple[str, str], TorchBackend] = {}
@@ -154,7 +146,7 @@ def verify(archives: Sequence[Path], models: Path) -> list[Row]:
     from swarmrl.cli_options import quiet_transformers
 
     quiet_transformers()
-    tasks = _tasks()
+    tasks = trust_honest.honest_tasks()
     rows: list[Row] = []
     threads = torch.get_num_threads()
     try:

@@ -88,6 +88,13 @@ class Variation:
         )
 
 
+def honest_tasks() -> list[Task]:
+    """The task set every honest row draws its tasks from (demo tasks)."""
+    from orchestrator.tasks.generators import demo_tasks
+
+    return demo_tasks(2000, seed=24)
+
+
 def variations(models: Iterable[str], long_tokens: dict[str, int]) -> list[Variation]:
     """The variations measured for each model (``long_tokens``: its longest completion)."""
     out = []
