@@ -38,7 +38,6 @@ import torch
 
 from benchmarks import trust_cheats, trust_faults, trust_fuzz, trust_honest
 from benchmarks.fuzz_targets import TARGETS
-from swarmrl.models import smollm2
 from swarmrl.models.files import default_models_dir
 
 LONG_ROLLOUTS = 330_000
@@ -47,11 +46,9 @@ SHORT_FAULT_RUNS, LONG_FAULT_RUNS = trust_faults.RUNS, 50
 
 
 def _models() -> dict[str, Path]:
-    from orchestrator.pretrain import build_default_model
-
-    models = {"default": build_default_model(default_models_dir() / "default")}
+    models = {"default": trust_honest.model_dir("default", default_models_dir())}
     try:
-        models["smollm2"] = smollm2.import_smollm2(default_models_dir() / "smollm2")
+        models["smollm2"] = trust_honest.model_dir("smollm2", default_models_dir())
     except ValueError as e:
         print(f"SmolLM2-135M skipped: {e}")
     return models
@@ -59,7 +56,7 @@ def _models() -> dict[str, Path]:
 
 def long_scale() -> float:
     """The scale at which the default model's variations hold LONG_ROLLOUTS rollouts."""
-    per_scale = sum(v.rollouts for v in trust_honest.variations(["default"], trust_honest.LONGEST))
+    per_scale = sum(v.rollouts for v in trust_honest.variations(["default"]))
     return LONG_ROLLOUTS / per_scale
 
 
@@ -93,7 +90,6 @@ def honest(scale: float, long: bool, results: Path | None = None) -> list[trust_
             {name: path},
             tasks,
             scale=model_scale,
-            long_tokens=trust_honest.LONGEST,
             on_row=lambda r: print(
                 f"  {r.variation.label()}: {r.rollouts} rollouts, {r.rejected} rejected, "
                 f"{r.evidence} evidence ({r.seconds:.0f} s)",

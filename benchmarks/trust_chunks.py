@@ -3,7 +3,7 @@ from the validator's prefill when a completion is proved in chunks of 1 to 32 to
 
 A completion is proved in chunks of ``PROOF_CHUNK`` tokens, so its last chunk holds
 anything from one token to a full chunk. This measures, per chunk size, the distance
-(`swarmrl.rollouts.tolerances.toploc_distance`'s share of TOPLOC's bounds) between
+(`swarmrl.rollouts.tolerances.chunk_distance`: a share of TOPLOC's bounds) between
 proofs built from the sampler's own states and the validator's prefill in bf16 and
 fp32. The sampler's states are taken where the node's path hands them to
 `toploc.build_proofs` (the backend returns proofs, not states), so they are exactly
@@ -26,21 +26,14 @@ from swarmrl import toploc
 from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK
 from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
+from swarmrl.rollouts.tolerances import chunk_distance
 
 SIZES = (1, 2, 4, 8, 16, 32)
 
 
-def _ratio(result: toploc.VerifyResult) -> float:
-    return max(
-        result.exp_mismatches / toploc.max_exp_mismatches(PROOF_TOPK),
-        result.mant_err_mean / toploc.MAX_MANT_ERR_MEAN,
-        result.mant_err_median / toploc.MAX_MANT_ERR_MEDIAN,
-    )
-
-
 def main(model: str = "default", rollouts: int = 512) -> None:
     torch.set_num_threads(1)
-    model_dir = trust_gpu.model_dir(model, default_models_dir())
+    model_dir = trust_honest.model_dir(model, default_models_dir())
     sampler = TorchBackend(model_dir, device="cpu", dtype=torch.bfloat16)
     states: list[torch.Tensor] = []
     build = toploc.build_proofs
@@ -73,7 +66,7 @@ def main(model: str = "default", rollouts: int = 512) -> None:
             for size in SIZES:
                 proofs = build(sampled, size, PROOF_TOPK)
                 for result in toploc.verify_proofs(hidden, proofs, size, PROOF_TOPK):
-                    ratios[size].append(_ratio(result))
+                    ratios[size].append(chunk_distance(result))
         for size in SIZES:
             d = np.array(ratios[size])
             print(

@@ -72,16 +72,6 @@ def weights_digest(model_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def model_dir(name: str, models: Path) -> Path:
-    """The model ``name`` under ``models``, built or imported there if missing."""
-    from orchestrator.pretrain import build_default_model
-    from swarmrl.models import smollm2
-
-    if name == "default":
-        return build_default_model(models / "default")
-    return smollm2.import_smollm2(models / "smollm2")
-
-
 def generate(
     out: Path,
     models: Path,
@@ -101,7 +91,7 @@ def generate(
         for i, v in enumerate(variations())
         if v.model in only and (not rows or i in rows)
     ]
-    dirs = {name: model_dir(name, models) for name in only}
+    dirs = {name: trust_honest.model_dir(name, models) for name in only}
     environment = {
         "device": torch.cuda.get_device_name() if device == "cuda" else device,
         "torch": torch.__version__,
@@ -165,7 +155,7 @@ def _verify(archive: Path, models: Path, tasks: list[Task]) -> list[Row]:
             tar.extractall(tmp, filter="data")
         environment = json.loads((Path(tmp) / ENVIRONMENT).read_text())
         manifest = json.loads((Path(tmp) / MANIFEST).read_text())
-        dirs = {name: model_dir(name, models) for name in environment["weights"]}
+        dirs = {name: trust_honest.model_dir(name, models) for name in environment["weights"]}
         for name, path in dirs.items():
             if weights_digest(path) != environment["weights"][name]:
                 raise SystemExit(f"The archive's {name} weights are not those in {path}.")

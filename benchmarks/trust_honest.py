@@ -95,8 +95,19 @@ def honest_tasks() -> list[Task]:
     return demo_tasks(2000, seed=24)
 
 
-def variations(models: Iterable[str], long_tokens: dict[str, int]) -> list[Variation]:
-    """The variations measured for each model (``long_tokens``: its longest completion)."""
+def model_dir(name: str, models: Path) -> Path:
+    """The model ``name`` ("default" or "smollm2") under ``models``, built or imported
+    there if missing (ValueError in one sentence when SmolLM2 is not installed)."""
+    from orchestrator.pretrain import build_default_model
+    from swarmrl.models import smollm2
+
+    if name == "default":
+        return build_default_model(models / "default")
+    return smollm2.import_smollm2(models / "smollm2")
+
+
+def variations(models: Iterable[str]) -> list[Variation]:
+    """The variations measured for each model."""
     out = []
     for model in models:
         base = Variation(model, "bf16", "bf16", 1.0, 1.0, 8, 16, 1, 128, 64)
@@ -112,7 +123,7 @@ def variations(models: Iterable[str], long_tokens: dict[str, int]) -> list[Varia
                         top_p=top_p,
                     )
                 )
-        longest = long_tokens[model]
+        longest = LONGEST[model]
         out += [
             replace(base, group=1, batch=1, rollouts=16),  # unpadded, one at a time
             replace(base, batch=64),
@@ -249,7 +260,6 @@ def run(
     tasks: list[Task],
     *,
     scale: float = 1.0,
-    long_tokens: dict[str, int],
     on_row: Callable[[Row], None] = lambda _row: None,
     results: Path | None = None,
 ) -> list[Row]:
@@ -263,7 +273,7 @@ def run(
     threads = torch.get_num_threads()
     rows = []
     try:
-        for variation in variations(models, long_tokens):
+        for variation in variations(models):
             row = saved.get(variation.label())
             if row is None:
                 row = measure(variation, models[variation.model], tasks, scale, backends)

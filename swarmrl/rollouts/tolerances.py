@@ -181,17 +181,18 @@ def staleness_fit(
 
 def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
     """The worst chunk's discrepancy as a fraction of TOPLOC's acceptance bounds."""
-    budget = toploc.max_exp_mismatches(PROOF_TOPK)
-    worst = 0.0
-    for r in results:
-        ratio = max(
-            r.exp_mismatches / budget,
-            r.mant_err_mean / toploc.MAX_MANT_ERR_MEAN,
-            r.mant_err_median / toploc.MAX_MANT_ERR_MEDIAN,
-        )
-        # The native verdict decides at the bounds themselves (a ratio of exactly 1).
-        worst = max(worst, ratio if r.accepted else max(ratio, math.nextafter(1.0, 2.0)))
-    return worst
+    return max(map(chunk_distance, results), default=0.0)
+
+
+def chunk_distance(r: toploc.VerifyResult) -> float:
+    """One chunk's discrepancy as a fraction of TOPLOC's acceptance bounds."""
+    ratio = max(
+        r.exp_mismatches / toploc.max_exp_mismatches(PROOF_TOPK),
+        r.mant_err_mean / toploc.MAX_MANT_ERR_MEAN,
+        r.mant_err_median / toploc.MAX_MANT_ERR_MEDIAN,
+    )
+    # The native verdict decides at the bounds themselves (a ratio of exactly 1).
+    return ratio if r.accepted else max(ratio, math.nextafter(1.0, 2.0))
 
 
 @dataclass(frozen=True)

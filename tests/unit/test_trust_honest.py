@@ -4,14 +4,13 @@ top-p, batches of 1 to 64, one and two threads, long completions), are never
 evidence and never rejected by the validator's defaults."""
 
 from benchmarks import trust_honest
-from benchmarks.trust_honest import LONGEST
 from orchestrator.tasks.generators import demo_tasks
 from swarmrl.rollouts.tolerances import TOLERANCES
 
 
 def test_honest_variation_is_never_rejected_nor_evidence(default_model, tmp_path, monkeypatch):
     models, tasks, results = {"default": default_model}, demo_tasks(200, seed=24), tmp_path / "r"
-    rows = trust_honest.run(models, tasks, scale=0.1, long_tokens=LONGEST, results=results)
+    rows = trust_honest.run(models, tasks, scale=0.1, results=results)
     assert {r.variation.sampled for r in rows} == {"fp32", "bf16"}
     assert all(r.rollouts >= r.variation.group for r in rows)
     assert [(r.variation.label(), r.reasons) for r in rows if r.rejected] == []
@@ -29,7 +28,7 @@ def test_honest_variation_is_never_rejected_nor_evidence(default_model, tmp_path
     measured = []
     measure = trust_honest.measure
     monkeypatch.setattr(trust_honest, "measure", lambda v, *a: measured.append(v) or measure(v, *a))
-    again = trust_honest.run(models, tasks, scale=0.1, long_tokens=LONGEST, results=results)
+    again = trust_honest.run(models, tasks, scale=0.1, results=results)
     assert measured == [rows[-1].variation]
     assert [(r.variation, r.rollouts, r.worst) for r in again[:-1]] == [
         (r.variation, r.rollouts, r.worst) for r in rows[:-1]
