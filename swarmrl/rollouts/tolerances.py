@@ -19,6 +19,9 @@ The distances, per record (the worst token or chunk where the check is per token
 - ``toploc``: the worst chunk's discrepancy as a fraction of TOPLOC's acceptance
   bounds (38 of 128 exponent mismatches, mantissa error mean 10, median 8); over 1
   is a chunk TOPLOC rejects; a missing or malformed proof is infinitely far.
+- ``toploc_tail``: the same for a completion's last chunk when it holds fewer than
+  ``TAIL_TOKENS`` tokens (what is left over after the full chunks), which is judged
+  apart from the others (see ``TOPLOC_TAIL``).
 - ``logprobs``: the mean absolute gap, in nats, between the log-probabilities the
   record claims and the validator's.
 - ``argmax`` (temperature 0): nats the worst token lies below the argmax.
@@ -52,7 +55,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from swarmrl import toploc
-from swarmrl.models.backend import PROOF_TOPK, TokenScores
+from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, TokenScores
 
 
 class Outcome(StrEnum):
@@ -82,9 +85,27 @@ class Tolerance:
 # TOPLOC's own bounds already sit several times beyond honest bf16 discrepancies
 # (measured: worst chunks at about a quarter of them), and a chunk past them means
 # states of another model, another input or no proof at all. Half the bounds, twice
-# the honest worst, rejects what coarse quantisation does (int4 weights: 0.64 to 1.14)
+# the honest worst, rejects what coarse quantisation does (int4 weights: 0.5 to 1)
 # without a stake riding on a margin that small.
 TOPLOC = Tolerance("toploc", "of TOPLOC's bound", reject=0.5, evidence=1.0)
+# A completion's last chunk holds what is left over after its full chunks, down to one
+# token, and TOPLOC's statistics over a few tokens' top 128 values scatter far wider
+# (benchmarks/trust_chunks.py, honest bf16 completions of the default model verified in
+# fp32, whose 128-wide states make the top 128 every value, near-zeros included): chunks
+# of one token reach 2.47 of the bounds (7 of 17,636 past 1), of two to four tokens
+# 0.70, of eight or more 0.46. Such a chunk is judged apart, against the bounds
+# themselves, and only rejects: it costs a cheater the slash for forging at most the
+# last seven tokens' states (their log-probabilities are still checked, and the
+# record is still rejected), where judging it with the others would slash about one
+# honest record in 80,000. A tail nothing of which matches, or whose proof is missing
+# or malformed, is no rounding: it stays with the other chunks (toploc_distances).
+TAIL_TOKENS = 8
+TOPLOC_TAIL = Tolerance(
+    "toploc_tail",
+    f"of TOPLOC's bound, a last chunk under {TAIL_TOKENS} tokens",
+    reject=1.0,
+    evidence=None,
+)
 # bf16 sampling against an fp32 or bf16 prefill: mean gaps up to about 0.07 nats
 # and single tokens up to about 0.5. The evidence threshold lies past the largest
 # single-token gap measured, so no completion length brings an honest record to it;
@@ -133,7 +154,7 @@ STALENESS = Tolerance(
     "staleness", "z of the slope toward an older step, past 1/2", reject=6.0, evidence=None
 )
 
-TOLERANCES = (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE, STALENESS)
+TOLERANCES = (TOPLOC, TOPLOC_TAIL, LOGPROBS, ARGMAX, NUCLEUS, TEMPERATURE, STALENESS)
 
 
 @dataclass(frozen=True)
@@ -179,9 +200,14 @@ def staleness_fit(
     return StaleFit(slope, math.sqrt(residual / sxx), len(pairs))
 
 
-def toploc_distance(results: Sequence[toploc.VerifyResult]) -> float:
-    """The worst chunk's discrepancy as a fraction of TOPLOC's acceptance bounds."""
-    return max(map(chunk_distance, results), default=0.0)
+def toploc_distances(results: Sequence[toploc.VerifyResult], tokens: int) -> dict[str, float]:
+    """The ``toploc`` distance of a completion of ``tokens`` tokens from its chunks'
+    ``results`` (the worst chunk's), and ``toploc_tail``'s when its last chunk is short
+    and matched at all, which is then left out of ``toploc``'s."""
+    distances = [chunk_distance(r) for r in results]
+    if distances and 0 < tokens % PROOF_CHUNK < TAIL_TOKENS and math.isfinite(distances[-1]):
+        return {TOPLOC.check: max(distances[:-1], default=0.0), TOPLOC_TAIL.check: distances[-1]}
+    return {TOPLOC.check: max(distances, default=0.0)}
 
 
 def chunk_distance(r: toploc.VerifyResult) -> float:

@@ -57,11 +57,12 @@ from swarmrl.rollouts.tolerances import (
     STALENESS,
     TEMPERATURE,
     TOPLOC,
+    TOPLOC_TAIL,
     Outcome,
     TemperatureSums,
     Tolerance,
     staleness_fit,
-    toploc_distance,
+    toploc_distances,
 )
 from swarmrl.tasks import Task, length_penalty
 from swarmrl.tasks.rewards import CODE_TYPES
@@ -196,18 +197,26 @@ def _prefilled_verdict(
     passed = sum(r.accepted for r in results)
     gaps = [abs(a - b) for a, b in zip(prefill.logprobs, rollout.logprobs, strict=True)]
     outside = max(prefill.scores.outside)
-    distances = {TOPLOC.check: toploc_distance(results), LOGPROBS.check: sum(gaps) / n}
+    distances = {**toploc_distances(results, n), LOGPROBS.check: sum(gaps) / n}
     if rollout.temperature == 0:
         distances[ARGMAX.check] = outside
     elif rollout.top_p < 1:
         distances[NUCLEUS.check] = outside
-    for tolerance in (TOPLOC, LOGPROBS, ARGMAX, NUCLEUS):
-        distance = distances.get(tolerance.check)
-        if distance is None or (outcome := tolerance.judge(distance)) is Outcome.PASS:
-            continue
+    failed = [
+        (t, distances[t.check], outcome)
+        for t in (TOPLOC, TOPLOC_TAIL, LOGPROBS, ARGMAX, NUCLEUS)
+        if t.check in distances and (outcome := t.judge(distances[t.check])) is not Outcome.PASS
+    ]
+    if failed:
+        # Evidence first: a record past one check's rejection threshold and another's
+        # evidence threshold is evidence (max keeps the first of equals).
+        tolerance, distance, outcome = max(failed, key=lambda f: f[2] is Outcome.EVIDENCE)
+        judged = results[:-1] if TOPLOC_TAIL.check in distances else results
         return Verdict(
             False,
-            _beyond(tolerance, distance, rollout, prefill, chunks - passed, chunks),
+            _beyond(
+                tolerance, distance, rollout, prefill, sum(not r.accepted for r in judged), chunks
+            ),
             chunks,
             passed,
             slashable=outcome is Outcome.EVIDENCE,
@@ -229,6 +238,11 @@ def _beyond(
         return (
             f"its worst TOPLOC chunk lies at {distance:.2f} of TOPLOC's bounds, past the "
             f"{tolerance.reject:g} no honest node came near"
+        )
+    if tolerance is TOPLOC_TAIL:
+        return (
+            f"its last TOPLOC chunk ({len(rollout.output_ids) % PROOF_CHUNK} tokens) lies "
+            f"at {distance:.2f} of TOPLOC's bounds, past them"
         )
     if tolerance is LOGPROBS:
         return f"its logprobs are off by {distance:.3g} on average"

@@ -10,11 +10,19 @@ import math
 import pytest
 import torch
 
-from swarmrl.models.backend import SamplingParams, score_tokens
+from swarmrl import toploc
+from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, SamplingParams, score_tokens
 from swarmrl.models.torch_backend import TorchBackend
 from swarmrl.rollouts.checks import Assignment
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
-from swarmrl.rollouts.tolerances import NO_SUMS, TEMPERATURE, TEMPERATURE_DECAY
+from swarmrl.rollouts.tolerances import (
+    NO_SUMS,
+    TAIL_TOKENS,
+    TEMPERATURE,
+    TEMPERATURE_DECAY,
+    TOPLOC,
+    TOPLOC_TAIL,
+)
 from swarmrl.rollouts.verify import (
     REPEAT_PLAUSIBILITY,
     repeat_plausibility,
@@ -405,3 +413,35 @@ def test_records_from_another_model_fail_toploc(model_dirs, records):
     result = verdicts(other, records)
     assert not any(v.accepted for v in result)
     assert all("TOPLOC rejected" in v.reason for v in result)
+
+
+def test_a_short_last_chunk_past_toplocs_bounds_is_rejected_but_not_evidence(backend, records):
+    """A last chunk of a few tokens scatters too far for honest nodes to stake on it."""
+    i, r = next((i, r) for i, r in enumerate(records) if 0 < len(r.output_ids) % 32 < TAIL_TOKENS)
+    hidden = backend.prefill(r.prompt_ids, r.output_ids, temperature=r.temperature).hidden
+    # States no honest run produced: a third larger, so many exponents differ, not all.
+    forged = toploc.build_proofs(hidden.float() * 1.3, PROOF_CHUNK, PROOF_TOPK)
+
+    def verdict_with(proofs, **changes):
+        changed = lie(r, proofs=proofs, **changes)
+        return verdicts(backend, [*records[:i], changed, *records[i + 1 :]])[i]
+
+    tail = verdict_with([*r.proofs[:-1], forged[-1]])
+    assert (tail.accepted, tail.slashable) == (False, False)
+    assert 1 < tail.distances[TOPLOC_TAIL.check] < math.inf
+    assert tail.distances[TOPLOC.check] <= TOPLOC.reject
+    tokens = len(r.output_ids) % PROOF_CHUNK
+    assert tail.reason.startswith(f"its last TOPLOC chunk ({tokens} tokens) lies at")
+    # A rejection never hides evidence: the forged tail with log-probabilities nats off.
+    both = verdict_with([*r.proofs[:-1], forged[-1]], logprobs=[x - 3 for x in r.logprobs])
+    assert both.slashable
+    assert both.reason.startswith("its logprobs are off by 3")
+    # The same states in a full chunk are evidence, and so is a last chunk that
+    # matches nothing: a proof that does not parse is no rounding.
+    head = verdict_with([forged[0], *r.proofs[1:]])
+    assert head.slashable
+    assert head.reason == f"TOPLOC rejected 1 of {len(r.proofs)} chunks"
+    broken = verdict_with([*r.proofs[:-1], b"not a proof"])
+    assert broken.slashable
+    assert TOPLOC_TAIL.check not in broken.distances
+    assert broken.distances[TOPLOC.check] == math.inf
