@@ -233,7 +233,7 @@ def _floor_main(args: argparse.Namespace) -> None:
     sys.stdin.readline()
     start = time.monotonic()
     out = os.open(args.out, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.posix_fallocate(out, 0, manifest.file_size)
+    os.posix_fallocate(out, 0, manifest.size)
     with open(args.file, "rb", buffering=0) as f:
         for index in range(manifest.shard_count):
             offset, length = shards.shard_range(manifest, index)

@@ -3,13 +3,14 @@
 A :class:`Target` is one decoder as a peer, a node or a file reaches it: the
 wire codecs of every libp2p protocol (both sides), the framing and error
 replies, the gossip messages, manifests, the data path's requests and answers,
-shard bytes, TOPLOC proofs, rollout parquet files, every EIP-712 signed message,
-and keystores. Set up in a scratch folder, it is a :class:`Session`: inputs (a
-hypothesis strategy that mostly damages valid encodings, see
-:mod:`benchmarks.hostile`, so inputs get past the first length or magic check),
-the decoder, the errors it refuses with, and a check of what it accepts (a
-message that round-trips, the very records that were sealed, the one signature
-of the one signer). :mod:`benchmarks.trust_fuzz` runs them.
+shard bytes, weight deltas, TOPLOC proofs, rollout parquet files, every EIP-712
+signed message, and keystores. Set up in a scratch folder, it is a
+:class:`Session`: inputs (a hypothesis strategy that mostly damages valid
+encodings, see :mod:`benchmarks.hostile`, so inputs get past the first length or
+magic check), the decoder, the errors it refuses with, and a check of what it
+accepts (a message that round-trips, the very records that were sealed, the one
+signature of the one signer, the exact step a delta encodes).
+:mod:`benchmarks.trust_fuzz` runs them.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from benchmarks.hostile import (
     hostile,
     malleable_twin,
     mutated_bytes,
+    mutated_json,
 )
-from swarmrl import keystore, shards, toploc
+from swarmrl import delta, keystore, shards, toploc
 from swarmrl.chain.eip712 import pool_domain, swarm_domain
 from swarmrl.p2p import datapath, wire
 from swarmrl.p2p.dialback import DIALBACK, DialbackReply, DialbackRequest
@@ -142,8 +144,7 @@ def _manifest_of(data: bytes, shard_size: int, step: int = 7) -> shards.Manifest
     return shards.Manifest(
         model="org/model",
         step=step,
-        file_name="model.bin",
-        file_size=len(data),
+        files=(shards.FileEntry(name="model.bin", size=len(data)),),
         shard_size=shard_size,
         shard_hashes=hashes,
         root=shards.merkle_root(hashes),
@@ -588,6 +589,141 @@ def _shard(workdir: Path) -> Iterator[Session[tuple[int, bytes]]]:
         expect(0 <= index < count and body == shard(index), "a shard that is not the manifest's")
 
     yield Session(st.integers(0, count - 1).flatmap(damaged), decode, (ValueError,), sound)
+
+
+# ---- weight deltas ------------------------------------------------------------------------
+
+DELTA_PREAMBLE = 20  # a delta's magic, format version and header length
+PREVIOUS_STEP = b"the previous step"  # what the output holds before a delta is applied
+
+
+@dataclass(frozen=True)
+class SmallDelta:
+    """A small model's step as a delta over its base, in `folder`, and the delta's two
+    readers run on other bytes in its place. The delta targets and
+    tests/unit/test_delta_fuzz.py both fuzz through these."""
+
+    folder: Path
+    base: Path
+    target: bytes  # the step the delta rebuilds
+    valid: bytes  # the delta
+
+    @property
+    def header_end(self) -> int:
+        # The header's length: the u64 after the 8-byte magic and the u32 version.
+        return DELTA_PREAMBLE + int.from_bytes(self.valid[12:DELTA_PREAMBLE], "little")
+
+    def apply(self, data: bytes) -> bytes:
+        """Applies `data` as the delta over an output holding PREVIOUS_STEP: the bytes
+        rebuilt, or apply's refusal, raised again once checked to have left the output
+        as it was. Either way no temporary file may stay behind."""
+        fuzzed = self.folder / "fuzzed.delta"
+        fuzzed.write_bytes(data)
+        out = self.folder / "out.safetensors"
+        out.write_bytes(PREVIOUS_STEP)
+        before = sorted(self.folder.iterdir())
+        refusal: ValueError | OSError | None = None
+        try:
+            delta.apply(self.base, fuzzed, out, threads=1)
+        except (ValueError, OSError) as e:
+            refusal = e
+        expect(sorted(self.folder.iterdir()) == before, "apply left a temporary file behind")
+        if refusal is not None:
+            expect(out.read_bytes() == PREVIOUS_STEP, "a refused delta changed the output")
+            raise refusal
+        return out.read_bytes()
+
+    def inspect(self, data: bytes) -> delta.DeltaInfo:
+        fuzzed = self.folder / "fuzzed.delta"
+        fuzzed.write_bytes(data)
+        return delta.inspect(fuzzed)
+
+
+def small_delta(folder: Path) -> SmallDelta:
+    """A small model in bf16 and fp32, a step of it and the delta between them, in
+    `folder`: both encodings and a few records, small enough that applying a damaged
+    copy takes a millisecond."""
+    # Imported here, not with the module: torch takes seconds to import, and only the
+    # delta targets need it, to write the two safetensors files.
+    import torch
+    from safetensors.torch import save_file
+
+    noise = torch.Generator().manual_seed(0)
+    base = {
+        "embed": torch.randn(64, 32, generator=noise).to(torch.bfloat16),
+        "proj": torch.randn(32, 32, generator=noise),
+        "norm": torch.ones(32, dtype=torch.bfloat16),
+    }
+    target = dict(base)
+    target["embed"] = base["embed"].clone()
+    target["embed"][3, :4] += 1  # a few elements: sparse
+    target["proj"] = base["proj"] + 0.1 * torch.randn(32, 32, generator=noise)  # all: xor
+    save_file(base, folder / "base.safetensors")
+    save_file(target, folder / "target.safetensors")
+    step = folder / "step.delta"
+    delta.encode(folder / "base.safetensors", folder / "target.safetensors", step)
+    valid = step.read_bytes()
+    step.unlink()
+    return SmallDelta(
+        folder, folder / "base.safetensors", (folder / "target.safetensors").read_bytes(), valid
+    )
+
+
+def reframed(header: bytes, rest: bytes) -> bytes:
+    """A delta of `header` with a preamble that states its length truly, so a damaged
+    header is read as JSON rather than refused by its length."""
+    return delta.MAGIC + struct.pack("<IQ", delta.FORMAT_VERSION, len(header)) + header + rest
+
+
+@st.composite
+def damaged_delta_header(draw: st.DrawFn, case: SmallDelta) -> bytes:
+    header = draw(mutated_json(case.valid[DELTA_PREAMBLE : case.header_end]))
+    return reframed(header, case.valid[case.header_end :])
+
+
+@st.composite
+def damaged_delta_payloads(draw: st.DrawFn, case: SmallDelta) -> bytes:
+    return case.valid[: case.header_end] + draw(mutated_bytes(case.valid[case.header_end :]))
+
+
+def random_delta() -> st.SearchStrategy[bytes]:
+    """Random bytes, bare or behind a delta's true preamble."""
+    return st.builds(
+        lambda body, framed: reframed(body, b"") if framed else body,
+        st.binary(max_size=600),
+        st.booleans(),
+    )
+
+
+def damaged_deltas(case: SmallDelta) -> st.SearchStrategy[bytes]:
+    """The delta intact, damaged by byte, by header field or in its payloads, or random."""
+    return st.one_of(
+        st.just(case.valid),
+        mutated_bytes(case.valid),
+        damaged_delta_header(case),
+        damaged_delta_payloads(case),
+        random_delta(),
+    )
+
+
+@target("delta/apply", "delta.apply: a weight delta a peer sent, applied onto the base")
+def _delta_apply(workdir: Path) -> Iterator[Session[bytes]]:
+    case = small_delta(workdir)
+
+    def sound(data: bytes, rebuilt: Any) -> None:
+        expect(rebuilt == case.target, "a delta rebuilt a file that is not its target")
+
+    yield Session(damaged_deltas(case), case.apply, (ValueError, OSError), sound)
+
+
+@target("delta/inspect", "delta.inspect: a weight delta a peer sent, read without its base")
+def _delta_inspect(workdir: Path) -> Iterator[Session[bytes]]:
+    case = small_delta(workdir)
+
+    def sound(data: bytes, info: Any) -> None:
+        expect(info.delta_size == len(data), "a delta read with the wrong size")
+
+    yield Session(damaged_deltas(case), case.inspect, (ValueError,), sound)
 
 
 # ---- TOPLOC proofs ------------------------------------------------------------------------

@@ -16,7 +16,8 @@ promise:
   trainer resumed from the newest checkpoint on disk.
 - whole: no partial file is taken for a whole one: every checkpoint loads, the ones the
   trainer may resume from with their state; every weight file a node holds as complete
-  hashes to its manifest and its unpacked model loads; every submission intake kept
+  hashes to its manifest, its model loads, and it is the trainer's published policy bit
+  for bit with nothing kept beside it; every submission intake kept
   hashes to what its node signed; the trainer met no unreadable rollout file.
 
 The orchestrator and the nodes are processes; this module reads the orchestrator's
@@ -358,14 +359,16 @@ class Faults:
         steps = ckpt.steps_on_disk(self.run_dir)
         for step in steps:
             try:
-                if step in steps[-ckpt.KEEP_STATES :]:
+                if step == steps[-1] or ckpt.trainer_dir(self.run_dir, step).is_dir():
                     ckpt.check_resumable(self.run_dir, step)  # the ones it may resume from
                 else:
                     check_model(ckpt.step_dir(self.run_dir, step))
             except ValueError as e:
                 out.append(f"checkpoint {step}: {e}")
         for name, config in nodes.items():
-            out += [f"{name}: {why}" for why in broken_weights(_node_dir(config) / "weights")]
+            store = _node_dir(config) / "weights"
+            out += [f"{name}: {why}" for why in broken_weights(store)]
+            out += [f"{name}: {why}" for why in unlike_published(store, self.run_dir)]
         with Ledger(ledger_path(self.data_dir), create=False) as ledger:
             for s in ledger.submissions.all():
                 kept = Path(s.file)
@@ -379,25 +382,24 @@ class Faults:
 
 def broken_weights(store: Path) -> list[str]:
     """What in a weight store (`swarmrl.p2p.store`) is held as complete and is not whole:
-    a checkpoint file whose shards do not hash to its manifest, an unpacked model that
-    does not load."""
+    a file whose shards do not hash to its manifest, a model that does not load."""
     from swarmrl import shards
     from swarmrl.models.directory import check_model
-    from swarmrl.p2p.store import BUNDLE_SUFFIX, MANIFEST_FILE
+    from swarmrl.p2p.store import FILES_DIR, MANIFEST_FILE
 
     out = []
     for directory in sorted(store.glob("step-*")):
         manifest = shards.Manifest.from_json((directory / MANIFEST_FILE).read_bytes())
-        whole = directory / manifest.file_name
-        if not whole.is_file():
-            continue  # still being fetched (`.partial`), or an origin's file held elsewhere
-        bad = shards.intact_shards(whole, manifest).count(0)
-        if bad:
-            out.append(f"{whole.name} of step {manifest.step} has {bad} shard(s) not whole")
-        unpacked = directory / manifest.file_name.removesuffix(BUNDLE_SUFFIX)
-        if unpacked != whole and unpacked.is_dir():
+        files = directory / FILES_DIR
+        if not all((files / f.name).is_file() for f in manifest.files):
+            continue  # still being fetched (`.partial`)
+        for i, entry in enumerate(manifest.files):
+            bad = shards.intact_shards(files / entry.name, manifest, i).count(0)
+            if bad:
+                out.append(f"{entry.name} of step {manifest.step} has {bad} shard(s) not whole")
+        if (files / "config.json").is_file():
             try:
-                check_model(unpacked)
+                check_model(files)
             except ValueError as e:
                 out.append(f"the model of step {manifest.step}: {e}")
     return out
@@ -415,6 +417,38 @@ def node_receipts(swarm: Swarm, config: Path) -> list[str]:
     )
     digests: list[str] = json.loads(out.stdout)["receipt_digests"]
     return digests
+
+
+def unlike_published(store: Path, run_dir: Path) -> list[str]:
+    """How the complete versions in a node's weight store differ from the policies the
+    trainer published under their steps: a file missing, added or not bit-identical,
+    or anything kept beside the files (a second copy, an archive)."""
+    from swarmrl import shards
+    from swarmrl.p2p.store import ANNOUNCEMENT_FILE, FILES_DIR, MANIFEST_FILE
+
+    out = []
+    for directory in sorted(store.glob("step-*")):
+        manifest = shards.Manifest.from_json((directory / MANIFEST_FILE).read_bytes())
+        files = directory / FILES_DIR
+        held = sorted(p.name for p in files.iterdir())
+        if any(name.endswith(shards.PARTIAL_SUFFIX) for name in held):
+            continue  # still being fetched
+        step = manifest.step
+        extra = {p.name for p in directory.iterdir()} - {
+            ANNOUNCEMENT_FILE,
+            MANIFEST_FILE,
+            FILES_DIR,
+        }
+        if extra:
+            out.append(f"step {step} keeps {sorted(extra)} beside its files")
+        published = {p.name: p for p in shards.version_files(ckpt.step_dir(run_dir, step))}
+        if held != sorted(published):
+            out.append(f"step {step} holds {held}, the trainer published {sorted(published)}")
+            continue
+        for name in held:
+            if (files / name).read_bytes() != published[name].read_bytes():
+                out.append(f"{name} of step {step} is not the trainer's")
+    return out
 
 
 def _node_dir(config: Path) -> Path:

@@ -1,6 +1,7 @@
 """The extension module built from native/ (pyo3): its exact signatures.
 
-Only ``swarmrl.toploc`` and ``swarmrl.shards`` import it; they are its Python faces and
+Only ``swarmrl.toploc``, ``swarmrl.shards`` and ``swarmrl.delta`` import it; they are its
+Python faces and
 normalise what they pass (bf16 bit patterns as a C-contiguous 2-D ``uint16`` array,
 hashes as raw 32-byte strings, a list of hashes as one concatenated ``bytes``).
 ``mypy.stubtest swarmrl._native`` (part of ``make lint``) checks this file against the
@@ -10,7 +11,7 @@ built module. ``threads=None`` means every core, or ``RAYON_NUM_THREADS`` when s
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
-from typing import final
+from typing import Literal, final
 
 import numpy as np
 import numpy.typing as npt
@@ -19,13 +20,25 @@ from typing_extensions import Buffer
 _Path = str | PathLike[str]
 
 __all__ = [
+    "DELTA_FORMAT_VERSION",
+    "DELTA_MAGIC",
+    "DELTA_MAX_HEADER",
+    "DELTA_MAX_LEVEL",
+    "DELTA_MAX_SAFETENSORS_HEADER",
+    "DELTA_MIN_LEVEL",
     "SHARDS_MAX_SHARD_SIZE",
     "TOPLOC_FIELD_PRIME",
     "TOPLOC_MAX_EXP_MISMATCH_PER_128",
     "TOPLOC_MAX_MANT_ERR_MEAN",
     "TOPLOC_MAX_MANT_ERR_MEDIAN",
+    "DeltaInfo",
+    "DeltaStats",
+    "DeltaTensor",
     "ShardPlan",
     "VerifyResult",
+    "delta_apply",
+    "delta_encode",
+    "delta_inspect",
     "shards_file_name",
     "shards_hash",
     "shards_hash_file",
@@ -120,3 +133,80 @@ def shards_missing(dir: _Path, plan: ShardPlan, threads: int | None = None) -> l
 def shards_reassemble(
     dir: _Path, out: _Path, plan: ShardPlan, threads: int | None = None
 ) -> None: ...
+
+# -- delta ------------------------------------------------------------------------
+
+DELTA_MAGIC: bytes
+DELTA_FORMAT_VERSION: int
+DELTA_MAX_HEADER: int
+DELTA_MAX_SAFETENSORS_HEADER: int
+DELTA_MIN_LEVEL: int
+DELTA_MAX_LEVEL: int
+
+@final
+class DeltaStats:
+    """What ``delta_encode`` did."""
+
+    @property
+    def target_bytes(self) -> int: ...
+    @property
+    def delta_bytes(self) -> int: ...
+    @property
+    def tensors(self) -> int: ...
+    @property
+    def xor_tensors(self) -> int: ...
+    @property
+    def sparse_tensors(self) -> int: ...
+    @property
+    def changed_elements(self) -> int: ...
+    @property
+    def total_elements(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+@final
+class DeltaTensor:
+    """One tensor's record in a delta; hashes are hex."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def encoding(self) -> Literal["xor", "sparse"]: ...
+    @property
+    def element_size(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def compressed(self) -> int: ...
+    @property
+    def blake3(self) -> str: ...
+
+@final
+class DeltaInfo:
+    """What a delta holds, from its header; hashes are hex."""
+
+    @property
+    def base_blake3(self) -> str: ...
+    @property
+    def target_blake3(self) -> str: ...
+    @property
+    def target_size(self) -> int: ...
+    @property
+    def delta_size(self) -> int: ...
+    @property
+    def tensors(self) -> tuple[DeltaTensor, ...]: ...
+    @property
+    def tensor_count(self) -> int: ...
+
+def delta_encode(
+    base: _Path, target: _Path, out: _Path, level: int = 3, threads: int | None = None
+) -> DeltaStats:
+    """Writes the delta of ``target`` against ``base`` at ``out``, atomically."""
+
+def delta_apply(base: _Path, delta: _Path, out: _Path, threads: int | None = None) -> None:
+    """Rebuilds the target at ``out``, atomically, checking every hash the delta carries."""
+
+def delta_inspect(delta: _Path) -> DeltaInfo:
+    """The checked header of the delta at ``delta``."""

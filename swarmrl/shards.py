@@ -1,17 +1,21 @@
-"""Checkpoint shards: fixed-size pieces of a file, hashed with BLAKE3 by the native core.
+"""Checkpoint shards: fixed-size pieces of a version's files, hashed with BLAKE3 by the
+native core.
 
-A checkpoint of ``file_size`` bytes is cut into ``shard_size``-byte shards
-(64 MiB by default), all full except perhaps the last; empty files are
-rejected. Each shard is hashed with BLAKE3 and a Merkle root binds the list:
-leaf = BLAKE3(0x00 || shard hash), node = BLAKE3(0x01 || left || right), an odd
-last node promoted unchanged, the root of one shard its leaf.
+A version is one or more files (a model directory: weights, config, tokenizer).
+Each file of ``size`` bytes is cut into ``shard_size``-byte shards (64 MiB by
+default), all full except perhaps its last; empty files are rejected. Each
+shard is hashed with BLAKE3 and a Merkle root binds the list of every file's
+shards, in file order: leaf = BLAKE3(0x00 || shard hash), node = BLAKE3(0x01 ||
+left || right), an odd last node promoted unchanged, the root of one shard its
+leaf. A shard's index names one range of one file (:meth:`Manifest.locate`).
 
 A :class:`Manifest` records all of it, and its canonical JSON
 (:meth:`Manifest.to_json`) is what gets signed and broadcast. A node that has
-the manifest verifies every shard before keeping it (:func:`verify_shard`,
-:func:`store_shard`), finds what is still missing after a crash
-(:func:`missing_shards`) and rebuilds the file (:func:`reassemble`). Shard
-files are named by :func:`shard_file_name`.
+the manifest verifies every shard before keeping it (:func:`verify_shard`) and
+finds what is intact after a crash (:func:`intact_shards`). A one-file version
+can also be kept as a directory of shard files (:func:`split`,
+:func:`store_shard`, :func:`missing_shards`, :func:`reassemble`), named by
+:func:`shard_file_name`.
 
 Files are streamed through two 4 MiB buffers, the next block read while the
 current one is hashed, so memory does not grow with file or shard size. Files
@@ -25,6 +29,7 @@ other I/O failure ``OSError``. ``threads`` defaults to all cores (or
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -45,6 +50,7 @@ __all__ = [
     "MANIFEST_VERSION",
     "MAX_MANIFEST_BYTES",
     "MAX_SHARD_SIZE",
+    "FileEntry",
     "Manifest",
     "build_manifest",
     "inclusion_proof",
@@ -59,9 +65,14 @@ __all__ = [
     "store_shard",
     "verify_inclusion",
     "verify_shard",
+    "version_files",
 ]
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+# Far more than a model directory holds (weights shards, config, tokenizer files).
+MAX_FILES = 256
+# A file that is still being fetched; no file of a version may be named so.
+PARTIAL_SUFFIX = ".partial"
 DEFAULT_SHARD_SIZE = 64 * 1024 * 1024
 MAX_SHARD_SIZE: int = _native.SHARDS_MAX_SHARD_SIZE
 # About 60,000 shards: 3.8 TiB of checkpoint at the default shard size.
@@ -74,18 +85,42 @@ BytesLike = bytes | bytearray | memoryview
 StrPath = str | os.PathLike[str]
 
 
-class Manifest(Strict):
-    """What a checkpoint is: its size, how it is cut, every shard's hash and their root.
+class FileEntry(Strict):
+    """One file of a version: its plain name and its size (its shards are the next
+    ``ceil(size / shard_size)`` hashes of the manifest's list)."""
 
-    Instances are immutable and always consistent: the hash count matches the
-    layout and ``root`` is the Merkle root of ``shard_hashes``.
+    name: str = Field(min_length=1, max_length=255)
+    size: int = Field(ge=1, le=_MAX_JSON_INT)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must be valid Unicode (no lone surrogates)") from None
+        # A hidden name or the partial suffix would collide with a store's own files.
+        if value.startswith(".") or value.endswith(PARTIAL_SUFFIX):
+            raise ValueError(f"must not start with '.' or end in {PARTIAL_SUFFIX}")
+        if any(c in value for c in "/\\\0"):
+            raise ValueError(f"must be a plain file name, not {reprlib.repr(value)}")
+        return value
+
+
+class Manifest(Strict):
+    """What a version is: its files, how each is cut, every shard's hash and their root.
+
+    Each file is cut into ``shard_size``-byte shards of its own (all full except
+    perhaps its last); ``shard_hashes`` lists the first file's shards, then the
+    second's, and so on, so a shard's index names one range of one file. Instances
+    are immutable and always consistent: the hash count matches the layout and
+    ``root`` is the Merkle root of ``shard_hashes``.
     """
 
     version: int = MANIFEST_VERSION
     model: str = Field(min_length=1, max_length=256)
     step: int = Field(ge=0, le=_MAX_JSON_INT)
-    file_name: str = Field(min_length=1, max_length=255)
-    file_size: int = Field(ge=1, le=_MAX_JSON_INT)
+    files: tuple[FileEntry, ...] = Field(min_length=1, max_length=MAX_FILES)
     shard_size: int = Field(ge=1, le=MAX_SHARD_SIZE)
     shard_hashes: tuple[Hex32, ...]
     root: Hex32
@@ -95,13 +130,13 @@ class Manifest(Strict):
     def _known_version(cls, value: Any) -> Any:
         return _check_version(value)
 
-    @field_validator("shard_hashes", mode="before")
+    @field_validator("shard_hashes", "files", mode="before")
     @classmethod
     def _list_to_tuple(cls, value: Any) -> Any:
         # JSON has arrays only; strict mode would otherwise refuse a list for a tuple.
         return tuple(value) if isinstance(value, list) else value
 
-    @field_validator("model", "file_name")
+    @field_validator("model")
     @classmethod
     def _encodable(cls, value: str) -> str:
         try:
@@ -110,35 +145,69 @@ class Manifest(Strict):
             raise ValueError("must be valid Unicode (no lone surrogates)") from None
         return value
 
-    @field_validator("file_name")
-    @classmethod
-    def _plain_name(cls, value: str) -> str:
-        if value in (".", "..") or any(c in value for c in "/\\\0"):
-            raise ValueError(f"must be a plain file name, not {reprlib.repr(value)}")
-        return value
-
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
-        count = -(-self.file_size // self.shard_size)
+        names = [f.name for f in self.files]
+        if len(set(names)) != len(names):
+            raise ValueError("two files have the same name")
+        count = sum(-(-f.size // self.shard_size) for f in self.files)
         if len(self.shard_hashes) != count:
             raise ValueError(
-                f"a {self.file_size}-byte file in {self.shard_size}-byte shards has {count} "
-                f"shards, but the manifest lists {len(self.shard_hashes)} hashes"
+                f"{self.size} bytes in {len(self.files)} file(s) cut in {self.shard_size}-byte "
+                f"shards have {count} shards, but the manifest lists "
+                f"{len(self.shard_hashes)} hashes"
             )
         if merkle_root(self.shard_hashes) != self.root:
             raise ValueError("root is not the Merkle root of shard_hashes")
         return self
 
     @property
-    def shard_count(self) -> int:
-        return len(self.shard_hashes)
+    def size(self) -> int:
+        """The version's bytes, every file together."""
+        return sum(f.size for f in self.files)
 
     @cached_property
-    def plan(self) -> _native.ShardPlan:
-        """This manifest as the native core checks shards against it, built once."""
-        return _native.ShardPlan(
-            self.file_size, self.shard_size, _pack(self.shard_hashes), bytes.fromhex(self.root)
-        )
+    def _first_shards(self) -> tuple[int, ...]:
+        """The index of each file's first shard, then the shard count."""
+        firsts = [0]
+        for f in self.files:
+            firsts.append(firsts[-1] + -(-f.size // self.shard_size))
+        return tuple(firsts)
+
+    def shards_of(self, file: int) -> range:
+        """The shard indices of file number ``file``."""
+        return range(self._first_shards[file], self._first_shards[file + 1])
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Which file shard ``index`` belongs to, and its index within that file;
+        ValueError for an index out of range."""
+        shard_range(self, index)
+        return self.locate_unchecked(index)
+
+    def locate_unchecked(self, index: int) -> tuple[int, int]:
+        file = bisect.bisect_right(self._first_shards, index) - 1
+        return file, index - self._first_shards[file]
+
+    def plan(self, file: int = 0) -> _native.ShardPlan:
+        """File ``file`` as the native core checks its shards, built once."""
+        return self._plans[file]
+
+    @cached_property
+    def _plans(self) -> tuple[_native.ShardPlan, ...]:
+        plans = []
+        for i, f in enumerate(self.files):
+            hashes = self.shard_hashes[self._first_shards[i] : self._first_shards[i + 1]]
+            # A file's own root: derived from the signed hashes, checked by nobody else.
+            plans.append(
+                _native.ShardPlan(
+                    f.size, self.shard_size, _pack(hashes), bytes.fromhex(merkle_root(hashes))
+                )
+            )
+        return tuple(plans)
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.shard_hashes)
 
     def to_json(self) -> bytes:
         """The canonical bytes: sorted keys, no whitespace, UTF-8. Equal manifests give
@@ -238,42 +307,66 @@ def build_manifest(
     shard_size: int = DEFAULT_SHARD_SIZE,
     threads: int | None = None,
 ) -> Manifest:
-    """Hashes the checkpoint at ``path``, streaming, and describes it in a manifest."""
+    """Hashes the version at ``path``, streaming, and describes it in a manifest: a file,
+    or a directory's regular files (its subdirectories and hidden files are not part
+    of it), in name order."""
     if type(shard_size) is not int or not 1 <= shard_size <= MAX_SHARD_SIZE:
         raise ValueError(f"shard_size must be between 1 and {MAX_SHARD_SIZE} bytes")
     path = Path(path)
-    blob, file_size = _native.shards_hash_file(path, shard_size, threads)
-    hashes = _unpack(blob)
+    paths = version_files(path) if path.is_dir() else [path]
+    files: list[FileEntry] = []
+    hashes: list[str] = []
+    for file in paths:
+        blob, size = _native.shards_hash_file(file, shard_size, threads)
+        files.append(FileEntry(name=file.name, size=size))
+        hashes.extend(_unpack(blob))
     return Manifest(
         model=model,
         step=step,
-        file_name=path.name,
-        file_size=file_size,
+        files=tuple(files),
         shard_size=shard_size,
-        shard_hashes=hashes,
+        shard_hashes=tuple(hashes),
         root=merkle_root(hashes),
     )
 
 
-def intact_shards(path: StrPath, manifest: Manifest, threads: int | None = None) -> bytearray:
-    """Which shards of the whole checkpoint at ``path`` match ``manifest``: one byte per
-    shard, 1 where its hash matches; all 0 when the file has another size."""
+def version_files(directory: StrPath) -> list[Path]:
+    """The files of ``directory`` a version is made of: its regular, not hidden files in
+    name order. ValueError when there is none."""
+    directory = Path(directory)
+    found = sorted(
+        p for p in directory.iterdir() if p.is_file() and not p.is_symlink() and p.name[0] != "."
+    )
+    if not found:
+        raise ValueError(f"{directory} holds no file to publish")
+    return found
+
+
+def intact_shards(
+    path: StrPath, manifest: Manifest, file: int = 0, *, threads: int | None = None
+) -> bytearray:
+    """Which shards of file number ``file`` of the manifest, read at ``path``, match
+    it: one byte per shard of that file, 1 where its hash matches; all 0 when the file
+    has another size."""
+    entry = manifest.files[file]
     blob, size = _native.shards_hash_file(Path(path), manifest.shard_size, threads)
-    if size != manifest.file_size:
-        return bytearray(manifest.shard_count)
-    found = _unpack(blob)
-    return bytearray(int(h == want) for h, want in zip(found, manifest.shard_hashes, strict=True))
+    indices = manifest.shards_of(file)
+    wanted = manifest.shard_hashes[indices.start : indices.stop]
+    if size != entry.size:
+        return bytearray(len(wanted))
+    return bytearray(int(h == w) for h, w in zip(_unpack(blob), wanted, strict=True))
 
 
 def shard_range(manifest: Manifest, index: int) -> tuple[int, int]:
-    """The byte offset and length of shard ``index`` in the checkpoint."""
+    """The byte offset and length of shard ``index`` in its file."""
     if type(index) is not int or not 0 <= index < manifest.shard_count:
         raise ValueError(
             f"shard index {reprlib.repr(index)} is out of range: "
             f"there are {manifest.shard_count} shards"
         )
-    offset = index * manifest.shard_size
-    return offset, min(manifest.shard_size, manifest.file_size - offset)
+    file, local = manifest.locate_unchecked(index)
+    offset = local * manifest.shard_size
+    return offset, min(manifest.shard_size, manifest.files[file].size - offset)
 
 
 def verify_shard(
@@ -281,34 +374,51 @@ def verify_shard(
 ) -> None:
     """Raises ValueError unless ``data`` is exactly shard ``index`` of the manifest.
     ``data`` is read in place, without a copy; it must not change during the call."""
-    shard_range(manifest, index)
-    _native.shards_verify(data, manifest.plan, index, threads)
+    file, local = manifest.locate(index)
+    try:
+        _native.shards_verify(data, manifest.plan(file), local, threads)
+    except ValueError as e:
+        if len(manifest.files) == 1:
+            raise
+        raise ValueError(f"{manifest.files[file].name}: {e}") from None
 
 
 def read_shard(
     path: StrPath, manifest: Manifest, index: int, *, threads: int | None = None
 ) -> bytes:
-    """Shard ``index`` read from the whole checkpoint at ``path``, verified, so a peer
-    never serves bytes that do not match the manifest."""
+    """Shard ``index`` read from its whole file at ``path``, verified, so a peer never
+    serves bytes that do not match the manifest."""
     offset, length = shard_range(manifest, index)
+    expected = manifest.files[manifest.locate(index)[0]].size
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size != manifest.file_size:
-            raise ValueError(f"{path} is {size} bytes but the manifest says {manifest.file_size}")
+        if size != expected:
+            raise ValueError(f"{path} is {size} bytes but the manifest says {expected}")
         f.seek(offset)
         data = f.read(length)
     verify_shard(manifest, index, data, threads=threads)
     return data
 
 
+# A shard directory (one file per shard, named by its index) holds the shards of one
+# file: the functions below take a one-file manifest.
+
+
+def _one_file(manifest: Manifest) -> _native.ShardPlan:
+    if len(manifest.files) != 1:
+        raise ValueError("a shard directory holds the shards of a one-file version")
+    return manifest.plan(0)
+
+
 def split(
     path: StrPath, out_dir: StrPath, manifest: Manifest, *, threads: int | None = None
 ) -> None:
-    """Writes the checkpoint at ``path`` into ``out_dir`` (created if needed) as one file
+    """Writes the file at ``path`` into ``out_dir`` (created if needed) as one file
     per shard, each checked against the manifest. Shard files left by an error are
     complete and verified."""
+    plan = _one_file(manifest)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    _native.shards_split(Path(path), Path(out_dir), manifest.plan, threads)
+    _native.shards_split(Path(path), Path(out_dir), plan, threads)
 
 
 def store_shard(
@@ -321,9 +431,10 @@ def store_shard(
 ) -> Path:
     """Verifies ``data`` as shard ``index`` and only then writes it into ``shard_dir``
     (created if needed), atomically, replacing any file there. Returns its path."""
+    plan = _one_file(manifest)
     shard_range(manifest, index)
     Path(shard_dir).mkdir(parents=True, exist_ok=True)
-    return _native.shards_store(Path(shard_dir), _as_bytes(data), manifest.plan, index, threads)
+    return _native.shards_store(Path(shard_dir), _as_bytes(data), plan, index, threads)
 
 
 def missing_shards(
@@ -331,19 +442,20 @@ def missing_shards(
 ) -> list[int]:
     """The shard indices ``shard_dir`` does not hold intact (absent, wrong size, or
     wrong hash), in order: what a node resuming a download still has to fetch."""
-    return _native.shards_missing(Path(shard_dir), manifest.plan, threads)
+    return _native.shards_missing(Path(shard_dir), _one_file(manifest), threads)
 
 
 def reassemble(
     shard_dir: StrPath, manifest: Manifest, out_path: StrPath, *, threads: int | None = None
 ) -> Path:
-    """Rebuilds the checkpoint from ``shard_dir`` at ``out_path`` (its directory created
+    """Rebuilds the file from ``shard_dir`` at ``out_path`` (its directory created
     if needed), replacing any file there. Every shard is re-hashed while copied and the
     root checked before the file appears; on a mismatch ``out_path`` is left as it was
     and the error names the bad shard."""
+    plan = _one_file(manifest)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _native.shards_reassemble(Path(shard_dir), out, manifest.plan, threads)
+    _native.shards_reassemble(Path(shard_dir), out, plan, threads)
     return out
 
 

@@ -16,6 +16,7 @@ log = logging.getLogger("swarmrl.node")
 
 class EventKind(enum.Enum):
     JOINED = "joined"
+    WEIGHTS_ANNOUNCED = "weights_announced"  # a newer policy step is out: how far behind
     WEIGHTS_PROGRESS = "weights_progress"
     WEIGHTS_READY = "weights_ready"
     SERVING = "serving"  # a peer dialled the data endpoint back: shards are offered

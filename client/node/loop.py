@@ -181,6 +181,9 @@ class Node:
                 run=me.run,
                 trusted=me.trusted,
                 account=self.account,
+                max_download_rate=None
+                if s.max_download_mbps is None
+                else s.max_download_mbps * 1e6 / 8,
                 on_event=self._on_swarm_event,
             )
         except BaseException:
@@ -191,7 +194,9 @@ class Node:
         self.session = Session(self.host, self.orchestrator_peer, me)
 
     def _on_swarm_event(self, event: SwarmEvent) -> None:
-        if event.kind is SwarmEventKind.PROGRESS and event.progress is not None:
+        if event.kind is SwarmEventKind.ANNOUNCED:
+            self.on_event(Event(EventKind.WEIGHTS_ANNOUNCED, step=event.step))
+        elif event.kind is SwarmEventKind.PROGRESS and event.progress is not None:
             p = event.progress
             self.on_event(
                 Event(EventKind.WEIGHTS_PROGRESS, step=event.step, done=p.held, total=p.total)
@@ -218,6 +223,8 @@ class Node:
         response = self.session.join(node_report(backend, device))
         self.state.joined = True
         self.heartbeat_seconds = response.heartbeat_seconds
+        # A download the orchestrator would still take work from is finished, not dropped.
+        self.swarm.window = response.async_level
         self.on_event(
             Event(EventKind.JOINED, step=response.policy_step, extra={"state": response.state})
         )
@@ -341,9 +348,9 @@ class Node:
         in ``precision``."""
         assert self.swarm is not None
         version = self.swarm.wait_for(step=at_least, timeout=self.settings.weights_timeout)
-        model_dir = version.unpacked
-        if model_dir is None:
-            raise OSError(f"the checkpoint of step {version.step} is not a model directory")
+        model_dir = version.files_dir
+        if not (model_dir / "config.json").is_file():
+            raise OSError(f"the version of step {version.step} is not a model directory")
         self._hold(model_dir, version.step, precision)
         return model_dir
 

@@ -98,7 +98,7 @@ class NodeMetrics:
             if kind is EventKind.JOINED:
                 self.joined.set(1)
                 self._saw_published(event.step)
-            elif kind is EventKind.WEIGHTS_PROGRESS:
+            elif kind in (EventKind.WEIGHTS_ANNOUNCED, EventKind.WEIGHTS_PROGRESS):
                 self._saw_published(event.step)
                 if event.step is not None:
                     self.download_step.set(event.step)

@@ -132,6 +132,15 @@ class NodeSettings(SwarmrlSettings):
         le=86_400,
         description="Seconds to wait for a policy's weights before asking the swarm again.",
     )
+    max_download_mbps: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Cap on the average rate of weight downloads, in Mbit/s (none: no cap), "
+        "for a link the machine also uses. A download slower than a training step is "
+        "finished while the orchestrator still takes work on its step.",
+        json_schema_extra={"example": 50.0},
+    )
 
     @field_validator("orchestrator")
     @classmethod

@@ -104,6 +104,7 @@ class Rejection:
 class NodeView:
     node: str
     step: int | None = None  # the policy step the node generates with
+    newest: int | None = None  # the newest policy step announced
     download: Download | None = None
     joined: bool = False
     peers: int | None = None
@@ -131,8 +132,11 @@ class NodeView:
 
     def apply(self, event: Event) -> None:
         kind = event.kind
-        if kind is EventKind.JOINED:
-            self.joined, self.retry = True, ""
+        if kind in (EventKind.JOINED, EventKind.WEIGHTS_ANNOUNCED):
+            if kind is EventKind.JOINED:
+                self.joined, self.retry = True, ""
+            if event.step is not None:
+                self.newest = max(event.step, self.newest or 0)
         elif kind is EventKind.WEIGHTS_PROGRESS:
             step, done, total = event.step, event.done, event.total
             if step is not None and done is not None and total is not None:
@@ -227,6 +231,8 @@ class NodeView:
 
     def work_lines(self) -> list[str]:
         step = "…" if self.step is None else str(self.step)
+        if self.step is not None and self.newest is not None and self.newest > self.step:
+            step += f" ({self.newest - self.step} behind step {self.newest})"
         speed = "…" if self.tokens_per_second is None else f"{self.tokens_per_second:.1f}"
         per_second = (
             "" if self.rollouts_per_second is None else f" ({self.rollouts_per_second:.2f}/s)"

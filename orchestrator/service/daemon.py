@@ -159,6 +159,8 @@ class Orchestrator:
             run=self.deployment.run_id,
             recipe=s.recipe(),
             device=s.device,
+            serving=s.precision,
+            keep_checkpoints=s.keep_checkpoints,
         )
         validator_config = validator.ValidatorConfig(
             data_dir=self.data_dir,
@@ -246,7 +248,9 @@ class Orchestrator:
         from swarmrl.p2p.swarm import SwarmNode
 
         s = self.settings
-        store = WeightStore(self.data_dir / WEIGHTS_DIR)
+        # The steps a node may still work with (intake takes work async_level steps old),
+        # so a node slower than one step can finish the download it began.
+        store = WeightStore(self.data_dir / WEIGHTS_DIR, keep=s.async_level + 1)
         peer_key = load_or_create_peer_key(self.data_dir / "peer.key")
         self.host = host = Host(
             peer_key, listen=s.listen, topics=swarm_topics(self.deployment.run_id)

@@ -161,9 +161,18 @@ class ServiceSettings(SwarmrlSettings):
     precision: Precision = Field(
         "fp32",
         description="fp32 or bf16: the dtype nodes sample in (their work orders say so) and "
-        "the validator prefills in, so both compute alike. bf16 for a run whose nodes have "
-        "GPUs (also with the validator on a CPU); fp32 keeps a CPU-only run fast, as bf16 "
-        "matmuls on a CPU are slow.",
+        "the validator prefills in, so both compute alike, and the dtype the policy is "
+        "published in (the trainer's master weights stay fp32): a node downloads no bit it "
+        "would round away. bf16 for a run whose nodes have GPUs (also with the validator on "
+        "a CPU; it halves every download); fp32 keeps a CPU-only run fast, as bf16 matmuls "
+        "on a CPU are slow.",
+    )
+    keep_checkpoints: int = Field(
+        2,
+        ge=1,
+        le=10_000,
+        description="Newest checkpoints that keep what resuming needs (optimizer state, "
+        "fp32 master weights); older ones keep their published policy only.",
     )
 
     # -- nodes and epochs -----------------------------------------------------------

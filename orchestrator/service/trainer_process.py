@@ -18,6 +18,7 @@ from orchestrator.service.stop import StopSignal
 from orchestrator.trainer.loop import StepReport
 from orchestrator.trainer.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
+from swarmrl.models.backend import Precision
 
 log = logging.getLogger("swarmrl.trainer")
 
@@ -31,6 +32,8 @@ class TrainerProcessConfig:
     run: str
     recipe: GRPORecipe
     device: str | None
+    serving: Precision  # the dtype the policy is published in
+    keep_checkpoints: int
 
 
 def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
@@ -48,6 +51,8 @@ def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
         config.recipe,
         run=config.run,
         device=config.device or "cpu",
+        serving=config.serving,
+        keep_checkpoints=config.keep_checkpoints,
         # Read at every start: the daemon publishes while this process runs.
         published=newest_announced_step(config.store_dir),
     )

@@ -191,6 +191,7 @@ class WorkServer:
             state=state.state,
             heartbeat_seconds=self.settings.heartbeat_seconds,
             policy_step=self.published_step(),
+            async_level=self.settings.async_level,
             weights=self.weights_addrs()[:8],
         )
 

@@ -1,14 +1,18 @@
 """The trainer's checkpoints: one directory per optimizer step, complete or absent.
 
-``RUN_DIR/checkpoints/step_<n>/`` is an HF model directory (config, safetensors,
-tokenizer), what workers hot-reload and the weight broadcast ships, plus
-``trainer_state.pt`` (optimizer, step, RNG, data position) for resuming. It is
-written under a hidden staging name, every file synced, then renamed into place:
-a reader, or a trainer restarted after kill -9, sees whole checkpoints or none,
-and a staging directory left by a crash is swept away on the next start.
+``RUN_DIR/checkpoints/step_<n>/`` is the published policy: an HF model directory
+(config, generation config, tokenizer, safetensors) with the weights in the run's
+serving dtype, what samplers and validators load and the weight broadcast ships,
+file for file. Beside it, in ``trainer/`` (never published), what resuming needs:
+``trainer_state.pt`` (optimizer, step, RNG, data position) and, when the serving
+dtype is not fp32, the fp32 master weights as a model directory of their own. A
+checkpoint is written under a hidden staging name, every file synced, then renamed
+into place: a reader, or a trainer restarted after kill -9, sees whole checkpoints
+or none, and a staging directory left by a crash is swept away on the next start.
 
-Every step's weights are kept (they are what evaluation and the broadcast read);
-the optimizer state, twice the weights' size, only in the newest few.
+Every step's published weights are kept (they are what evaluation and the
+validator read); ``trainer/``, the optimizer state alone twice the weights' fp32
+size, only in the newest ``keep`` checkpoints.
 
 A checkpoint can still be damaged after it was written (a disk fault, a file
 overwritten or deleted), so a trainer resumes only from one checked whole
@@ -36,6 +40,7 @@ from swarmrl.files import os_error_reason
 log = logging.getLogger("swarmrl.trainer")
 
 STATE_FILE = "trainer_state.pt"
+TRAINER_DIR = "trainer"  # what resuming needs, beside the published policy
 KEEP_STATES = 2
 _STEP_DIR = re.compile(r"step_(\d+)")
 
@@ -54,6 +59,17 @@ def checkpoints_dir(run_dir: Path) -> Path:
 
 def step_dir(run_dir: Path, step: int) -> Path:
     return checkpoints_dir(run_dir) / f"step_{step}"
+
+
+def trainer_dir(run_dir: Path, step: int) -> Path:
+    return step_dir(run_dir, step) / TRAINER_DIR
+
+
+def master_dir(run_dir: Path, step: int) -> Path:
+    """The model directory holding step ``step``'s fp32 master weights: the trainer's own
+    when the serving dtype is narrower, else the published policy itself."""
+    own = trainer_dir(run_dir, step)
+    return own if (own / "config.json").is_file() else step_dir(run_dir, step)
 
 
 def steps_on_disk(run_dir: Path) -> list[int]:
@@ -79,9 +95,14 @@ def save_checkpoint(
     state: dict[str, Any],
     *,
     weights: dict[str, torch.Tensor] | None = None,
+    dtype: torch.dtype = torch.float32,
+    keep: int = KEEP_STATES,
 ) -> Path:
-    """Write step ``step`` atomically and return its directory. ``weights`` replaces the
-    model's own state dict (a data-parallel trainer passes the gathered full one)."""
+    """Write step ``step`` atomically and return its directory: the policy in ``dtype``
+    (the run's serving dtype), the trainer's state (with the fp32 master weights when
+    ``dtype`` is narrower) in ``trainer/``, which only the newest ``keep`` checkpoints
+    keep. ``weights`` replaces the model's own state dict (a data-parallel trainer
+    passes the gathered full one)."""
     final = step_dir(run_dir, step)
     if final.exists():
         raise ValueError(f"{final} exists already: this run has a step {step}")
@@ -89,25 +110,33 @@ def save_checkpoint(
     staging = final.parent / f".{final.name}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
+    own = staging / TRAINER_DIR
+    own.mkdir()
     try:
-        model.save_pretrained(staging, state_dict=weights)
+        master = model.state_dict() if weights is None else weights
+        if dtype == torch.float32:
+            model.save_pretrained(staging, state_dict=master)
+        else:
+            model.save_pretrained(own, state_dict=master)
+            served = {name: t.to(dtype) for name, t in master.items()}
+            model.save_pretrained(staging, state_dict=served)
         tokenizer.save_pretrained(staging)
-        torch.save({**state, "step": step}, staging / STATE_FILE)
-        for path in staging.iterdir():
+        torch.save({**state, "step": step}, own / STATE_FILE)
+        for path in (*own.iterdir(), own, *staging.iterdir()):
             _fsync(path)
         staging.rename(final)
         _fsync(final.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for old in steps_on_disk(run_dir)[:-KEEP_STATES]:
-        (step_dir(run_dir, old) / STATE_FILE).unlink(missing_ok=True)
+    for old in steps_on_disk(run_dir)[:-keep]:
+        shutil.rmtree(trainer_dir(run_dir, old), ignore_errors=True)
     return final
 
 
 def load_state(run_dir: Path, step: int) -> dict[str, Any]:
     """The trainer state saved with step ``step``; ValueError if it cannot be read."""
-    path = step_dir(run_dir, step) / STATE_FILE
+    path = trainer_dir(run_dir, step) / STATE_FILE
     try:
         state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         return state
@@ -120,12 +149,14 @@ def load_state(run_dir: Path, step: int) -> dict[str, Any]:
 
 def check_resumable(run_dir: Path, step: int) -> dict[str, Any]:
     """The trainer state of step ``step`` once its checkpoint is checked whole: every
-    tensor its config calls for, finite, its tokenizer and its state readable.
-    ValueError (one sentence) naming what is damaged."""
+    tensor its configs call for (the policy's and the master weights'), finite, its
+    tokenizer and its state readable. ValueError (one sentence) naming what is damaged."""
     from swarmrl.models.directory import check_model, load_tokenizer
 
     directory = step_dir(run_dir, step)
     check_model(directory)
+    if (master := master_dir(run_dir, step)) != directory:
+        check_model(master)
     load_tokenizer(directory)
     return load_state(run_dir, step)
 
@@ -147,9 +178,12 @@ def resume_point(run_dir: Path, published: int | None) -> Resume | None:
             "would publish other policies under steps the nodes hold)"
         )
     damaged: list[tuple[int, str]] = []
-    # Only the newest few keep a trainer state: the ones a trainer can resume from.
-    for step in reversed(steps[-KEEP_STATES:]):
+    # Only the newest few keep a trainer state (retention drops the oldest first): the
+    # ones a trainer can resume from. The newest without one is damaged, not old.
+    for step in reversed(steps):
         if published is not None and step < published:
+            break
+        if step != steps[-1] and not trainer_dir(run_dir, step).is_dir():
             break
         try:
             state = check_resumable(run_dir, step)

@@ -29,6 +29,7 @@ from orchestrator.trainer.optim import build_optimizer, lr_at
 from orchestrator.trainer.recipe import GRPORecipe
 from orchestrator.trainer.samples import staleness
 from orchestrator.trainer.step import train_step
+from swarmrl.models.backend import Precision, torch_dtype
 from swarmrl.models.directory import load_tokenizer
 from swarmrl.tasks import Task
 
@@ -84,16 +85,21 @@ class Trainer:
         run: str,
         device: str = "cpu",
         published: int | None = None,
+        serving: Precision = "fp32",
+        keep_checkpoints: int = ckpt.KEEP_STATES,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.recipe = recipe
+        self.serving = torch_dtype(serving)
+        self.keep_checkpoints = keep_checkpoints
         self.run = run
         self.loss_config = recipe.loss_config()
         ckpt.sweep_staging(self.run_dir)
         resume = ckpt.resume_point(self.run_dir, published)
         source = base_model if resume is None else ckpt.step_dir(self.run_dir, resume.step)
         self.tokenizer = load_tokenizer(source)
-        self.model = _load_model(source, device)
+        master = base_model if resume is None else ckpt.master_dir(self.run_dir, resume.step)
+        self.model = _load_model(master, device)
         # The KL term measures against the weights the run started from, frozen.
         self.reference = None
         if recipe.kl_coef > 0:
@@ -202,7 +208,15 @@ class Trainer:
             "feed": self.feed.state(),
             "run": self.run,
         }
-        ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
+        ckpt.save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.model,
+            self.tokenizer,
+            state,
+            dtype=self.serving,
+            keep=self.keep_checkpoints,
+        )
         self.feed.release()
 
     def _check_same_run(self, state: dict[str, Any]) -> None:

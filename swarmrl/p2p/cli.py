@@ -193,12 +193,14 @@ def _unlock(
 
 @weights_app.command()
 def serve(
-    path: Path = typer.Argument(..., help="The checkpoint: one file, or a directory."),
+    path: Path = typer.Argument(
+        ..., help="The checkpoint: a file, or a directory's files (not its subfolders)."
+    ),
     key: str = typer.Option(..., "--key", help="Keystore name of the origin's signing key."),
     step: int = typer.Option(0, "--step", min=0, help="The policy step this checkpoint is."),
     model: str | None = typer.Option(None, "--model", help="Model name (default: the path's)."),
     store: Path = typer.Option(
-        Path("swarm-store"), "--store", help="Where versions and bundles are kept."
+        Path("swarm-store"), "--store", help="Where the versions served are kept."
     ),
     shard_mib: int = typer.Option(64, "--shard-mib", min=1, max=1024, help="Shard size (MiB)."),
     listen: str = Listen,
@@ -334,7 +336,7 @@ def pull(
         )
         with node:
             version = _wait_for_version(node, step, timeout, stop)
-            typer.echo(str(version.unpacked or version.path))
+            typer.echo(str(version.path))
             sys.stdout.flush()
             if seed:
                 logging.getLogger("swarmrl.p2p").info("seeding as %s until stopped", node.addrs[0])

@@ -184,9 +184,10 @@ class ShardServer:
         conn.sendall(_RESPONSE.pack(OK, 0))
 
     def _send_shard(self, conn: socket.socket, version: Version, index: int) -> None:
-        offset, length = version.shard_range(index)
+        fd, offset, length = version.locate(index)
+        if fd < 0:
+            raise DataPathError("the version was closed")
         conn.sendall(_RESPONSE.pack(OK, length))
-        fd = version.fd()
         # A socket with a timeout is non-blocking underneath, so sendfile can stop
         # short with EAGAIN: wait for room, up to the deadline, and go on.
         poller = select.poll()

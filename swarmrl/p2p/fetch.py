@@ -17,6 +17,8 @@ which verifies them before writing. Choices:
   backed off for a while; its shard goes back to the queue.
 - Endgame: when every missing shard is already in flight, idle workers fetch
   the same shards from other peers, so one slow peer cannot hold up the end.
+- A rate cap (the volunteer's, for a link they also use) is kept on average: a
+  worker that got ahead of it waits before its next shard.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from swarmrl.p2p.datapath import (
     ShardUnavailableError,
 )
 from swarmrl.p2p.store import Version, WeightStore
+from swarmrl.shards import shard_range
 
 log = logging.getLogger("swarmrl.p2p")
 
@@ -130,6 +133,7 @@ class Download:
         book: PeerBook,
         *,
         workers: int = DEFAULT_WORKERS,
+        max_rate: float | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         on_ban: Callable[[str, str], None] | None = None,
         rng: random.Random | None = None,
@@ -138,6 +142,7 @@ class Download:
         self.version = version
         self.book = book
         self.workers = workers
+        self.max_rate = max_rate
         self._on_progress = on_progress
         self._on_ban = on_ban
         self._rng = rng or random.Random()
@@ -148,10 +153,15 @@ class Download:
         self._stopped = False
         self._started = time.monotonic()
         self._bytes = 0
+        self._paced = 0  # bytes received, duplicates of the endgame included
 
     @property
     def done(self) -> bool:
         return self.version.held_count == self.version.manifest.shard_count
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def stop(self) -> None:
         with self.book.lock:
@@ -262,7 +272,8 @@ class Download:
         mhash = self.version.manifest_hash
         started = time.monotonic()
         try:
-            data = client.fetch(mhash, index, self.version.shard_range(index)[1], buffer)
+            length = shard_range(self.version.manifest, index)[1]
+            data = client.fetch(mhash, index, length, buffer)
             stored = self.store.write_shard(self.version, index, data)
         except ShardUnavailableError as e:
             with self.book.lock:
@@ -303,3 +314,15 @@ class Download:
             )
         if stored and self._on_progress:
             self._on_progress(progress)
+        if self.max_rate is not None:
+            self._keep_to_rate(len(data))
+
+    def _keep_to_rate(self, received: int) -> None:
+        """Waits until the bytes received so far (`received` more) average no more than
+        `max_rate` since the download began, or until it is stopped."""
+        with self.book.lock:
+            self._paced += received
+            assert self.max_rate is not None
+            due = self._started + self._paced / self.max_rate
+            while not self._stopped and (wait := due - time.monotonic()) > 0:
+                self.book.lock.wait(wait)

@@ -1,20 +1,23 @@
-"""The checkpoints a peer holds: what it can serve, what it is still fetching.
+"""The versions a peer holds: what it can serve, what it is still fetching.
 
 One directory per version under the store's root, named by step and manifest
-hash, holding the signed announcement, the manifest, and the checkpoint file:
-``<file_name>.partial`` while shards arrive, ``<file_name>`` once every shard
-and the whole file have been checked. A shard is verified against the manifest
-in memory before it is written at its offset, and only then marked as held,
-so a peer serves it at once and never serves an unchecked byte.
+hash, holding the signed announcement, the manifest, and the version's files in
+``files/``: each ``<name>.partial`` while shards arrive, ``<name>`` once every
+shard of the version has been checked. ``files/`` is what a node loads (a model
+directory: weights, config, tokenizer), kept once: no archive beside it. A shard
+is verified against the manifest in memory before it is written at its offset in
+its file, and only then marked as held, so a peer serves it at once and never
+serves an unchecked byte.
 
-Resuming needs no journal: the partial file is allocated at its full size,
+Resuming needs no journal: the partial files are allocated at their full size,
 and on restart each shard range is re-hashed; the ranges that match the
 manifest are held, the rest (zeros, a torn write) are fetched again.
 
 The store keeps the newest ``keep`` complete versions and, with a byte budget,
 drops the oldest complete ones until the rest fit; it never drops the newest
-version or one being fetched. An origin's version is registered in place
-(the trainer's file, not a copy) and is never deleted by the store.
+version or one being fetched. An origin's version is linked in (a hard link to
+the trainer's files where the filesystem allows, a copy otherwise), so the store
+and the trainer each drop their own copy when they are done with it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tarfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,17 +33,14 @@ from pathlib import Path
 from swarmrl import shards
 from swarmrl.files import write_atomically
 from swarmrl.p2p.records import Announcement
-from swarmrl.shards import BytesLike, Manifest
+from swarmrl.shards import PARTIAL_SUFFIX, BytesLike, Manifest
 
 log = logging.getLogger("swarmrl.p2p")
 
 ANNOUNCEMENT_FILE = "announcement.json"
 MANIFEST_FILE = "manifest.json"
-PARTIAL_SUFFIX = ".partial"
+FILES_DIR = "files"
 DEFAULT_KEEP = 3
-# A directory checkpoint travels as one uncompressed tar with this suffix and is
-# unpacked next to it once verified.
-BUNDLE_SUFFIX = ".tar"
 
 
 class StoreError(OSError):
@@ -50,16 +49,14 @@ class StoreError(OSError):
 
 @dataclass(eq=False)
 class Version:
-    """One checkpoint version: its manifest, its file, and which shards it holds."""
+    """One version: its manifest, its files, and which shards it holds."""
 
     announcement: Announcement
     manifest: Manifest
     directory: Path
-    path: Path
     held: bytearray
-    owned: bool = True  # False for an origin's file, which the store never deletes
     complete: bool = False
-    _fd: int = -1
+    _fds: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -69,6 +66,21 @@ class Version:
     @property
     def manifest_hash(self) -> str:
         return self.announcement.manifest_hash
+
+    @property
+    def files_dir(self) -> Path:
+        """The directory of the version's files: for a model, what a backend loads."""
+        return self.directory / FILES_DIR
+
+    @property
+    def paths(self) -> list[Path]:
+        """Each file's final path, in the manifest's order (whole once complete)."""
+        return [self.files_dir / f.name for f in self.manifest.files]
+
+    @property
+    def path(self) -> Path:
+        """What the version is to its user: its one file, or the directory of its files."""
+        return self.paths[0] if len(self.manifest.files) == 1 else self.files_dir
 
     @property
     def held_count(self) -> int:
@@ -85,26 +97,20 @@ class Version:
                 out[i >> 3] |= 0x80 >> (i & 7)
         return bytes(out)
 
-    def fd(self) -> int:
-        """An open descriptor of the file (read-only unless fetching); it survives the
-        rename from partial to final, so serving never races it."""
-        return self._fd
-
-    def shard_range(self, index: int) -> tuple[int, int]:
-        return shards.shard_range(self.manifest, index)
-
-    @property
-    def unpacked(self) -> Path | None:
-        """The directory a bundle was unpacked into, if this version is one."""
-        if self.manifest.file_name.endswith(BUNDLE_SUFFIX) and self.complete:
-            return self.directory / self.manifest.file_name.removesuffix(BUNDLE_SUFFIX)
-        return None
+    def locate(self, index: int) -> tuple[int, int, int]:
+        """Shard ``index`` as an open descriptor of its file (read-only unless fetching;
+        it survives the rename from partial to final, so serving never races it), its
+        offset in that file and its length; a descriptor of -1 once closed."""
+        file, _ = self.manifest.locate(index)
+        offset, length = shards.shard_range(self.manifest, index)
+        with self._lock:
+            return (self._fds[file] if self._fds else -1), offset, length
 
     def close(self) -> None:
         with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            for fd in self._fds:
+                os.close(fd)
+            self._fds.clear()
 
 
 def bits(bitfield: bytes, count: int) -> bytearray:
@@ -132,6 +138,23 @@ def newest_announced_step(root: Path) -> int | None:
         except (OSError, ValueError):
             continue  # what load() would skip too
     return max(steps, default=None)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """`target` becomes `source`'s file: a second name for the same bytes where the
+    filesystem allows (no copy, and each side deletes its own name), else a copy."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        tmp = target.with_name(f".{target.name}.copying")
+        shutil.copyfile(source, tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
 
 
 class WeightStore:
@@ -168,73 +191,77 @@ class WeightStore:
 
     # ---- adding versions ---------------------------------------------------------
 
-    def add_origin(
-        self, path: Path, manifest: Manifest, announcement: Announcement, *, owned: bool = False
-    ) -> Version:
-        """Registers the origin's own checkpoint file (already hashed into `manifest`)
-        as complete, served in place, never deleted: the trainer's file. An `owned` file
-        (a bundle built for the store) is moved into the version's directory instead,
-        deleted with it when pruned and found again by `load` after a restart."""
+    def add_origin(self, path: Path, manifest: Manifest, announcement: Announcement) -> Version:
+        """Registers the origin's own version (already hashed into `manifest`): the file
+        at `path`, or the files of the directory at `path`, linked into the version's
+        directory and served from there as complete."""
         announcement.matches(manifest)
-        fd = os.open(path, os.O_RDONLY)
-        if os.fstat(fd).st_size != manifest.file_size:
-            os.close(fd)
-            raise StoreError(f"{path} changed size after its manifest was built")
+        path = Path(path)
+        sources = shards.version_files(path) if path.is_dir() else [path]
+        if [p.name for p in sources] != [f.name for f in manifest.files]:
+            raise StoreError(f"{path} no longer holds the files its manifest was built from")
         directory = self.root / _version_dir_name(announcement)
-        directory.mkdir(parents=True, exist_ok=True)
-        self._write_meta(directory, manifest, announcement)
-        if owned:  # the open descriptor follows the file
-            kept = directory / manifest.file_name
-            os.replace(path, kept)
-            path = kept
+        files_dir = directory / FILES_DIR
+        files_dir.mkdir(parents=True, exist_ok=True)
         version = Version(
-            announcement,
-            manifest,
-            directory,
-            Path(path),
-            bytearray(b"\x01" * manifest.shard_count),
-            owned=owned,
-            complete=True,
-            _fd=fd,
+            announcement, manifest, directory, bytearray(b"\x01" * manifest.shard_count)
         )
+        try:
+            for source, entry in zip(sources, manifest.files, strict=True):
+                target = files_dir / entry.name
+                _link_or_copy(source, target)
+                version._fds.append(fd := os.open(target, os.O_RDONLY))
+                if os.fstat(fd).st_size != entry.size:
+                    raise StoreError(f"{source} changed size after its manifest was built")
+            _fsync_dir(files_dir)
+            self._write_meta(directory, manifest, announcement)
+        except BaseException:
+            version.close()
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        version.complete = True
         self._add(version)
         return version
 
     def begin(self, announcement: Announcement, manifest: Manifest) -> Version:
         """The version to fetch into: resumed from the shards on disk if a previous
-        run left some, else a fresh preallocated partial file."""
+        run left some, else fresh preallocated partial files."""
         announcement.matches(manifest)
         if existing := self.get(announcement.manifest_hash):
             return existing
-        self._make_room(manifest.file_size)
+        self._make_room(manifest.size)
         directory = self.root / _version_dir_name(announcement)
-        directory.mkdir(parents=True, exist_ok=True)
-        final = directory / manifest.file_name
-        partial = directory / (manifest.file_name + PARTIAL_SUFFIX)
-        if final.exists() and not partial.exists():
-            # A complete file from an earlier run: adopt it if it checks out.
-            os.replace(final, partial)
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+        files_dir = directory / FILES_DIR
+        files_dir.mkdir(parents=True, exist_ok=True)
+        version = Version(announcement, manifest, directory, bytearray(manifest.shard_count))
         try:
-            if os.fstat(fd).st_size != manifest.file_size:
-                os.ftruncate(fd, 0)
-                # Reserved up front, not sparse: no surprise ENOSPC halfway, and the
-                # filesystem need not allocate blocks under every write (measured:
-                # half the CPU of writing into a sparse file, less with many writers).
-                os.posix_fallocate(fd, 0, manifest.file_size)
-                held = bytearray(manifest.shard_count)
-            else:
-                held = shards.intact_shards(partial, manifest)
+            for i, entry in enumerate(manifest.files):
+                final = files_dir / entry.name
+                partial = files_dir / (entry.name + PARTIAL_SUFFIX)
+                if final.exists() and not partial.exists():
+                    # A complete file from an earlier run: adopt it if it checks out.
+                    os.replace(final, partial)
+                version._fds.append(fd := os.open(partial, os.O_RDWR | os.O_CREAT, 0o644))
+                if os.fstat(fd).st_size != entry.size:
+                    os.ftruncate(fd, 0)
+                    # Reserved up front, not sparse: no surprise ENOSPC halfway, and the
+                    # filesystem need not allocate blocks under every write (measured:
+                    # half the CPU of writing into a sparse file, less with many writers).
+                    os.posix_fallocate(fd, 0, entry.size)
+                else:
+                    indices = manifest.shards_of(i)
+                    version.held[indices.start : indices.stop] = shards.intact_shards(
+                        partial, manifest, i
+                    )
             self._write_meta(directory, manifest, announcement)
         except BaseException:
-            os.close(fd)
+            version.close()
             raise
-        version = Version(announcement, manifest, directory, partial, held, _fd=fd)
-        if held.count(1):
+        if held := version.held_count:
             log.info(
                 "resuming step %d with %d of %d shards already on disk",
                 manifest.step,
-                held.count(1),
+                held,
                 manifest.shard_count,
             )
         self._add(version)
@@ -244,41 +271,37 @@ class WeightStore:
         """Verifies `data` as shard `index` (ValueError if it is not) and writes it.
         Returns False if the shard was already held (another peer was faster)."""
         shards.verify_shard(version.manifest, index, data, threads=1)
-        offset, length = version.shard_range(index)
+        file, _ = version.manifest.locate(index)
+        offset, length = shards.shard_range(version.manifest, index)
         with version._lock:
-            if version.held[index] or version._fd < 0:
+            if version.held[index] or not version._fds:
                 return False
+            fd = version._fds[file]
             view = memoryview(data)[:length]
             written = 0
             while written < length:
-                written += os.pwrite(version._fd, view[written:], offset + written)
+                written += os.pwrite(fd, view[written:], offset + written)
             version.held[index] = 1
         return True
 
     def finish(self, version: Version) -> Path:
-        """Syncs a fully held version to disk and renames it into place (a bundle is
-        unpacked first). Every shard was verified in memory and written from that same
-        buffer, so the file is not hashed again here; a restart re-hashes (`load`),
-        which is where a disk that lost a write would show. A bundle that cannot be
-        unpacked safely raises BundleError and the version is dropped."""
+        """Syncs a fully held version to disk, renames its files into place and returns
+        its files' directory. Every shard was verified in memory and written from that
+        same buffer, so the files are not hashed again here; a restart re-hashes
+        (`load`), which is where a disk that lost a write would show."""
         if version.held_count != version.manifest.shard_count:
             raise ValueError(f"step {version.step} is missing shards")
         with version._lock:
-            os.fsync(version._fd)
-            final = version.directory / version.manifest.file_name
-            os.replace(version.path, final)  # serving goes on through the open descriptor
-            version.path = final
-        if version.manifest.file_name.endswith(BUNDLE_SUFFIX):
-            try:
-                _unpack(final, version.directory / final.name.removesuffix(BUNDLE_SUFFIX))
-            except BundleError:
-                self.drop(version)
-                raise
+            for fd, final in zip(version._fds, version.paths, strict=True):
+                os.fsync(fd)
+                # Serving goes on through the open descriptor.
+                os.replace(final.with_name(final.name + PARTIAL_SUFFIX), final)
+            _fsync_dir(version.files_dir)
         # Older versions go before this one counts as complete: whoever waits for it
         # then finds the store as it will stay, never `keep` + 1 versions.
         self.prune(arriving=version)
         version.complete = True
-        return final
+        return version.files_dir
 
     # ---- state on disk -----------------------------------------------------------
 
@@ -298,9 +321,9 @@ class WeightStore:
             except (OSError, ValueError) as e:
                 log.warning("skipping %s: %s", directory, e)
                 continue
-            if not (directory / manifest.file_name).exists() or self.get(
-                announcement.manifest_hash
-            ):
+            files_dir = directory / FILES_DIR
+            unfinished = any(not (files_dir / f.name).exists() for f in manifest.files)
+            if unfinished or self.get(announcement.manifest_hash):
                 continue
             version = self.begin(announcement, manifest)
             if version.held_count == manifest.shard_count:
@@ -327,24 +350,22 @@ class WeightStore:
     # ---- space ---------------------------------------------------------------------
 
     def _bytes_used(self) -> int:
-        return sum(v.manifest.file_size for v in self.versions() if v.owned)
+        return sum(v.manifest.size for v in self.versions())
 
     def _make_room(self, incoming: int) -> None:
         if self.max_bytes is not None:
             budget = self.max_bytes
             if incoming > budget:
-                raise StoreError(
-                    f"a {incoming}-byte checkpoint does not fit the {budget}-byte budget"
-                )
+                raise StoreError(f"a {incoming}-byte version does not fit the {budget}-byte budget")
             self._evict(lambda: self._bytes_used() + incoming > budget, spare_newest=False)
             if (used := self._bytes_used()) + incoming > budget:
                 raise StoreError(
-                    f"a {incoming}-byte checkpoint does not fit the {budget}-byte budget "
+                    f"a {incoming}-byte version does not fit the {budget}-byte budget "
                     f"beside the {used} bytes still being fetched"
                 )
         free = shutil.disk_usage(self.root).free
         if incoming > free:
-            raise StoreError(f"a {incoming}-byte checkpoint does not fit in {free} free bytes")
+            raise StoreError(f"a {incoming}-byte version does not fit in {free} free bytes")
 
     def prune(self, arriving: Version | None = None) -> None:
         """Drops complete versions past `keep` (oldest first), then any over budget;
@@ -378,27 +399,16 @@ class WeightStore:
         version.close()
 
     def drop(self, version: Version) -> None:
-        """Unregisters `version` and deletes its files (unless they are an origin's)."""
+        """Unregisters `version` and deletes its directory (an origin's trainer keeps its
+        own link to the files)."""
         self._forget(version)
-        if version.owned:
-            shutil.rmtree(version.directory, ignore_errors=True)
+        shutil.rmtree(version.directory, ignore_errors=True)
         log.info("dropped step %d from the store", version.step)
 
 
-class BundleError(ValueError):
-    """A directory bundle that cannot be unpacked safely."""
-
-
-def _unpack(bundle: Path, target: Path) -> None:
-    """Extracts a verified bundle; the 'data' filter refuses links out of the target,
-    absolute paths and device files, whoever built the tar."""
-    tmp = target.with_name(f".{target.name}.unpacking")
-    shutil.rmtree(tmp, ignore_errors=True)
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
     try:
-        with tarfile.open(bundle) as tar:
-            tar.extractall(tmp, filter="data")
-    except (tarfile.TarError, OSError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise BundleError(f"{bundle.name} cannot be unpacked safely: {e}") from None
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -67,6 +67,9 @@ class JoinResponse(Strict):
     state: NodeState = Field(strict=False)  # strict takes only members; the wire has values
     heartbeat_seconds: float = Field(gt=0, le=3600)
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
+    # How many steps behind the newest the orchestrator still takes work from: a node
+    # finishes a download within it rather than dropping it for a newer step.
+    async_level: int = Field(default=0, ge=0, le=MAX_UINT64)
     # Where the newest weights can be fetched: the orchestrator's own swarm peer.
     weights: list[Multiaddr] = Field(default_factory=list, max_length=8)
 

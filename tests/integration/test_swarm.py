@@ -283,46 +283,40 @@ def test_a_restarted_node_resumes_from_the_shards_on_disk(swarm, origin_key, che
     assert refetched <= checkpoint.stat().st_size - 6 * SHARD
 
 
-def test_a_directory_checkpoint_arrives_unpacked(swarm, origin_key, tmp_path):
+def test_a_model_directory_arrives_as_its_files(swarm, origin_key, tmp_path):
     model_dir = tmp_path / "policy"
-    (model_dir / "sub").mkdir(parents=True)
+    (model_dir / "trainer").mkdir(parents=True)
     (model_dir / "config.json").write_text('{"hidden": 64}')
-    (model_dir / "sub" / "model.safetensors").write_bytes(bytes(range(256)) * 5000)
+    (model_dir / "model.safetensors").write_bytes(bytes(range(256)) * 5000)
+    (model_dir / "trainer" / "trainer_state.pt").write_bytes(b"the optimizer's moments")
     origin = swarm("origin", account=origin_key)
     origin.publish(model_dir, model="policy", step=1, shard_size=SHARD)
     node = swarm("node", bootstrap=origin.addrs)
-    got = node.wait_for(1, timeout=WAIT).unpacked
-    assert got is not None
-    assert got.name == "policy"
+    got = node.wait_for(1, timeout=WAIT).path
+    assert sorted(p.name for p in got.iterdir()) == ["config.json", "model.safetensors"]
     assert (got / "config.json").read_text() == '{"hidden": 64}'
-    assert (got / "sub" / "model.safetensors").read_bytes() == bytes(range(256)) * 5000
+    assert (got / "model.safetensors").read_bytes() == bytes(range(256)) * 5000
 
 
-def test_an_origins_bundles_are_kept_and_pruned_as_its_versions_are(swarm, origin_key, tmp_path):
-    # Before, every published directory's bundle stayed in the store's root for good (a
-    # model's size per step, found after the fault runs), a restarted origin forgot the
-    # versions it had published, and a publish killed mid-bundle left its file behind.
+def test_an_origins_versions_are_kept_and_pruned_and_found_after_a_restart(
+    swarm, origin_key, tmp_path
+):
     store = tmp_path / "origin"
-    (store / ".bundling-killed").mkdir(parents=True)
-    (store / ".bundling-killed" / "step_9.tar").write_bytes(b"half a bundle")
     origin = swarm("origin", account=origin_key, keep=2)
-    assert not list(store.glob(".bundling-*"))
     for step in (1, 2, 3):
         policy = tmp_path / "checkpoints" / f"step_{step}"
         policy.mkdir(parents=True)
         (policy / "model.safetensors").write_bytes(bytes([step]) * 3 * SHARD)
         origin.publish(policy, model="policy", step=step, shard_size=SHARD)
-    bundles = sorted(store.rglob("*.tar"))
-    assert [(b.parent.name[:15], b.name) for b in bundles] == [
-        ("step-0000000002", "step_2.tar"),
-        ("step-0000000003", "step_3.tar"),
-    ]
-    assert sorted(p.name for p in store.iterdir())[:2] == [b.parent.name for b in bundles]
+    kept = sorted(p.name[:15] for p in store.glob("step-*"))
+    assert kept == ["step-0000000002", "step-0000000003"]
+    # The trainer's own files stay where it wrote them, whatever the store drops.
+    assert (tmp_path / "checkpoints" / "step_1" / "model.safetensors").is_file()
     origin.close()
     again = swarm("origin", account=origin_key, keep=2)  # the orchestrator restarted
     assert [v.step for v in again.store.versions()] == [2, 3]
     node = swarm("node", bootstrap=again.addrs)
-    assert node.wait_for(3, timeout=WAIT).path.read_bytes() == bundles[-1].read_bytes()
+    assert node.wait_for(3, timeout=WAIT).path.read_bytes() == bytes([3]) * 3 * SHARD
 
 
 def test_idle_connections_do_not_stall_transfers(swarm, origin_key, checkpoint):
@@ -409,6 +403,62 @@ def test_a_newer_step_supersedes_a_download_in_progress(swarm, origin_key, tmp_p
         time.sleep(0.1)
     assert not list((tmp_path / "node").rglob("*.partial"))
     assert all(version.complete for version in node.store.versions())
+
+
+def _lagging_node(swarm, origin, window):
+    """A node whose downloads are capped at 1 MiB/s, and the steps it finished, in order."""
+    ready, started = [], threading.Event()
+
+    def on_event(e):
+        if e.kind == SwarmEventKind.READY:
+            ready.append(e.step)
+        elif e.kind == SwarmEventKind.PROGRESS and e.step == 1:
+            started.set()
+
+    node = swarm("node", bootstrap=origin.addrs, on_event=on_event, max_download_rate=1024 * 1024)
+    node.window = window
+    return node, ready, started
+
+
+def test_a_lagging_node_finishes_a_step_within_the_window_then_takes_the_newest(
+    swarm, origin_key, tmp_path
+):
+    origin = swarm("origin", account=origin_key)
+    steps = {s: tmp_path / f"step{s}.bin" for s in (1, 2, 3)}
+    for s, path in steps.items():
+        path.write_bytes(bytes([s]) * ((16 if s == 1 else 2) * SHARD))
+    node, ready, started = _lagging_node(swarm, origin, window=2)
+    origin.publish(steps[1], model="demo", step=1, shard_size=SHARD)
+    assert started.wait(WAIT)  # 4 MiB at 1 MiB/s: steps 2 and 3 come while it lasts
+    for s in (2, 3):
+        origin.publish(steps[s], model="demo", step=s, shard_size=SHARD)
+    assert node.wait_for(3, timeout=WAIT).path.read_bytes() == steps[3].read_bytes()
+    assert node.newest_announced == 3
+    # Step 1 was two steps behind, inside the window: finished, not thrown away; step 2
+    # was superseded while it waited, so never fetched.
+    assert ready == [1, 3]
+    assert origin.server.shards_served == 16 + 2
+
+
+def test_a_node_pushed_past_the_window_drops_its_download_for_the_newest(
+    swarm, origin_key, tmp_path
+):
+    origin = swarm("origin", account=origin_key)
+    steps = {s: tmp_path / f"step{s}.bin" for s in (1, 2, 3)}
+    for s, path in steps.items():
+        path.write_bytes(bytes([s]) * ((16 if s == 1 else 2) * SHARD))
+    node, ready, started = _lagging_node(swarm, origin, window=1)
+    origin.publish(steps[1], model="demo", step=1, shard_size=SHARD)
+    assert started.wait(WAIT)
+    for s in (2, 3):
+        origin.publish(steps[s], model="demo", step=s, shard_size=SHARD)
+    assert node.wait_for(3, timeout=WAIT).path.read_bytes() == steps[3].read_bytes()
+    deadline = time.monotonic() + WAIT
+    while list((tmp_path / "node").rglob("*.partial")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready == [3]
+    assert [v.step for v in node.store.versions()] == [3]
+    assert not list((tmp_path / "node").rglob("*.partial"))
 
 
 def test_a_node_serves_shards_only_after_a_peer_dialled_it_back(swarm, origin_key, checkpoint):

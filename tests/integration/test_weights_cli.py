@@ -84,7 +84,7 @@ def test_pull_gets_the_served_checkpoint_and_prints_its_path(origin, env, checkp
     out = _pull(env, "--bootstrap", origin, "--out", str(tmp_path / "pulled"))
     assert out.returncode == 0, out.stderr
     path = Path(out.stdout.strip())
-    assert path.parent.parent == tmp_path / "pulled"
+    assert path.parent.parent.parent == tmp_path / "pulled"
     assert path.name == checkpoint.name
     assert path.read_bytes() == checkpoint.read_bytes()
     assert "step 4: 3/3 shards" in out.stderr

@@ -147,3 +147,11 @@ def test_close_frees_the_port():
     first.close()
     second = NodeMetrics(port)
     second.close()
+
+
+def test_a_step_announced_but_not_yet_held_counts_as_staleness(metrics):
+    metrics.on_event(Event(EventKind.ORDER, step=2))
+    metrics.on_event(Event(EventKind.WEIGHTS_ANNOUNCED, step=5))
+    samples = scrape(metrics)
+    assert value(samples, "swarmrl_node_published_step") == 5
+    assert value(samples, "swarmrl_node_staleness") == 3

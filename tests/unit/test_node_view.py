@@ -170,3 +170,16 @@ def test_the_log_line_and_the_app_s_line_are_one_text(caplog):
         (logging.INFO, describe(event)),
         (logging.WARNING, "retry reason='gone'"),
     ]
+
+
+def test_the_work_panel_says_how_far_behind_the_newest_step_the_node_works():
+    view = NodeView(NODE)
+    view.apply(Event(EventKind.JOINED, step=3))
+    view.apply(Event(EventKind.ORDER, step=3))
+    assert "policy step 3" in view.work_lines()
+    view.apply(Event(EventKind.WEIGHTS_ANNOUNCED, step=5))
+    assert "policy step 3 (2 behind step 5)" in view.work_lines()
+    view.apply(Event(EventKind.WEIGHTS_ANNOUNCED, step=4))  # late gossip changes nothing
+    assert "policy step 3 (2 behind step 5)" in view.work_lines()
+    view.apply(Event(EventKind.GENERATED, step=5, rollouts=1))
+    assert "policy step 5" in view.work_lines()

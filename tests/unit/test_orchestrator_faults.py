@@ -198,7 +198,7 @@ def test_a_damaged_newest_checkpoint_nobody_has_is_moved_aside(run_dir):
     assert (ckpt.checkpoints_dir(run_dir) / ".step_2.damaged" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("file", ["model.safetensors", ckpt.STATE_FILE])
+@pytest.mark.parametrize("file", ["model.safetensors", f"{ckpt.TRAINER_DIR}/{ckpt.STATE_FILE}"])
 def test_a_damaged_checkpoint_the_swarm_has_stops_the_trainer(run_dir, model_dirs, file):
     zeroed = ckpt.step_dir(run_dir, 2) / file
     zero(zeroed)

@@ -68,7 +68,7 @@ def serving(tmp_path, store) -> Iterator[tuple[ShardServer, Version, bytes]]:
 
 
 def shard_len(version: Version, index: int) -> int:
-    return version.shard_range(index)[1]
+    return version.locate(index)[2]
 
 
 def raw_request(mhash: str, index: int, magic: bytes = datapath.MAGIC) -> bytes:

@@ -12,7 +12,7 @@ from swarmrl.p2p import wire
 from swarmrl.p2p.manifest import MANIFEST, ManifestReply, ManifestRequest
 from swarmrl.p2p.messages import MAX_ANNOUNCEMENT_BYTES
 from swarmrl.p2p.records import Announcement, manifest_hash
-from swarmrl.shards import MAX_MANIFEST_BYTES, Manifest, merkle_root
+from swarmrl.shards import MAX_MANIFEST_BYTES, FileEntry, Manifest, merkle_root
 from tests.codecs import CodecSuite, refused
 
 ORIGIN_KEY = keccak(text="swarmrl test origin")
@@ -21,8 +21,7 @@ HASHES = tuple(keccak(bytes([i])).hex() for i in range(3))
 MANIFEST_OF_3 = Manifest(
     model="org/model",
     step=7,
-    file_name="model.bin",
-    file_size=3000,
+    files=(FileEntry(name="model.bin", size=3000),),
     shard_size=1024,
     shard_hashes=HASHES,
     root=merkle_root(HASHES),

@@ -1,12 +1,10 @@
-"""swarmrl.p2p.store: verified shards on disk, resume, keep-N, byte budget, bundles."""
+"""swarmrl.p2p.store: verified shards on disk, resume, keep-N, byte budget, model directories."""
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import random
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +74,15 @@ def fetch_all(store: WeightStore, ck: Checkpoint) -> Version:
     return version
 
 
+def partial(version: Version) -> Path:
+    """The one file of `version` while it is fetched."""
+    return version.files_dir / (version.manifest.files[0].name + ".partial")
+
+
+def fd(version: Version) -> int:
+    return version.locate(0)[0]
+
+
 def steps(store: WeightStore) -> list[int]:
     return [v.step for v in store.versions()]
 
@@ -95,8 +102,7 @@ def test_begin_write_finish_gives_the_identical_file(tmp_path, store):
     ck = make_checkpoint(tmp_path, 1)
     assert ck.count == 4
     version = store.begin(ck.announcement, ck.manifest)
-    assert version.path.name == "model.safetensors.partial"
-    assert version.path.stat().st_size == SIZE  # preallocated
+    assert partial(version).stat().st_size == SIZE  # preallocated
     assert (version.held_count, version.complete) == (0, False)
     assert store.latest() is None
     assert store.latest(complete=False) is version
@@ -107,15 +113,16 @@ def test_begin_write_finish_gives_the_identical_file(tmp_path, store):
         assert version.holds(i)
     assert store.write_shard(version, 2, ck.shard(2)) is False  # already held
 
-    final = store.finish(version)
-    assert final == version.directory / "model.safetensors" == version.path
-    assert final.read_bytes() == ck.data
-    assert not (version.directory / "model.safetensors.partial").exists()
+    assert store.finish(version) == version.files_dir
+    assert version.path == version.files_dir / "model.safetensors"
+    assert version.path.read_bytes() == ck.data
+    assert not partial(version).exists()
     assert version.complete
     assert store.latest() is version
     assert store.get(ck.announcement.manifest_hash) is version
     # The open descriptor follows the rename: serving goes on through it.
-    assert os.pread(version.fd(), 50, SHARD) == ck.data[SHARD : SHARD + 50]
+    assert version.locate(1) == (fd(version), SHARD, SHARD)
+    assert os.pread(fd(version), 50, SHARD) == ck.data[SHARD : SHARD + 50]
     meta = version.directory
     assert Manifest.from_json((meta / MANIFEST_FILE).read_bytes()) == ck.manifest
     ann = Announcement.model_validate_json((meta / ANNOUNCEMENT_FILE).read_bytes())
@@ -140,7 +147,7 @@ def test_a_wrong_shard_is_refused_and_nothing_is_marked_or_written(tmp_path, sto
         with pytest.raises(ValueError):  # noqa: PT011 (the message is shards' to choose)
             store.write_shard(version, index, data)
     assert version.held == bytearray(ck.count)
-    assert version.path.read_bytes() == bytes(SIZE)  # not one byte reached the disk
+    assert partial(version).read_bytes() == bytes(SIZE)  # not one byte reached the disk
     assert store.write_shard(version, 0, memoryview(ck.shard(0))) is True
     assert version.held == bytearray([1, 0, 0, 0])
 
@@ -162,21 +169,20 @@ def test_resume_holds_the_intact_shards_and_refetches_torn_ones(tmp_path):
     version = first.begin(ck.announcement, ck.manifest)
     for i in (0, 2, 3):
         first.write_shard(version, i, ck.shard(i))
-    partial = version.path
     version.close()  # the process dies here
     # A torn write: shard 3 half overwritten; shard 1 was never written (zeros).
-    with open(partial, "r+b") as f:
+    with open(partial(version), "r+b") as f:
         f.seek(3 * SHARD + 10)
         f.write(b"\x00" * 50)
 
     second = WeightStore(root)
     resumed = second.begin(ck.announcement, ck.manifest)
     assert resumed.held == bytearray([1, 0, 1, 0])
-    assert resumed.path == partial
     assert second.write_shard(resumed, 0, ck.shard(0)) is False
     for i in (1, 3):
         assert second.write_shard(resumed, i, ck.shard(i)) is True
-    assert second.finish(resumed).read_bytes() == ck.data
+    second.finish(resumed)
+    assert resumed.path.read_bytes() == ck.data
     resumed.close()
 
 
@@ -187,12 +193,12 @@ def test_resume_of_a_partial_file_of_the_wrong_size_starts_over(tmp_path):
     version = first.begin(ck.announcement, ck.manifest)
     first.write_shard(version, 0, ck.shard(0))
     version.close()
-    os.truncate(version.path, SHARD + 7)
+    os.truncate(partial(version), SHARD + 7)
 
     second = WeightStore(root)
     resumed = second.begin(ck.announcement, ck.manifest)
     assert resumed.held == bytearray(ck.count)
-    assert resumed.path.stat().st_size == SIZE
+    assert partial(resumed).stat().st_size == SIZE
     resumed.close()
 
 
@@ -212,9 +218,10 @@ def test_a_shard_corrupted_at_rest_is_the_only_one_fetched_again(tmp_path):
     resumed = second.begin(ck.announcement, ck.manifest)  # ... but its good shards are kept
     assert resumed.held == bytearray([1, 0, 1, 1])
     assert not resumed.complete
-    assert resumed.path.name.endswith(".partial")
+    assert partial(resumed).exists()
     assert second.write_shard(resumed, 1, ck.shard(1)) is True
-    assert second.finish(resumed).read_bytes() == ck.data
+    second.finish(resumed)
+    assert resumed.path.read_bytes() == ck.data
     assert resumed.complete
     resumed.close()
 
@@ -238,7 +245,7 @@ def test_keep_n_drops_the_oldest_complete_versions(tmp_path):
     versions = [fetch_all(store, ck) for ck in cks]
     assert steps(store) == [2, 3]
     assert not versions[0].directory.exists()
-    assert versions[0].fd() == -1
+    assert fd(versions[0]) == -1
     assert store.get(cks[0].announcement.manifest_hash) is None
     assert versions[2].path.read_bytes() == cks[2].data
     with pytest.raises(ValueError, match="at least one"):
@@ -253,7 +260,7 @@ def test_pruning_spares_a_version_being_fetched(tmp_path):
     fetch_all(store, make_checkpoint(tmp_path, 2))
     fetch_all(store, make_checkpoint(tmp_path, 3))
     assert steps(store) == [1, 3]
-    assert fetching.path.exists()
+    assert partial(fetching).exists()
     assert fetching.holds(0)
 
 
@@ -263,7 +270,7 @@ def test_a_checkpoint_over_the_budget_is_refused(tmp_path):
     ck = make_checkpoint(tmp_path, 1)
     with pytest.raises(StoreError) as e:
         store.begin(ck.announcement, ck.manifest)
-    assert str(e.value) == f"a {SIZE}-byte checkpoint does not fit the {SIZE - 1}-byte budget"
+    assert str(e.value) == f"a {SIZE}-byte version does not fit the {SIZE - 1}-byte budget"
     assert store.versions() == []
     assert list(root.iterdir()) == []
 
@@ -279,7 +286,8 @@ def test_the_budget_drops_the_oldest_to_make_room(tmp_path):
     assert not v1.directory.exists()
     for i in range(three.count):
         store.write_shard(v3, i, three.shard(i))
-    assert store.finish(v3).read_bytes() == three.data
+    store.finish(v3)
+    assert v3.path.read_bytes() == three.data
     assert steps(store) == [2, 3]
 
 
@@ -289,7 +297,7 @@ def test_the_budget_holds_with_several_versions_being_fetched(tmp_path):
         ck = make_checkpoint(tmp_path, step)
         with contextlib.suppress(StoreError):
             store.begin(ck.announcement, ck.manifest)
-    assert sum(v.manifest.file_size for v in store.versions()) <= store.max_bytes
+    assert sum(v.manifest.size for v in store.versions()) <= store.max_bytes
 
 
 # ---- restart and origins ----------------------------------------------------------------
@@ -318,34 +326,27 @@ def test_load_reregisters_complete_versions(tmp_path):
         assert v.complete
         assert v.held_count == ck.count
         assert v.path.read_bytes() == ck.data
-        assert os.pread(v.fd(), 10, 0) == ck.data[:10]
+        assert os.pread(fd(v), 10, 0) == ck.data[:10]
         assert second.get(ck.announcement.manifest_hash) is v
     assert second.load() == []  # nothing twice
     for v in second.versions():
         v.close()
 
 
-def test_origin_files_are_served_in_place_and_never_deleted(tmp_path):
+def test_origin_files_are_linked_in_and_the_trainers_stay(tmp_path):
     store = WeightStore(tmp_path / "store", keep=1)
     origin = make_checkpoint(tmp_path, 1)
     version = store.add_origin(origin.path, origin.manifest, origin.announcement)
-    assert (version.complete, version.owned, version.path) == (True, False, origin.path)
+    assert version.complete
+    assert version.path.samefile(origin.path)  # a second name, not a copy
     assert version.held_count == origin.count
-    assert os.pread(version.fd(), 10, SHARD) == origin.data[SHARD : SHARD + 10]
+    assert os.pread(fd(version), 10, SHARD) == origin.data[SHARD : SHARD + 10]
     assert (version.directory / MANIFEST_FILE).exists()
 
     fetch_all(store, make_checkpoint(tmp_path, 2))
     assert steps(store) == [2]  # no longer served ...
+    assert not version.directory.exists()
     assert origin.path.read_bytes() == origin.data  # ... but the trainer's file stays
-
-
-def test_origin_files_do_not_count_against_the_budget(tmp_path):
-    store = WeightStore(tmp_path / "store", max_bytes=SIZE + SIZE // 2)
-    origin = make_checkpoint(tmp_path, 1)
-    store.add_origin(origin.path, origin.manifest, origin.announcement)
-    fetch_all(store, make_checkpoint(tmp_path, 2))
-    assert steps(store) == [1, 2]
-    assert origin.path.exists()
 
 
 def test_add_origin_checks_the_file_and_the_announcement(tmp_path, store):
@@ -357,37 +358,49 @@ def test_add_origin_checks_the_file_and_the_announcement(tmp_path, store):
     with pytest.raises(StoreError, match="changed size"):
         store.add_origin(one.path, one.manifest, one.announcement)
     assert store.versions() == []
+    assert list(store.root.iterdir()) == []
 
 
-# ---- bundles ---------------------------------------------------------------------------
+# ---- model directories ---------------------------------------------------------------
 
 
-def test_a_bundle_is_unpacked_once_verified(tmp_path, store):
-    files = {"config.json": b'{"a": 1}', "weights/part-0.bin": os.urandom(SHARD * 2 + 5)}
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, content in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    ck = make_checkpoint(tmp_path, 1, name="ckpt.tar", data=buffer.getvalue())
-
-    version = store.begin(ck.announcement, ck.manifest)
-    for i in range(ck.count):
-        store.write_shard(version, i, ck.shard(i))
-    assert version.unpacked is None
-    store.finish(version)
-    assert version.unpacked == version.directory / "ckpt"
+def test_a_model_directory_travels_as_its_files_and_is_kept_once(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    files = {"config.json": b'{"a": 1}', "model.safetensors": os.urandom(SHARD * 2 + 5)}
     for name, content in files.items():
-        assert (version.unpacked / name).read_bytes() == content
-    assert (version.directory / "ckpt.tar").read_bytes() == ck.data
+        (model / name).write_bytes(content)
+    (model / "trainer").mkdir()  # the trainer's state: never part of the version
+    (model / "trainer" / "trainer_state.pt").write_bytes(b"moments")
+    manifest = shards.build_manifest(model, model="org/model", step=1, shard_size=SHARD)
+    announcement = Announcement.sign(ORIGIN, manifest, DOMAIN)
+    origin = WeightStore(tmp_path / "origin")
+    served = origin.add_origin(model, manifest, announcement)
+    assert sorted(p.name for p in served.files_dir.iterdir()) == sorted(files)
+
+    node = WeightStore(tmp_path / "node")
+    version = node.begin(announcement, manifest)
+    assert version.manifest.shard_count == 4  # config: 1, weights: 3
+    for index in reversed(range(4)):
+        file_fd, offset, length = served.locate(index)
+        assert version.locate(index)[1:] == (offset, length)
+        node.write_shard(version, index, os.pread(file_fd, length, offset))
+    node.finish(version)
+    assert version.path == version.files_dir
+    assert {p.name: p.read_bytes() for p in version.files_dir.iterdir()} == files
+    # Nothing twice: the files once, beside the announcement and the manifest.
+    on_disk = sum(p.stat().st_size for p in version.directory.rglob("*") if p.is_file())
+    meta = (version.directory / MANIFEST_FILE, version.directory / ANNOUNCEMENT_FILE)
+    assert on_disk == manifest.size + sum(p.stat().st_size for p in meta)
+    for v in (served, version):
+        v.close()
 
 
 # ---- bitfields ---------------------------------------------------------------------------
 
 
 def version_holding(held: list[int]) -> Version:
-    return Version(None, None, Path("."), Path("."), bytearray(held))  # type: ignore[arg-type]
+    return Version(None, None, Path("."), bytearray(held))  # type: ignore[arg-type]
 
 
 def test_bitfield_is_most_significant_bit_first():

@@ -75,8 +75,8 @@ def test_shard_hashes_equal_the_blake3_package(tmp_path, threads, shard_size):
         path, model="org/model", step=7, shard_size=shard_size, threads=threads
     )
     assert manifest.shard_hashes == tuple(reference_hashes(data, shard_size))
-    assert manifest.file_size == len(data)
-    assert manifest.file_name == path.name
+    assert manifest.files == (shards.FileEntry(name=path.name, size=len(data)),)
+    assert manifest.size == len(data)
 
 
 @pytest.mark.parametrize("count", [*range(1, 18), 31, 32, 33, 100])
@@ -113,7 +113,7 @@ def test_manifest_round_trips_with_stable_canonical_bytes(tmp_path):
     assert data == json.dumps(
         json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     ).encode("utf-8")
-    assert json.loads(data)["version"] == 1
+    assert json.loads(data)["version"] == 2
     rebuilt = Manifest(**json.loads(data))
     assert rebuilt.to_json() == data
 
@@ -123,7 +123,7 @@ def test_manifest_is_immutable_and_strict():
         SMALL_MANIFEST.step = 8  # type: ignore[misc]
     assert isinstance(SMALL_MANIFEST.shard_hashes, tuple)
     fields = SMALL_MANIFEST.model_dump()
-    for change in ({"version": True}, {"version": 1.0}, {"step": True}, {"file_size": "10"}):
+    for change in ({"version": True}, {"version": 1.0}, {"step": True}, {"shard_size": "10"}):
         with pytest.raises(ValueError, match=next(iter(change))):
             Manifest(**(fields | change))
 
@@ -165,7 +165,7 @@ def test_empty_file_and_bad_shard_sizes_are_rejected(tmp_path):
             shards.build_manifest(path, model="m", step=0, shard_size=size)  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError, match="nope"):
         shards.build_manifest(tmp_path / "nope", model="m", step=0)
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(ValueError, match="is empty"):  # a directory: its files, one empty
         shards.build_manifest(tmp_path, model="m", step=0)
 
 
@@ -321,12 +321,19 @@ SMALL = pattern(10)
 SMALL_MANIFEST = Manifest(
     model="org/model",
     step=7,
-    file_name="model.safetensors",
-    file_size=len(SMALL),
+    files=(shards.FileEntry(name="model.safetensors", size=len(SMALL)),),
     shard_size=4,
     shard_hashes=tuple(reference_hashes(SMALL, 4)),
     root=reference_root([bytes.fromhex(h) for h in reference_hashes(SMALL, 4)]).hex(),
 )
+
+
+FILE = {"name": "model.safetensors", "size": len(SMALL)}
+
+
+def file(**change: object) -> dict:
+    """A change to the manifest's one file."""
+    return {"files": [FILE | change]}
 
 
 def valid_fields() -> dict:
@@ -340,7 +347,7 @@ def encode(fields: dict) -> bytes:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "unsupported manifest version 2"),
+        ({"version": 1}, "unsupported manifest version 1"),
         ({"version": "1"}, "unsupported manifest version '1'"),
         ({"version": True}, "unsupported manifest version True"),
         ({"version": None}, "unsupported manifest version None"),
@@ -349,8 +356,10 @@ def encode(fields: dict) -> bytes:
         ({"step": 1.0}, "step"),
         ({"step": 2**53}, "step"),
         ({"model": ""}, "model"),
-        ({"file_size": 8}, "has 2 shards, but the manifest lists 3"),
-        ({"file_size": 13}, "has 4 shards, but the manifest lists 3"),
+        (file(size=8), "have 2 shards, but the manifest lists 3"),
+        (file(size=13), "have 4 shards, but the manifest lists 3"),
+        ({"files": []}, "files"),
+        ({"files": [FILE, FILE]}, "two files have the same name"),
         ({"shard_size": 0}, "shard_size"),
         ({"shard_size": 5}, "lists 3"),
         ({"root": "0" * 64}, "root is not the Merkle root"),
@@ -358,10 +367,11 @@ def encode(fields: dict) -> bytes:
         ({"shard_hashes": []}, "lists 0"),
         ({"shard_hashes": "ab"}, "shard_hashes"),
         ({"shard_hashes": ["ab", "cd", "ef"]}, "shard_hashes.0"),
-        ({"file_name": "../etc/passwd"}, "plain file name"),
-        ({"file_name": ".."}, "plain file name"),
-        ({"file_name": "a\\b"}, "plain file name"),
-        ({"file_name": ""}, "file_name"),
+        (file(name="etc/passwd"), "plain file name"),
+        (file(name=".."), "must not start with '.'"),
+        (file(name="a\\b"), "plain file name"),
+        (file(name="model.partial"), "end in .partial"),
+        (file(name=""), "files.0.name"),
         ({"extra": 1}, "extra"),
     ],
 )
@@ -385,7 +395,7 @@ def test_from_json_rejects_bad_documents(tmp_path):
         b"{}": "no version",
         json.dumps(fields, sort_keys=True).encode(): "canonical",
         json.dumps(dict(reversed(fields.items())), separators=(",", ":")).encode(): "canonical",
-        good.replace(b"}", b',"step":7}'): "canonical",
+        good[:-1] + b',"step":7}': "canonical",
         good.replace(hashes[0].encode(), hashes[0].upper().encode()): "shard_hashes.0",
         good + b"\n": "canonical",
         b" " * (shards.MAX_MANIFEST_BYTES + 1): "more than",
@@ -419,8 +429,7 @@ def test_from_json_fuzz_raises_only_value_error(data):
                 "version",
                 "model",
                 "step",
-                "file_name",
-                "file_size",
+                "files",
                 "shard_size",
                 "shard_hashes",
                 "root",
@@ -517,3 +526,41 @@ def test_deep_nesting_is_refused_even_under_web3s_recursion_limit():
             shards.Manifest.from_json(b"[" * 300_000)
     finally:
         sys.setrecursionlimit(old)
+
+
+# --- a version of several files ---------------------------------------------------------
+
+
+def test_a_directory_is_a_version_of_its_files_each_cut_on_its_own(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    contents = {"config.json": pattern(5, 1), "model.safetensors": pattern(23, 2), "z": b"z"}
+    for name, data in contents.items():
+        (model / name).write_bytes(data)
+    (model / "trainer").mkdir()  # a subdirectory is not part of the version
+    (model / "trainer" / "state.pt").write_bytes(b"optimizer")
+    (model / ".hidden").write_bytes(b"staging")
+    manifest = shards.build_manifest(model, model="org/model", step=1, shard_size=10)
+    assert [(f.name, f.size) for f in manifest.files] == [(n, len(d)) for n, d in contents.items()]
+    expected = [h for d in contents.values() for h in reference_hashes(d, 10)]
+    assert list(manifest.shard_hashes) == expected  # 1 + 3 + 1 shards, file by file
+    assert [list(manifest.shards_of(i)) for i in range(3)] == [[0], [1, 2, 3], [4]]
+    assert [manifest.locate(i) for i in range(5)] == [(0, 0), (1, 0), (1, 1), (1, 2), (2, 0)]
+    assert shards.shard_range(manifest, 3) == (20, 3)  # the weights' short last shard
+    for index in range(5):
+        file, _ = manifest.locate(index)
+        name = manifest.files[file].name
+        data = shards.read_shard(model / name, manifest, index)
+        shards.verify_shard(manifest, index, data)
+        with pytest.raises(ValueError, match=f"^{name}: ") as e:
+            shards.verify_shard(manifest, index, bytes(len(data)))
+        one_sentence(e)
+    assert shards.intact_shards(model / "model.safetensors", manifest, 1) == bytearray([1, 1, 1])
+    (model / "model.safetensors").write_bytes(pattern(20, 2) + b"xyz")
+    assert shards.intact_shards(model / "model.safetensors", manifest, 1) == bytearray([1, 1, 0])
+    with pytest.raises(ValueError, match="one-file version"):
+        shards.split(model / "z", tmp_path / "store", manifest)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="holds no file to publish"):
+        shards.build_manifest(empty, model="org/model", step=1)

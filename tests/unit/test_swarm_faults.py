@@ -45,8 +45,38 @@ def test_a_weight_file_held_as_complete_and_not_whole_is_found(tmp_path):
         f"{torn.path.name} of step 2 has 1 shard(s) not whole"
     ]
     assert whole.path.is_file()
-    assert fetching.path.name.endswith(".partial")
+    assert not fetching.path.exists()  # still .partial
 
 
 def _announced(checkpoint):
     return checkpoint.announcement, checkpoint.manifest
+
+
+def test_a_nodes_copy_unlike_the_trainers_published_policy_is_found(tmp_path):
+    from orchestrator.swarm_faults import unlike_published
+    from orchestrator.trainer import checkpoint as ckpt
+    from swarmrl import shards
+    from swarmrl.p2p.records import Announcement
+    from tests.unit.test_p2p_store import DOMAIN, ORIGIN
+
+    policy = ckpt.step_dir(tmp_path / "run", 4)
+    (policy / ckpt.TRAINER_DIR).mkdir(parents=True)
+    (policy / "config.json").write_bytes(b"{}")
+    (policy / "model.safetensors").write_bytes(bytes(range(256)) * 40)
+    (policy / ckpt.TRAINER_DIR / ckpt.STATE_FILE).write_bytes(b"moments")
+    manifest = shards.build_manifest(policy, model="m", step=4, shard_size=4096)
+    store = WeightStore(tmp_path / "store")
+    version = store.begin(Announcement.sign(ORIGIN, manifest, DOMAIN), manifest)
+    for index in range(manifest.shard_count):
+        name = manifest.files[manifest.locate(index)[0]].name
+        store.write_shard(version, index, shards.read_shard(policy / name, manifest, index))
+    store.finish(version)
+    version.close()
+    assert unlike_published(tmp_path / "store", tmp_path / "run") == []
+    (version.directory / "step_4.tar").write_bytes(b"a second copy")
+    with open(version.files_dir / "model.safetensors", "r+b") as f:
+        f.write(b"\xff")
+    assert unlike_published(tmp_path / "store", tmp_path / "run") == [
+        "step 4 keeps ['step_4.tar'] beside its files",
+        "model.safetensors of step 4 is not the trainer's",
+    ]

@@ -14,6 +14,7 @@ from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.loop import Trainer
 from orchestrator.trainer.metrics import read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
+from swarmrl import shards
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.directory import read_state_dict
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
@@ -73,8 +74,11 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
         read_state_dict(ckpt.step_dir(run_dir, 2)),
     )
     assert any(not torch.equal(first[k], last[k]) for k in first)
-    assert not (ckpt.step_dir(run_dir, 0) / ckpt.STATE_FILE).exists()
-    assert (ckpt.step_dir(run_dir, 2) / ckpt.STATE_FILE).exists()
+    assert not ckpt.trainer_dir(run_dir, 0).exists()
+    assert (ckpt.trainer_dir(run_dir, 2) / ckpt.STATE_FILE).exists()
+    # An fp32 run publishes its master weights: no second copy of them.
+    assert ckpt.master_dir(run_dir, 2) == ckpt.step_dir(run_dir, 2)
+    assert sorted(p.name for p in ckpt.trainer_dir(run_dir, 2).iterdir()) == [ckpt.STATE_FILE]
     # The first file is used up and deleted; the second waits with both its groups.
     assert [p.name for p in trainer.feed.spool.read_files()] == ["w0-00000001.parquet"]
 
@@ -90,6 +94,38 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
     restored = resumed.optimizer.state_dict()["state"]
     assert saved.keys() == restored.keys()
     assert all(torch.equal(saved[k]["exp_avg"], restored[k]["exp_avg"]) for k in saved)
+
+
+def test_a_bf16_run_publishes_the_policy_alone_in_bf16_and_resumes_from_fp32(
+    tmp_path, model_dirs, backend
+):
+    run_dir = tmp_path / "run"
+    trainer = Trainer(
+        run_dir, model_dirs[0], TASKS, SETTINGS, run="t", serving="bf16", keep_checkpoints=1
+    )
+    _spool_groups(backend, trainer, 0, TASKS[:4], step=0)
+    _spool_groups(backend, trainer, 1, TASKS[4:6], step=0)
+    trainer.train(should_stop=lambda: False, on_step=lambda report: None)
+    assert ckpt.steps_on_disk(run_dir) == [0, 1, 2]
+    published = ckpt.step_dir(run_dir, 2)
+    # What the origin publishes: the policy's files, no optimizer state, nothing fp32.
+    files = [p.name for p in shards.version_files(published)]
+    assert {"model.safetensors", "config.json"} <= set(files)
+    assert not [name for name in files if name.endswith((".pt", ".bin"))]
+    served = read_state_dict(published)
+    masters = trainer.model.state_dict()
+    assert {t.dtype for t in served.values()} == {torch.bfloat16}
+    for name, value in served.items():
+        assert torch.equal(value, masters[name].to(torch.bfloat16)), name
+    # keep_checkpoints=1: only the newest keeps what resuming needs.
+    assert [s for s in (0, 1, 2) if ckpt.trainer_dir(run_dir, s).exists()] == [2]
+    assert {t.dtype for t in read_state_dict(ckpt.master_dir(run_dir, 2)).values()} == {
+        torch.float32
+    }
+    resumed = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t", serving="bf16")
+    assert resumed.step == 2
+    for name, value in resumed.model.state_dict().items():
+        assert torch.equal(value, masters[name]), name  # the fp32 masters, not the bf16
 
 
 def test_a_stop_request_ends_the_loop_without_a_step(tmp_path, model_dirs):

@@ -1,8 +1,9 @@
-//! `swarmrl._native`: the private extension module. `swarmrl.toploc` and
-//! `swarmrl.shards` are its only Python faces.
+//! `swarmrl._native`: the private extension module. `swarmrl.toploc`,
+//! `swarmrl.shards` and `swarmrl.delta` are its only Python faces.
 
 use pyo3::prelude::*;
 
+mod delta;
 mod shards;
 mod toploc;
 
@@ -10,5 +11,6 @@ mod toploc;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     toploc::register(m)?;
     shards::register(m)?;
+    delta::register(m)?;
     Ok(())
 }

@@ -6,15 +6,14 @@
 //! verified and synced, so after a crash the store holds complete shards only
 //! (plus, at worst, hidden `.tmp` files from the interrupted write).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::hash::verify_shard;
 use super::merkle::merkle_root;
 use super::stream::{shard_stream, Segment, ShardSink};
 use super::{check_shard_size, Expected, Hash, Layout, ShardError};
+use crate::atomic::{sync_dir, TempFile};
 
 /// The name of shard `index`'s file in a shard store.
 pub fn shard_file_name(index: u64) -> String {
@@ -64,7 +63,9 @@ pub fn split(
     let source = Segment::file(path.to_owned(), layout.file_size());
     let mut sink = SplitSink { out_dir, expected, current: None };
     shard_stream(&[source], layout, threads, &mut sink)?;
-    sync_dir(out_dir)
+    // Each shard was renamed into place without syncing the directory; one
+    // sync here makes them all durable.
+    Ok(sync_dir(out_dir)?)
 }
 
 struct SplitSink<'a> {
@@ -82,17 +83,17 @@ impl ShardSink for SplitSink<'_> {
                 self.current.insert(TempFile::create(&dest)?)
             }
         };
-        file.write(bytes)
+        Ok(file.write(bytes)?)
     }
 
     fn shard(&mut self, index: u64, hash: Hash) -> Result<(), ShardError> {
         if hash != *self.expected.hash(index)? {
             return Err(ShardError::ShardHash { index });
         }
-        match self.current.take() {
-            Some(file) => file.commit(),
-            None => Ok(()),
+        if let Some(file) = self.current.take() {
+            file.commit_deferring_dir_sync()?;
         }
+        Ok(())
     }
 }
 
@@ -111,7 +112,6 @@ pub fn store_shard(
     let mut file = TempFile::create(&dest)?;
     file.write(data)?;
     file.commit()?;
-    sync_dir(dir)?;
     Ok(dest)
 }
 
@@ -166,8 +166,7 @@ pub fn reassemble(
     if merkle_root(&sink.hashes)? != *expected.root() {
         return Err(ShardError::Root);
     }
-    sink.out.commit()?;
-    sync_dir(parent(out))
+    Ok(sink.out.commit()?)
 }
 
 struct ReassembleSink<'a> {
@@ -178,7 +177,7 @@ struct ReassembleSink<'a> {
 
 impl ShardSink for ReassembleSink<'_> {
     fn piece(&mut self, _index: u64, bytes: &[u8]) -> Result<(), ShardError> {
-        self.out.write(bytes)
+        Ok(self.out.write(bytes)?)
     }
 
     fn shard(&mut self, index: u64, hash: Hash) -> Result<(), ShardError> {
@@ -187,65 +186,5 @@ impl ShardSink for ReassembleSink<'_> {
         }
         self.hashes.push(hash);
         Ok(())
-    }
-}
-
-/// The directory holding `path`; `.` for a bare file name.
-fn parent(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// Makes renames into `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), ShardError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(ShardError::io("sync", dir))
-}
-
-/// A file being written under a hidden temporary name next to its
-/// destination. Dropped without [`TempFile::commit`], it is deleted.
-struct TempFile {
-    file: File,
-    path: PathBuf,
-    dest: PathBuf,
-    committed: bool,
-}
-
-impl TempFile {
-    fn create(dest: &Path) -> Result<Self, ShardError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let name = dest.file_name().ok_or_else(|| ShardError::OutputPath(dest.to_owned()))?;
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
-        let path = parent(dest).join(tmp_name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(ShardError::io("create", &path))?;
-        Ok(TempFile { file, path, dest: dest.to_owned(), committed: false })
-    }
-
-    fn write(&mut self, bytes: &[u8]) -> Result<(), ShardError> {
-        self.file.write_all(bytes).map_err(ShardError::io("write", &self.path))
-    }
-
-    /// Syncs the file and renames it to its destination.
-    fn commit(mut self) -> Result<(), ShardError> {
-        self.file.sync_all().map_err(ShardError::io("sync", &self.path))?;
-        fs::rename(&self.path, &self.dest).map_err(ShardError::io("rename into", &self.dest))?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = fs::remove_file(&self.path);
-        }
     }
 }

@@ -20,6 +20,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::atomic;
+
 pub use files::{hash_file, missing_shards, reassemble, shard_file_name, split, store_shard};
 pub use hash::{hash_shard, verify_shard};
 pub use merkle::{inclusion_proof, merkle_root, verify_inclusion};
@@ -79,6 +81,17 @@ impl ShardError {
     /// For `map_err`: an I/O failure to `op` the file at `path`.
     pub(crate) fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Self + 'a {
         move |source| ShardError::Io { op, path: path.to_owned(), source }
+    }
+}
+
+/// A failed output file is this module's own error, so its message reads like
+/// the rest: `OutputPath`, or `Io` naming the same operation and path.
+impl From<atomic::Error> for ShardError {
+    fn from(e: atomic::Error) -> Self {
+        match e {
+            atomic::Error::NoFileName(path) => ShardError::OutputPath(path),
+            atomic::Error::Io { op, path, source } => ShardError::Io { op, path, source },
+        }
     }
 }
 

@@ -6,9 +6,13 @@ step is newer than every step the store holds; refusals are logged, sent as
 events and remembered. Then the fetcher gets the manifest (manifest protocol),
 checks it against the announced hash, and runs a
 :class:`~swarmrl.p2p.fetch.Download` in a thread of its own until every shard is
-held and verified; a newer step stops and drops an older download. The store
-keeps the newest N versions; :meth:`Fetcher.wait_for` is how the rest of the
-process waits for one.
+held and verified. One download at a time, so a slow link is not split between
+steps: a newer announcement waits while the download in progress is within
+``window`` steps of it (the steps the orchestrator still takes work from, so a
+node slower than one step still finishes a download and works with it), and
+the newest step waiting is fetched next; a download that falls further behind
+is stopped and dropped for the newest. The store keeps the newest N versions;
+:meth:`Fetcher.wait_for` is how the rest of the process waits for one.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class Fetcher:
         run: str,
         trusted: frozenset[str],
         workers: int,
+        max_rate: float | None = None,
         steps: threading.RLock,
         on_event: Callable[[Event], None],
         on_change: Callable[[], None],
@@ -60,9 +65,14 @@ class Fetcher:
         self.domain = domain
         self.trusted = trusted
         self.workers = workers
+        self.max_rate = max_rate  # bytes per second a download may average, None: no cap
         self._on_event = on_event
         self._on_change = on_change  # what this peer holds changed
         self._downloads: dict[str, Download] = {}
+        # The newest step announced while a download went on, fetched after it.
+        self._waiting: tuple[Announcement, str] | None = None
+        self.window = 0  # steps a download may fall behind the newest and go on
+        self.newest_announced = -1  # the newest step a trusted key announced
         self._threads: list[threading.Thread] = []
         self._ready = threading.Condition()
         self._closed = threading.Event()
@@ -134,14 +144,19 @@ class Fetcher:
         if not self._still_wanted(announcement, first_look=True):
             return
         self._on_event(Event(SwarmEventKind.ANNOUNCED, announcement.step, announcement.model))
+        if not self._finish_first(announcement, peer):
+            return
         if manifest is None:
             # Outside the lock: a slow peer delays this announcement, nothing else.
             manifest = self._find_manifest(announcement, peer)
             if manifest is None:
                 return
         with self._lock:
-            # Another thread may have taken this or a newer step meanwhile.
+            # Another thread may have taken this or a newer step meanwhile, or begun
+            # one this step must wait for or stop.
             if not self._still_wanted(announcement, first_look=False):
+                return
+            if not self._finish_first(announcement, peer):
                 return
             try:
                 announcement.matches(manifest)
@@ -154,6 +169,7 @@ class Fetcher:
                 version,
                 self.book,
                 workers=self.workers,
+                max_rate=self.max_rate,
                 on_progress=lambda p: self._on_event(
                     Event(SwarmEventKind.PROGRESS, p.step, progress=p)
                 ),
@@ -161,10 +177,6 @@ class Fetcher:
                     Event(SwarmEventKind.BANNED, version.step, why)
                 ),
             )
-            # Only the newest checkpoint is worth fetching: older downloads stop and
-            # are dropped (their threads see the newer step).
-            for older in self._downloads.values():
-                older.stop()
             self._downloads[version.manifest_hash] = download
             thread = threading.Thread(
                 target=self._download, args=(download,), name="swarmrl-download", daemon=True
@@ -172,22 +184,61 @@ class Fetcher:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
             thread.start()  # under the lock: close() may join it as soon as it is listed
 
+    def _finish_first(self, announcement: Announcement, peer: str) -> bool:
+        """Whether to start fetching `announcement` now. Not while a download within
+        `window` steps of it goes on: it then waits, and the newest one waiting is
+        fetched once that download ends. A download further behind is stopped (its
+        thread drops it) for this one."""
+        with self._lock:
+            for running in self._downloads.values():
+                if running.stopped:
+                    continue
+                behind = announcement.step - running.version.step
+                if behind <= self.window:
+                    if self._waiting is None or self._waiting[0].step < announcement.step:
+                        self._waiting = (announcement, peer)
+                        log.info(
+                            "step %d announced; finishing step %d first (%d behind, within "
+                            "the window of %d)",
+                            announcement.step,
+                            running.version.step,
+                            behind,
+                            self.window,
+                        )
+                    return False
+                log.info(
+                    "step %d announced; stopping step %d, %d steps behind (past the window of %d)",
+                    announcement.step,
+                    running.version.step,
+                    behind,
+                    self.window,
+                )
+                running.stop()
+            if self._waiting is not None and self._waiting[0].step <= announcement.step:
+                self._waiting = None
+        return True
+
     def _still_wanted(self, announcement: Announcement, *, first_look: bool) -> bool:
         """Whether to fetch this checkpoint: not closed, not held, not refused before,
         signed by a trusted key (checked on the first look only), and newer than every
-        step here. Refusals are logged and remembered."""
+        step here or waiting. Refusals are logged and remembered."""
         mhash = announcement.manifest_hash
         with self._lock:
             # Closed: the host may outlive this swarm (the process closes it after).
             if self._closed.is_set() or self.store.get(mhash) or mhash in self._rejected:
                 return False
+            if self._waiting is not None and self._waiting[0].manifest_hash == mhash:
+                return False  # gossip repeating the step that waits its turn
             if first_look:
                 try:
                     announcement.verify(self.domain, self.trusted)
                 except SignatureError as e:
                     self._reject(announcement, str(e))
                     return False
+                self.newest_announced = max(self.newest_announced, announcement.step)
             newest = self.store.newest_step()
+            if self._waiting is not None:
+                newest = max(newest, self._waiting[0].step)
             if announcement.step <= newest:
                 self._reject(
                     announcement, f"step {announcement.step} is not newer than step {newest}"
@@ -220,8 +271,17 @@ class Fetcher:
         finally:
             with self._lock:
                 self._downloads.pop(version.manifest_hash, None)
-        if not finished:
-            return
+        if finished:
+            self._complete(version)
+        elif not self._closed.is_set():
+            self.store.drop(version)  # stopped for a newer step, past the window
+            self._on_change()
+        with self._lock:
+            waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            self._consider(*waiting)
+
+    def _complete(self, version: Version) -> None:
         try:
             path = self.store.finish(version)
         except (ValueError, OSError) as e:
@@ -231,16 +291,12 @@ class Fetcher:
         self._on_change()
         with self._ready:
             self._ready.notify_all()
-        self._on_event(Event(SwarmEventKind.READY, version.step, path=version.unpacked or path))
+        self._on_event(Event(SwarmEventKind.READY, version.step, path=path))
 
     def _fetch_until_done(self, download: Download) -> bool:
-        """True once every shard is held; False if the swarm closed or a newer step
-        superseded this one (which is then dropped from the store)."""
-        version = download.version
+        """True once every shard is held; False if the swarm closed or the download was
+        stopped for a newer step."""
         while not download.run(timeout=5.0):
-            if self._closed.is_set():
-                return False
-            if self.store.newest_step() > version.step:
-                self.store.drop(version)
+            if self._closed.is_set() or download.stopped:
                 return False
         return True

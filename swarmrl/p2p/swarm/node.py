@@ -45,6 +45,7 @@ class SwarmNode:
         reachable: bool = False,
         bootstrap: Iterable[str] = (),
         workers: int = DEFAULT_WORKERS,
+        max_download_rate: float | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.host = host
@@ -74,6 +75,7 @@ class SwarmNode:
                 run=run,
                 trusted=trusted,
                 workers=workers,
+                max_rate=max_download_rate,
                 steps=steps,
                 on_event=on_event,
                 on_change=self.advertiser.changed,
@@ -111,6 +113,7 @@ class SwarmNode:
         reachable: bool = False,
         bootstrap: Iterable[str] = (),
         workers: int = DEFAULT_WORKERS,
+        max_download_rate: float | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> SwarmNode:
         """A peer on a host of its own (listening on `listen`; None: outbound only),
@@ -127,6 +130,7 @@ class SwarmNode:
                 reachable=reachable,
                 bootstrap=bootstrap,
                 workers=workers,
+                max_download_rate=max_download_rate,
                 on_event=on_event,
             )
         except BaseException:
@@ -160,6 +164,21 @@ class SwarmNode:
 
     # ---- what it does ----------------------------------------------------------------
 
+    @property
+    def window(self) -> int:
+        """Steps a download may fall behind the newest announced and still be finished:
+        the orchestrator's async level, for a node (0: only the newest is fetched)."""
+        return self.fetcher.window
+
+    @window.setter
+    def window(self, steps: int) -> None:
+        self.fetcher.window = steps
+
+    @property
+    def newest_announced(self) -> int:
+        """The newest step a trusted key announced (-1: none yet), fetched or not."""
+        return self.fetcher.newest_announced
+
     def join(self, addr: str) -> None:
         """Connects to a bootstrap peer, learns its advert and its newest checkpoint."""
         peer = self.host.connect(addr)
@@ -169,8 +188,8 @@ class SwarmNode:
     def publish(
         self, path: Path, *, model: str, step: int, shard_size: int = DEFAULT_SHARD_SIZE
     ) -> Version:
-        """Signs and announces the checkpoint at `path` (a file, or a directory sent as
-        one tar bundle) as step `step`, and serves it."""
+        """Signs and announces the checkpoint at `path` (a file, or a directory's files)
+        as step `step`, and serves it."""
         return self.origin.publish(path, model=model, step=step, shard_size=shard_size)
 
     def announce(self, version: Version) -> None:

@@ -1,0 +1,241 @@
+//! One tensor's two encodings (see [`super::format`]): building both
+//! candidates and keeping the smaller, and decoding a payload onto the base's
+//! bytes with every count in it checked.
+
+use zstd::zstd_safe::{self, zstd_sys::ZSTD_ErrorCode};
+
+use super::format::{Encoding, Record, MAX_VARINT};
+use super::{quoted, usize_of, DeltaError};
+
+/// Elements compared per block: equal blocks, most of a tensor after a small
+/// update, cost one comparison of the whole block.
+const BLOCK_ELEMENTS: usize = 32;
+
+/// A tensor's payload, and how many of its elements changed.
+pub(crate) struct Encoded {
+    pub encoding: Encoding,
+    pub payload: Vec<u8>,
+    pub changed: u64,
+}
+
+/// Encodes `target` against `base` (same length), elements of
+/// `element_size` bytes, as whichever of XOR and sparse compresses smaller.
+pub(crate) fn encode_tensor(
+    name: &str,
+    base: &[u8],
+    target: &[u8],
+    element_size: usize,
+    level: i32,
+) -> Result<Encoded, DeltaError> {
+    let scan = scan(base, target, element_size);
+    let changed = scan.changed;
+    let xor = || {
+        let x: Vec<u8> = base.iter().zip(target).map(|(a, b)| a ^ b).collect();
+        compress(name, &x, level)
+    };
+    let (encoding, payload) = match scan.sparse {
+        // Unchanged: a few bytes of sparse record, nothing to compare it with.
+        Some(sparse) if changed == 0 => (Encoding::Sparse, compress(name, &sparse, level)?),
+        Some(sparse) => match rayon::join(|| compress(name, &sparse, level), xor) {
+            (Ok(s), Ok(x)) if s.len() <= x.len() => (Encoding::Sparse, s),
+            (Ok(_), Ok(x)) => (Encoding::Xor, x),
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+        },
+        None => (Encoding::Xor, xor()?),
+    };
+    Ok(Encoded { encoding, payload, changed })
+}
+
+/// Rebuilds a tensor from its base bytes and its record's payload.
+pub(crate) fn decode_tensor(
+    record: &Record,
+    base: &[u8],
+    payload: &[u8],
+) -> Result<Vec<u8>, DeltaError> {
+    let cap = record.encoding.decoded_cap(record.length);
+    let mut raw = decompress(&record.name, payload, cap)?;
+    match record.encoding {
+        Encoding::Xor => {
+            if raw.len() as u64 != record.length {
+                let (got, length) = (raw.len() as u64, record.length);
+                return Err(DeltaError::XorLength { tensor: quoted(&record.name), got, length });
+            }
+            raw.iter_mut().zip(base).for_each(|(x, b)| *x ^= b);
+            Ok(raw)
+        }
+        Encoding::Sparse => patch(record, base, &raw),
+    }
+}
+
+struct Scan {
+    changed: u64,
+    /// The sparse stream, or `None` when its gaps and values would not fit in
+    /// the tensor's own length.
+    sparse: Option<Vec<u8>>,
+}
+
+fn scan(base: &[u8], target: &[u8], element_size: usize) -> Scan {
+    // Each arm inlines `scan_sized` with a constant size, so comparing an
+    // element is one load and compare rather than a call to memcmp.
+    match element_size {
+        1 => scan_sized(base, target, 1),
+        2 => scan_sized(base, target, 2),
+        4 => scan_sized(base, target, 4),
+        8 => scan_sized(base, target, 8),
+        n => scan_sized(base, target, n),
+    }
+}
+
+#[inline(always)]
+fn scan_sized(base: &[u8], target: &[u8], size: usize) -> Scan {
+    let limit = base.len();
+    let (mut gaps, mut values) = (Vec::new(), Vec::new());
+    let (mut changed, mut next, mut fits) = (0u64, 0u64, true);
+    let block = BLOCK_ELEMENTS * size;
+    for (b, (x, y)) in base.chunks(block).zip(target.chunks(block)).enumerate() {
+        if x == y {
+            continue;
+        }
+        let first = (b * BLOCK_ELEMENTS) as u64;
+        for (i, (p, q)) in x.chunks_exact(size).zip(y.chunks_exact(size)).enumerate() {
+            if p == q {
+                continue;
+            }
+            changed += 1;
+            if fits {
+                let index = first + i as u64;
+                put_varint(&mut gaps, index - next);
+                values.extend_from_slice(q);
+                next = index + 1;
+                fits = gaps.len() + values.len() <= limit;
+                if !fits {
+                    (gaps, values) = (Vec::new(), Vec::new());
+                }
+            }
+        }
+    }
+    let sparse = fits.then(|| {
+        let mut out = Vec::with_capacity(MAX_VARINT as usize + gaps.len() + values.len());
+        put_varint(&mut out, changed);
+        out.extend_from_slice(&gaps);
+        out.extend_from_slice(&values);
+        out
+    });
+    Scan { changed, sparse }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// The LEB128 varint at `*pos`, moving `*pos` past it; `None` when the bytes
+/// end inside it or it does not fit in 64 bits.
+fn get_varint(raw: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *raw.get(*pos)?;
+        *pos += 1;
+        let bits = u64::from(byte & 0x7f);
+        if shift == 63 && bits > 1 {
+            return None;
+        }
+        value |= bits << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// Applies a decoded sparse stream to a copy of `base`.
+fn patch(record: &Record, base: &[u8], raw: &[u8]) -> Result<Vec<u8>, DeltaError> {
+    let tensor = || quoted(&record.name);
+    let size = usize_of(record.element_size)?;
+    let elements = (base.len() / size) as u64;
+    let mut pos = 0;
+    let count = get_varint(raw, &mut pos).ok_or_else(|| DeltaError::Varint { tensor: tensor() })?;
+    if count > elements {
+        return Err(DeltaError::SparseCount { tensor: tensor(), count, elements });
+    }
+    let gaps = &raw[pos..];
+    // Gaps first, to find where the values start and check their length;
+    // then again, writing each value: twice the parsing, but no list of
+    // indices, which could take eight times the tensor.
+    let values = &gaps[walk(record, gaps, count, elements, |_, _| Ok(()))?..];
+    if values.len() as u128 != u128::from(count) * size as u128 {
+        let got = values.len() as u64;
+        return Err(DeltaError::SparseValues { tensor: tensor(), got, count, size: size as u64 });
+    }
+    let mut out = base.to_vec();
+    let mut new_values = values.chunks_exact(size);
+    walk(record, gaps, count, elements, |index, _| {
+        let start = index as usize * size;
+        match (out.get_mut(start..start + size), new_values.next()) {
+            (Some(element), Some(value)) => {
+                element.copy_from_slice(value);
+                Ok(())
+            }
+            _ => Err(DeltaError::SparseRange { tensor: tensor(), elements }),
+        }
+    })?;
+    Ok(out)
+}
+
+/// Walks `count` gaps at the start of `gaps`, calling `visit` with each
+/// changed element's index (checked to be below `elements`) and its rank.
+/// Returns how many bytes the gaps took.
+fn walk(
+    record: &Record,
+    gaps: &[u8],
+    count: u64,
+    elements: u64,
+    mut visit: impl FnMut(u64, u64) -> Result<(), DeltaError>,
+) -> Result<usize, DeltaError> {
+    let mut pos = 0;
+    let mut next = 0u64;
+    // Each gap takes at least a byte, so a count larger than the stream
+    // ends in a varint error long before it costs anything.
+    for k in 0..count {
+        let gap = get_varint(gaps, &mut pos)
+            .ok_or_else(|| DeltaError::Varint { tensor: quoted(&record.name) })?;
+        let index = next
+            .checked_add(gap)
+            .filter(|&i| i < elements)
+            .ok_or_else(|| DeltaError::SparseRange { tensor: quoted(&record.name), elements })?;
+        visit(index, k)?;
+        next = index + 1;
+    }
+    Ok(pos)
+}
+
+fn compress(name: &str, data: &[u8], level: i32) -> Result<Vec<u8>, DeltaError> {
+    let mut out = Vec::with_capacity(zstd_safe::compress_bound(data.len()));
+    zstd_safe::compress(&mut out, data, level).map_err(|code| DeltaError::Compress {
+        tensor: quoted(name),
+        reason: zstd_safe::get_error_name(code),
+    })?;
+    // The bound is reserved, not touched; keep only what was written.
+    out.shrink_to_fit();
+    Ok(out)
+}
+
+/// Decompresses a payload into a buffer of `cap` bytes: what a payload claims
+/// never makes a larger allocation. One-shot decompression writes straight
+/// into that buffer and needs no window buffer of the size a frame declares.
+fn decompress(name: &str, payload: &[u8], cap: u64) -> Result<Vec<u8>, DeltaError> {
+    // zstd returns errors as the negated code; the codes are stable across
+    // zstd versions (zstd_errors.h).
+    let too_small = 0usize.wrapping_sub(ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall as usize);
+    let mut out = Vec::with_capacity(usize_of(cap)?);
+    match zstd_safe::decompress(&mut out, payload) {
+        Ok(_) => Ok(out),
+        Err(code) if code == too_small => Err(DeltaError::Oversize { tensor: quoted(name), cap }),
+        Err(code) => {
+            Err(DeltaError::Zstd { tensor: quoted(name), reason: zstd_safe::get_error_name(code) })
+        }
+    }
+}
