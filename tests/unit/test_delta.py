@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from swarmrl import delta
+from tests.unit.test_shards import leftovers, one_sentence
 
 Weights = dict[str, torch.Tensor]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -45,17 +46,6 @@ def perturbed(weights: Weights, dtype: torch.dtype, kind: str, seed: int = 0) ->
 def saved(tensors: Weights, path: Path) -> Path:
     save_file(tensors, path)
     return path
-
-
-def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir())
-
-
-def one_sentence(e: pytest.ExceptionInfo[BaseException]) -> str:
-    msg = str(e.value)
-    assert msg
-    assert "\n" not in msg, msg
-    return msg
 
 
 @pytest.fixture(scope="module")
