@@ -237,6 +237,15 @@ def os_error_sentence(error: OSError) -> str:
     return os_error_reason(error)
 
 
+def fsync(path: Path) -> None:
+    """Syncs the file or folder at ``path`` to disk (a folder: the names in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: readers see the old file or the whole new one."""
     with replacing(path) as tmp:

@@ -95,10 +95,7 @@ class FileEntry(Strict):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("must be valid Unicode (no lone surrogates)") from None
+        _check_encodable(value)
         # A hidden name or the partial suffix would collide with a store's own files.
         if value.startswith(".") or value.endswith(PARTIAL_SUFFIX):
             raise ValueError(f"must not start with '.' or end in {PARTIAL_SUFFIX}")
@@ -139,10 +136,7 @@ class Manifest(Strict):
     @field_validator("model")
     @classmethod
     def _encodable(cls, value: str) -> str:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("must be valid Unicode (no lone surrogates)") from None
+        _check_encodable(value)
         return value
 
     @model_validator(mode="after")
@@ -182,9 +176,9 @@ class Manifest(Strict):
         """Which file shard ``index`` belongs to, and its index within that file;
         ValueError for an index out of range."""
         shard_range(self, index)
-        return self.locate_unchecked(index)
+        return self._locate(index)
 
-    def locate_unchecked(self, index: int) -> tuple[int, int]:
+    def _locate(self, index: int) -> tuple[int, int]:
         file = bisect.bisect_right(self._first_shards, index) - 1
         return file, index - self._first_shards[file]
 
@@ -196,7 +190,8 @@ class Manifest(Strict):
     def _plans(self) -> tuple[_native.ShardPlan, ...]:
         plans = []
         for i, f in enumerate(self.files):
-            hashes = self.shard_hashes[self._first_shards[i] : self._first_shards[i + 1]]
+            indices = self.shards_of(i)
+            hashes = self.shard_hashes[indices.start : indices.stop]
             # A file's own root: derived from the signed hashes, checked by nobody else.
             plans.append(
                 _native.ShardPlan(
@@ -250,6 +245,13 @@ class Manifest(Strict):
         if manifest.to_json() != data:
             raise ValueError("manifest is not in canonical form (sorted keys, no whitespace)")
         return manifest
+
+
+def _check_encodable(value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
 
 
 def _check_version(value: Any) -> int:
@@ -364,7 +366,7 @@ def shard_range(manifest: Manifest, index: int) -> tuple[int, int]:
             f"shard index {reprlib.repr(index)} is out of range: "
             f"there are {manifest.shard_count} shards"
         )
-    file, local = manifest.locate_unchecked(index)
+    file, local = manifest._locate(index)
     offset = local * manifest.shard_size
     return offset, min(manifest.shard_size, manifest.files[file].size - offset)
 

@@ -16,5 +16,8 @@ mod pool;
 pub mod shards;
 pub mod toploc;
 
+#[cfg(test)]
+mod test_dir;
+
 #[cfg(feature = "python")]
 mod python;

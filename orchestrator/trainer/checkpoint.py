@@ -25,7 +25,6 @@ with, so then the trainer refuses, in one sentence, to start.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import re
 import shutil
@@ -35,7 +34,7 @@ from typing import Any
 
 import torch
 
-from swarmrl.files import os_error_reason
+from swarmrl.files import fsync, os_error_reason
 
 log = logging.getLogger("swarmrl.trainer")
 
@@ -123,9 +122,9 @@ def save_checkpoint(
         tokenizer.save_pretrained(staging)
         torch.save({**state, "step": step}, own / STATE_FILE)
         for path in (*own.iterdir(), own, *staging.iterdir()):
-            _fsync(path)
+            fsync(path)
         staging.rename(final)
-        _fsync(final.parent)
+        fsync(final.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -227,11 +226,3 @@ def sweep_staging(run_dir: Path) -> None:
     if root.is_dir():
         for path in root.glob(".step_*.staging"):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmrl import shards
-from swarmrl.files import write_atomically
+from swarmrl.files import fsync, replacing, write_atomically
 from swarmrl.p2p.records import Announcement
 from swarmrl.shards import PARTIAL_SUFFIX, BytesLike, Manifest
 
@@ -147,14 +147,8 @@ def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
     except OSError:
-        tmp = target.with_name(f".{target.name}.copying")
-        shutil.copyfile(source, tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
+        with replacing(target) as tmp:
+            shutil.copyfile(source, tmp)
 
 
 class WeightStore:
@@ -213,7 +207,7 @@ class WeightStore:
                 version._fds.append(fd := os.open(target, os.O_RDONLY))
                 if os.fstat(fd).st_size != entry.size:
                     raise StoreError(f"{source} changed size after its manifest was built")
-            _fsync_dir(files_dir)
+            fsync(files_dir)
             self._write_meta(directory, manifest, announcement)
         except BaseException:
             version.close()
@@ -296,7 +290,7 @@ class WeightStore:
                 os.fsync(fd)
                 # Serving goes on through the open descriptor.
                 os.replace(final.with_name(final.name + PARTIAL_SUFFIX), final)
-            _fsync_dir(version.files_dir)
+            fsync(version.files_dir)
         # Older versions go before this one counts as complete: whoever waits for it
         # then finds the store as it will stay, never `keep` + 1 versions.
         self.prune(arriving=version)
@@ -404,11 +398,3 @@ class WeightStore:
         self._forget(version)
         shutil.rmtree(version.directory, ignore_errors=True)
         log.info("dropped step %d from the store", version.step)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -405,8 +405,14 @@ def test_a_newer_step_supersedes_a_download_in_progress(swarm, origin_key, tmp_p
     assert all(version.complete for version in node.store.versions())
 
 
-def _lagging_node(swarm, origin, window):
-    """A node whose downloads are capped at 1 MiB/s, and the steps it finished, in order."""
+def _lag_behind(swarm, origin_key, tmp_path, window):
+    """A node whose downloads are capped at 1 MiB/s gets step 1 (4 MiB: 4 s), and steps
+    2 and 3 are published while it lasts. The origin, the node, the steps it finished
+    in order, and each step's file."""
+    origin = swarm("origin", account=origin_key)
+    steps = {s: tmp_path / f"step{s}.bin" for s in (1, 2, 3)}
+    for s, path in steps.items():
+        path.write_bytes(bytes([s]) * ((16 if s == 1 else 2) * SHARD))
     ready, started = [], threading.Event()
 
     def on_event(e):
@@ -417,21 +423,17 @@ def _lagging_node(swarm, origin, window):
 
     node = swarm("node", bootstrap=origin.addrs, on_event=on_event, max_download_rate=1024 * 1024)
     node.window = window
-    return node, ready, started
+    origin.publish(steps[1], model="demo", step=1, shard_size=SHARD)
+    assert started.wait(WAIT)
+    for s in (2, 3):
+        origin.publish(steps[s], model="demo", step=s, shard_size=SHARD)
+    return origin, node, ready, steps
 
 
 def test_a_lagging_node_finishes_a_step_within_the_window_then_takes_the_newest(
     swarm, origin_key, tmp_path
 ):
-    origin = swarm("origin", account=origin_key)
-    steps = {s: tmp_path / f"step{s}.bin" for s in (1, 2, 3)}
-    for s, path in steps.items():
-        path.write_bytes(bytes([s]) * ((16 if s == 1 else 2) * SHARD))
-    node, ready, started = _lagging_node(swarm, origin, window=2)
-    origin.publish(steps[1], model="demo", step=1, shard_size=SHARD)
-    assert started.wait(WAIT)  # 4 MiB at 1 MiB/s: steps 2 and 3 come while it lasts
-    for s in (2, 3):
-        origin.publish(steps[s], model="demo", step=s, shard_size=SHARD)
+    origin, node, ready, steps = _lag_behind(swarm, origin_key, tmp_path, window=2)
     assert node.wait_for(3, timeout=WAIT).path.read_bytes() == steps[3].read_bytes()
     assert node.newest_announced == 3
     # Step 1 was two steps behind, inside the window: finished, not thrown away; step 2
@@ -443,15 +445,7 @@ def test_a_lagging_node_finishes_a_step_within_the_window_then_takes_the_newest(
 def test_a_node_pushed_past_the_window_drops_its_download_for_the_newest(
     swarm, origin_key, tmp_path
 ):
-    origin = swarm("origin", account=origin_key)
-    steps = {s: tmp_path / f"step{s}.bin" for s in (1, 2, 3)}
-    for s, path in steps.items():
-        path.write_bytes(bytes([s]) * ((16 if s == 1 else 2) * SHARD))
-    node, ready, started = _lagging_node(swarm, origin, window=1)
-    origin.publish(steps[1], model="demo", step=1, shard_size=SHARD)
-    assert started.wait(WAIT)
-    for s in (2, 3):
-        origin.publish(steps[s], model="demo", step=s, shard_size=SHARD)
+    _, node, ready, steps = _lag_behind(swarm, origin_key, tmp_path, window=1)
     assert node.wait_for(3, timeout=WAIT).path.read_bytes() == steps[3].read_bytes()
     deadline = time.monotonic() + WAIT
     while list((tmp_path / "node").rglob("*.partial")) and time.monotonic() < deadline:

@@ -1,47 +1,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::codec::{decode_tensor, encode_tensor};
 use super::*;
-
-/// A fresh directory, removed with everything in it when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let name =
-            format!("swarmrl-delta-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-        let path = std::env::temp_dir().join(name);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn file(&self, name: &str, data: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        fs::write(&path, data).unwrap();
-        path
-    }
-
-    fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+use crate::test_dir::TempDir;
 
 /// Deterministic pseudo-random bytes (splitmix64).
 struct Rng(u64);
@@ -165,7 +130,7 @@ struct Case {
 
 fn case(seed: u64) -> Case {
     let (base, target, _) = model(&mut Rng(seed));
-    let dir = TempDir::new();
+    let dir = TempDir::new("delta");
     let case = Case {
         base: dir.file("base.safetensors", &base),
         target: dir.file("target.safetensors", &target),
@@ -271,7 +236,7 @@ const EMBED: &str = "model.embed_tokens.weight";
 fn round_trip_is_bit_identical_and_picks_the_smaller_encoding() {
     for threads in [Some(1), Some(2), None] {
         let (base, target, changed) = model(&mut Rng(7));
-        let dir = TempDir::new();
+        let dir = TempDir::new("delta");
         let (b, t) = (dir.file("b", &base), dir.file("t", &target));
         let (delta, out) = (dir.0.join("d"), dir.0.join("o"));
         let stats = encode(&b, &t, &delta, 3, threads).unwrap();
@@ -315,7 +280,7 @@ fn round_trip_is_bit_identical_and_picks_the_smaller_encoding() {
 #[test]
 fn identical_files_make_a_tiny_delta() {
     let (base, _, _) = model(&mut Rng(3));
-    let dir = TempDir::new();
+    let dir = TempDir::new("delta");
     let b = dir.file("b", &base);
     let stats = encode(&b, &b, &dir.0.join("d"), 3, None).unwrap();
     assert_eq!((stats.sparse_tensors, stats.changed_elements), (10, 0));
@@ -326,7 +291,7 @@ fn identical_files_make_a_tiny_delta() {
 
 #[test]
 fn a_file_without_tensors_round_trips() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("delta");
     let empty = dir.file("b", &safetensors(&[], "x"));
     let stats = encode(&empty, &empty, &dir.0.join("d"), 3, None).unwrap();
     assert_eq!(stats.tensors, 0);
@@ -361,7 +326,7 @@ fn a_model_of_several_windows_round_trips_and_checks_its_base_to_the_end() {
         change(&mut t.data, 2, 0.001, rng);
     }
     let (base, target) = (safetensors(&base, ""), safetensors(&target, ""));
-    let dir = TempDir::new();
+    let dir = TempDir::new("delta");
     let (b, t) = (dir.file("b", &base), dir.file("t", &target));
     let (d, o) = (dir.0.join("d"), dir.0.join("o"));
     let stats = encode(&b, &t, &d, 1, None).unwrap();
@@ -402,7 +367,7 @@ fn files_with_other_headers_cannot_be_deltas_of_each_other() {
         shape: t.shape.clone(),
         data: t.data.clone(),
     };
-    let dir = TempDir::new();
+    let dir = TempDir::new("delta");
     let base = dir.file("base", &safetensors(&[same(&a), same(&b)], "m"));
     let cases: [(Vec<Tensor>, &str, &str); 5] = [
         (vec![same(&a)], "m", "tensor 'b' is only in the base"),
@@ -486,7 +451,7 @@ fn bad_safetensors_files_are_refused() {
         ),
         (with_header(r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[16,0]}}"#), "end first"),
     ];
-    let dir = TempDir::new();
+    let dir = TempDir::new("delta");
     let ok = dir.file("ok", &good);
     for (bytes, what) in cases {
         let bad = dir.file("bad", &bytes);

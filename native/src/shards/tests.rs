@@ -1,44 +1,12 @@
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::test_dir::TempDir;
 
 const MIB: usize = 1 << 20;
-
-/// A fresh directory, removed with everything in it when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let name =
-            format!("swarmrl-shards-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-        let path = std::env::temp_dir().join(name);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn file(&self, name: &str, data: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        fs::write(&path, data).unwrap();
-        path
-    }
-
-    fn dir(&self, name: &str) -> PathBuf {
-        let path = self.0.join(name);
-        fs::create_dir_all(&path).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> =
@@ -136,7 +104,7 @@ fn merkle_root_known_answers() {
 
 #[test]
 fn hash_file_matches_reference_across_block_boundaries() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let bytes = data(9 * MIB + 3);
     let path = tmp.file("model.bin", &bytes);
     for shard_size in [1 << 10, MIB, 4 * MIB, 5 * MIB + 1, 8 * MIB, 16 * MIB] {
@@ -150,7 +118,7 @@ fn hash_file_matches_reference_across_block_boundaries() {
 
 #[test]
 fn hash_file_rejects_what_is_not_a_checkpoint() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let empty = tmp.file("empty.bin", b"");
     assert!(matches!(hash_file(&empty, 4, None), Err(ShardError::EmptyFile(_))));
     assert!(matches!(hash_file(&tmp.0, 4, None), Err(ShardError::NotAFile(_))));
@@ -166,7 +134,7 @@ fn hash_file_rejects_what_is_not_a_checkpoint() {
 
 #[test]
 fn split_names_shards_and_reassemble_restores_the_file() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let bytes = data(5 * MIB + 7);
     let src = tmp.file("model.bin", &bytes);
     let expected = expected_for(&bytes, 2 * MIB);
@@ -182,7 +150,7 @@ fn split_names_shards_and_reassemble_restores_the_file() {
 
 #[test]
 fn split_refuses_a_file_that_is_not_the_expected_one() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let bytes = data(100);
     let expected = expected_for(&bytes, 30);
     let store = tmp.dir("store");
@@ -200,7 +168,7 @@ fn split_refuses_a_file_that_is_not_the_expected_one() {
 
 #[test]
 fn reassemble_names_the_bad_shard_and_leaves_nothing() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let bytes = data(1000);
     let expected = expected_for(&bytes, 300);
     let store = tmp.dir("store");
@@ -233,7 +201,7 @@ fn reassemble_names_the_bad_shard_and_leaves_nothing() {
 
 #[test]
 fn reassemble_rejects_an_output_path_without_a_name() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let bytes = data(10);
     let expected = expected_for(&bytes, 4);
     let store = tmp.dir("store");
@@ -244,7 +212,7 @@ fn reassemble_rejects_an_output_path_without_a_name() {
 
 #[test]
 fn store_shard_keeps_only_verified_shards() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("shards");
     let bytes = data(10);
     let expected = expected_for(&bytes, 4);
     let layout = expected.layout();
@@ -274,7 +242,7 @@ proptest! {
     #[test]
     fn split_then_reassemble_round_trips((bytes, shard_size) in data_and_shard_size(),
                                          threads in prop::sample::select(vec![None, Some(1), Some(2)])) {
-        let tmp = TempDir::new();
+        let tmp = TempDir::new("shards");
         let src = tmp.file("model.bin", &bytes);
         let (hashes, size) = hash_file(&src, shard_size as u64, threads).unwrap();
         prop_assert_eq!(size, bytes.len() as u64);
