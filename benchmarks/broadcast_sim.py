@@ -44,15 +44,13 @@ modules where they are constants):
 - a server slot is a connection, not a transfer: a worker keeps its connection
   to every peer it used until its run ends, and the server drops one idle for
   IDLE_TIMEOUT;
-- ``ShardClient`` keeps its socket after a BUSY answer although the server has
-  closed it, so that worker's next request to that peer fails (one more round
-  trip, one more backoff) before it reconnects; the same happens to a
-  connection the server dropped as idle;
-- the fetcher runs a download in rounds of ``run(timeout=5.0)``: after 5 s no
-  worker takes a new job, the round ends when the last transfer in flight ends
-  (endgame duplicates of held shards included), connections are closed, and a
-  new round starts; a node is ready (its version finished) at the end of the
-  round in which it got its last shard;
+- ``ShardClient`` drops its socket after a BUSY answer (the server has closed
+  it) and dials afresh next time; a connection the server dropped as idle fails
+  the worker's next request to that peer (one more round trip, one more
+  backoff) before it reconnects;
+- the fetcher runs a download in one ``run()``: it ends when the last transfer
+  in flight ends (endgame duplicates of held shards included), and the node is
+  ready then;
 - holdings become visible to a node in two ways: the peers it is connected to
   (the origin and MAX_PEERS - 1 reachable peers it dialled, plus reachable
   peers that dialled it) through the HAVE poll, which is sequential, so one
@@ -137,8 +135,10 @@ POLL_INTERVAL = 0.5
 ADVERT_INTERVAL = 30.0
 MIN_ADVERT_GAP = 2.0
 MAX_PEERS = 32
-# swarmrl/p2p/swarm/fetcher.py: `while not download.run(timeout=5.0)`.
-RUN_TIMEOUT = 5.0
+# swarmrl/p2p/swarm/fetcher.py: `return download.run()`, one run until done. (The code
+# ran rounds of `run(timeout=5.0)` until this simulation showed what they cost; the
+# `run_timeout` field still models them.)
+RUN_TIMEOUT = math.inf
 # fetch.py's endgame: a missing shard is raced while fewer than two fetch it.
 ENDGAME_COPIES = 2
 
@@ -195,8 +195,9 @@ class Policy:
     max_peers: int = MAX_PEERS
     parallel_polls: bool = False
     """True: a poll round costs one call, not one per peer (not what the code does)."""
-    busy_leaves_dead_socket: bool = True
-    """ShardClient keeps its socket after BUSY (what the code does)."""
+    busy_leaves_dead_socket: bool = False
+    """True: ShardClient keeps its socket after BUSY (what the code did before it was
+    mended), so its next request there fails."""
     unmeasured_first: bool = True
     """False: an unmeasured peer counts as rate 0, found only by EXPLORE (or when
     no holder is measured), instead of always going first."""
@@ -1001,7 +1002,7 @@ POLICIES = {
     ),
     "code + queued transfer slots": Policy(slot_mbit=10.0, queue_when_busy=True),
     "code + peers by rate": Policy(unmeasured_first=False),
-    "code + one continuous run": Policy(run_timeout=math.inf),
+    "code + the old 5 s rounds": Policy(run_timeout=5.0, busy_leaves_dead_socket=True),
 }
 
 

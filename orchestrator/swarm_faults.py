@@ -385,7 +385,7 @@ def broken_weights(store: Path) -> list[str]:
     a file whose shards do not hash to its manifest, a model that does not load."""
     from swarmrl import shards
     from swarmrl.models.directory import check_model
-    from swarmrl.p2p.store import FILES_DIR, MANIFEST_FILE
+    from swarmrl.p2p.store import DELTA_DIR_SUFFIX, FILES_DIR, MANIFEST_FILE
 
     out = []
     for directory in sorted(store.glob("step-*")):
@@ -397,7 +397,8 @@ def broken_weights(store: Path) -> list[str]:
             bad = shards.intact_shards(files / entry.name, manifest, i).count(0)
             if bad:
                 out.append(f"{entry.name} of step {manifest.step} has {bad} shard(s) not whole")
-        if (files / "config.json").is_file():
+        # A delta's files are no model; the step it rebuilt is loaded on its own.
+        if (files / "config.json").is_file() and not directory.name.endswith(DELTA_DIR_SUFFIX):
             try:
                 check_model(files)
             except ValueError as e:
@@ -424,10 +425,12 @@ def unlike_published(store: Path, run_dir: Path) -> list[str]:
     trainer published under their steps: a file missing, added or not bit-identical,
     or anything kept beside the files (a second copy, an archive)."""
     from swarmrl import shards
-    from swarmrl.p2p.store import ANNOUNCEMENT_FILE, FILES_DIR, MANIFEST_FILE
+    from swarmrl.p2p.store import ANNOUNCEMENT_FILE, DELTA_DIR_SUFFIX, FILES_DIR, MANIFEST_FILE
 
     out = []
     for directory in sorted(store.glob("step-*")):
+        if directory.name.endswith(DELTA_DIR_SUFFIX):
+            continue  # what a step's delta is made of, checked by the step it rebuilt
         manifest = shards.Manifest.from_json((directory / MANIFEST_FILE).read_bytes())
         files = directory / FILES_DIR
         held = sorted(p.name for p in files.iterdir())

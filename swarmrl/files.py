@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -244,6 +245,17 @@ def fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """`target` becomes `source`'s file: a second name for the same bytes where the
+    filesystem allows (no copy, and each side deletes its own name), else a copy."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        with replacing(target) as tmp:
+            shutil.copyfile(source, tmp)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

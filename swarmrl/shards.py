@@ -10,7 +10,8 @@ left || right), an odd last node promoted unchanged, the root of one shard its
 leaf. A shard's index names one range of one file (:meth:`Manifest.locate`).
 
 A :class:`Manifest` records all of it, and its canonical JSON
-(:meth:`Manifest.to_json`) is what gets signed and broadcast. A node that has
+(:meth:`Manifest.to_json`) is what gets signed and broadcast; it may link a
+delta of the version (:class:`DeltaLink`, :mod:`swarmrl.p2p.deltas`). A node that has
 the manifest verifies every shard before keeping it (:func:`verify_shard`) and
 finds what is intact after a crash (:func:`intact_shards`). A one-file version
 can also be kept as a directory of shard files (:func:`split`,
@@ -50,6 +51,7 @@ __all__ = [
     "MANIFEST_VERSION",
     "MAX_MANIFEST_BYTES",
     "MAX_SHARD_SIZE",
+    "DeltaLink",
     "FileEntry",
     "Manifest",
     "build_manifest",
@@ -104,6 +106,14 @@ class FileEntry(Strict):
         return value
 
 
+class DeltaLink(Strict):
+    """Where a version's delta is: the manifest hash of the version it was made against
+    (its base) and of the delta version itself (see :mod:`swarmrl.p2p.deltas`)."""
+
+    base: Hex32
+    manifest: Hex32
+
+
 class Manifest(Strict):
     """What a version is: its files, how each is cut, every shard's hash and their root.
 
@@ -121,6 +131,8 @@ class Manifest(Strict):
     shard_size: int = Field(ge=1, le=MAX_SHARD_SIZE)
     shard_hashes: tuple[Hex32, ...]
     root: Hex32
+    # Signed with the rest: a node that holds `base` may fetch the delta instead.
+    delta: DeltaLink | None = None
 
     @field_validator("version", mode="before")
     @classmethod
@@ -209,7 +221,11 @@ class Manifest(Strict):
         equal bytes, so these are what gets signed. (For this schema, all integers and
         ASCII keys, the form coincides with RFC 8785 JSON canonicalization.)"""
         return json.dumps(
-            self.model_dump(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            # Absent, not null, when there is no delta: the one canonical form of both.
+            self.model_dump(exclude_none=True),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
         ).encode("utf-8")
 
     @classmethod

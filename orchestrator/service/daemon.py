@@ -299,7 +299,10 @@ class Orchestrator:
                 child.progressed()  # a new step: the trainer is not failing in a loop
         began = time.perf_counter()
         self.swarm.publish(
-            ckpt.step_dir(self.run_dir, step), model=self.deployment.run_id, step=step
+            ckpt.step_dir(self.run_dir, step),
+            model=self.deployment.run_id,
+            step=step,
+            delta=self.settings.weight_deltas,
         )
         self.published = step
         log.info("published policy step %d (%.2f s)", step, time.perf_counter() - began)

@@ -167,6 +167,12 @@ class ServiceSettings(SwarmrlSettings):
         "a CPU; it halves every download); fp32 keeps a CPU-only run fast, as bf16 matmuls "
         "on a CPU are slow.",
     )
+    weight_deltas: bool = Field(
+        True,
+        description="Also publish each step as its difference from the step before "
+        "(about 1% of the policy at real learning rates), so a node holding that step "
+        "downloads only what changed; a node without it fetches the whole step.",
+    )
     keep_checkpoints: int = Field(
         2,
         ge=1,

@@ -263,7 +263,9 @@ class ShardClient:
                     raise DataPathError(f"{self.endpoint} closed the connection mid-shard")
                 got += n
             return view
-        except ShardUnavailableError:
+        except ShardUnavailableError as e:
+            if e.status == BUSY:
+                self.close()  # the server closed it after saying so: dial afresh next time
             raise
         except (OSError, DataPathError) as e:
             self.close()

@@ -18,6 +18,14 @@ drops the oldest complete ones until the rest fit; it never drops the newest
 version or one being fetched. An origin's version is linked in (a hard link to
 the trainer's files where the filesystem allows, a copy otherwise), so the store
 and the trainer each drop their own copy when they are done with it.
+
+A step's delta (:mod:`swarmrl.p2p.deltas`) is a version of its own, named by its
+own manifest's hash, in a directory ending in ``-delta``, and carries the full
+manifest it rebuilds (``Version.target``) under that one's signed announcement.
+It is served like any version, never counts as the newest or towards ``keep``,
+and goes when the step it rebuilds goes; a restart drops it. :meth:`add_rebuilt`
+builds the step from its base and its delta in a hidden folder and takes it in
+only if every shard matches the step's manifest.
 """
 
 from __future__ import annotations
@@ -25,13 +33,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from swarmrl import shards
-from swarmrl.files import fsync, replacing, write_atomically
+from swarmrl.files import fsync, link_or_copy, write_atomically
+from swarmrl.p2p import deltas, records
 from swarmrl.p2p.records import Announcement
 from swarmrl.shards import PARTIAL_SUFFIX, BytesLike, Manifest
 
@@ -40,6 +51,7 @@ log = logging.getLogger("swarmrl.p2p")
 ANNOUNCEMENT_FILE = "announcement.json"
 MANIFEST_FILE = "manifest.json"
 FILES_DIR = "files"
+DELTA_DIR_SUFFIX = "-delta"
 DEFAULT_KEEP = 3
 
 
@@ -56,6 +68,8 @@ class Version:
     directory: Path
     held: bytearray
     complete: bool = False
+    # For a delta version: the full manifest it rebuilds (the one `announcement` names).
+    target: Manifest | None = None
     _fds: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -63,9 +77,15 @@ class Version:
     def step(self) -> int:
         return self.manifest.step
 
-    @property
+    @cached_property
     def manifest_hash(self) -> str:
-        return self.announcement.manifest_hash
+        """The version's name on the wire: its own manifest's hash (for a full version,
+        the announced one)."""
+        return records.manifest_hash(self.manifest)
+
+    @property
+    def is_delta(self) -> bool:
+        return self.target is not None
 
     @property
     def files_dir(self) -> Path:
@@ -123,8 +143,22 @@ def bits(bitfield: bytes, count: int) -> bytearray:
     return out
 
 
-def _version_dir_name(announcement: Announcement) -> str:
-    return f"step-{announcement.step:010d}-{announcement.manifest_hash[:16]}"
+def _version_dir_name(manifest: Manifest, target: Manifest | None) -> str:
+    name = f"step-{manifest.step:010d}-{records.manifest_hash(manifest)[:16]}"
+    return name if target is None else name + DELTA_DIR_SUFFIX
+
+
+def _check_names(announcement: Announcement, manifest: Manifest, target: Manifest | None) -> None:
+    """ValueError unless `announcement` names `manifest`, or, for a delta, names
+    `target`, whose link names `manifest`."""
+    if target is None:
+        announcement.matches(manifest)
+        return
+    announcement.matches(target)
+    if target.delta is None or records.manifest_hash(manifest) != target.delta.manifest:
+        raise ValueError(f"the delta's manifest is not the one step {target.step} links to")
+    if (manifest.model, manifest.step) != (target.model, target.step):
+        raise ValueError("the delta's model or step is not its version's")
 
 
 def newest_announced_step(root: Path) -> int | None:
@@ -138,17 +172,6 @@ def newest_announced_step(root: Path) -> int | None:
         except (OSError, ValueError):
             continue  # what load() would skip too
     return max(steps, default=None)
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """`target` becomes `source`'s file: a second name for the same bytes where the
-    filesystem allows (no copy, and each side deletes its own name), else a copy."""
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        with replacing(target) as tmp:
-            shutil.copyfile(source, tmp)
 
 
 class WeightStore:
@@ -180,31 +203,44 @@ class WeightStore:
         return max((v.step for v in self.versions()), default=-1)
 
     def latest(self, *, complete: bool = True) -> Version | None:
-        candidates = [v for v in self.versions() if v.complete or not complete]
+        """The newest full version (complete, unless `complete` is False)."""
+        candidates = [v for v in self.versions() if (v.complete or not complete) and not v.is_delta]
         return candidates[-1] if candidates else None
 
     # ---- adding versions ---------------------------------------------------------
 
-    def add_origin(self, path: Path, manifest: Manifest, announcement: Announcement) -> Version:
+    def add_origin(
+        self,
+        path: Path,
+        manifest: Manifest,
+        announcement: Announcement,
+        *,
+        target: Manifest | None = None,
+    ) -> Version:
         """Registers the origin's own version (already hashed into `manifest`): the file
         at `path`, or the files of the directory at `path`, linked into the version's
-        directory and served from there as complete."""
-        announcement.matches(manifest)
+        directory and served from there as complete. `target`: the full manifest, when
+        this is its delta."""
+        _check_names(announcement, manifest, target)
         path = Path(path)
         sources = shards.version_files(path) if path.is_dir() else [path]
         if [p.name for p in sources] != [f.name for f in manifest.files]:
             raise StoreError(f"{path} no longer holds the files its manifest was built from")
-        directory = self.root / _version_dir_name(announcement)
+        directory = self.root / _version_dir_name(manifest, target)
         files_dir = directory / FILES_DIR
         files_dir.mkdir(parents=True, exist_ok=True)
         version = Version(
-            announcement, manifest, directory, bytearray(b"\x01" * manifest.shard_count)
+            announcement,
+            manifest,
+            directory,
+            bytearray(b"\x01" * manifest.shard_count),
+            target=target,
         )
         try:
             for source, entry in zip(sources, manifest.files, strict=True):
-                target = files_dir / entry.name
-                _link_or_copy(source, target)
-                version._fds.append(fd := os.open(target, os.O_RDONLY))
+                name = files_dir / entry.name
+                link_or_copy(source, name)
+                version._fds.append(fd := os.open(name, os.O_RDONLY))
                 if os.fstat(fd).st_size != entry.size:
                     raise StoreError(f"{source} changed size after its manifest was built")
             fsync(files_dir)
@@ -217,17 +253,22 @@ class WeightStore:
         self._add(version)
         return version
 
-    def begin(self, announcement: Announcement, manifest: Manifest) -> Version:
+    def begin(
+        self, announcement: Announcement, manifest: Manifest, *, target: Manifest | None = None
+    ) -> Version:
         """The version to fetch into: resumed from the shards on disk if a previous
-        run left some, else fresh preallocated partial files."""
-        announcement.matches(manifest)
-        if existing := self.get(announcement.manifest_hash):
+        run left some, else fresh preallocated partial files. `target`: the full
+        manifest, when `manifest` is its delta."""
+        _check_names(announcement, manifest, target)
+        if existing := self.get(records.manifest_hash(manifest)):
             return existing
         self._make_room(manifest.size)
-        directory = self.root / _version_dir_name(announcement)
+        directory = self.root / _version_dir_name(manifest, target)
         files_dir = directory / FILES_DIR
         files_dir.mkdir(parents=True, exist_ok=True)
-        version = Version(announcement, manifest, directory, bytearray(manifest.shard_count))
+        version = Version(
+            announcement, manifest, directory, bytearray(manifest.shard_count), target=target
+        )
         try:
             for i, entry in enumerate(manifest.files):
                 final = files_dir / entry.name
@@ -278,6 +319,26 @@ class WeightStore:
             version.held[index] = 1
         return True
 
+    def add_rebuilt(self, delta_version: Version, base: Version) -> Version:
+        """Rebuilds the full version `delta_version` encodes from `base` and registers
+        it as complete, once every shard of it matches its manifest. ValueError (one
+        sentence) when the delta does not rebuild it; nothing is then kept."""
+        target = delta_version.target
+        if target is None or not delta_version.complete:
+            raise ValueError("only a complete delta version rebuilds a version")
+        if target.delta is None or base.manifest_hash != target.delta.base or base.is_delta:
+            raise ValueError(f"step {base.step} is not the base of step {target.step}'s delta")
+        self._make_room(target.size)
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=".rebuild-") as staging:
+            deltas.rebuild(base.files_dir, delta_version.files_dir, target, Path(staging))
+            if not deltas.matches(Path(staging), target):
+                raise ValueError(
+                    f"step {target.step} rebuilt from its delta does not match its manifest"
+                )
+            version = self.add_origin(Path(staging), target, delta_version.announcement)
+        self.prune()
+        return version
+
     def finish(self, version: Version) -> Path:
         """Syncs a fully held version to disk, renames its files into place and returns
         its files' directory. Every shard was verified in memory and written from that
@@ -305,6 +366,8 @@ class WeightStore:
         out, or was never finished, stays on disk unregistered: its intact shards are
         kept when it is announced again. Anything unreadable is skipped with a log line."""
         found = []
+        for leftover in self.root.glob(".rebuild-*"):  # a crash mid-rebuild
+            shutil.rmtree(leftover, ignore_errors=True)
         for directory in sorted(self.root.glob("step-*")):
             try:
                 announcement = Announcement.model_validate_json(
@@ -314,6 +377,11 @@ class WeightStore:
                 announcement.matches(manifest)
             except (OSError, ValueError) as e:
                 log.warning("skipping %s: %s", directory, e)
+                continue
+            if directory.name.endswith(DELTA_DIR_SUFFIX):
+                # A delta is needed only while its step is new; a restarted peer seeds
+                # the full versions and fetches any newer delta again.
+                shutil.rmtree(directory, ignore_errors=True)
                 continue
             files_dir = directory / FILES_DIR
             unfinished = any(not (files_dir / f.name).exists() for f in manifest.files)
@@ -362,10 +430,11 @@ class WeightStore:
             raise StoreError(f"a {incoming}-byte version does not fit in {free} free bytes")
 
     def prune(self, arriving: Version | None = None) -> None:
-        """Drops complete versions past `keep` (oldest first), then any over budget;
-        never the newest complete one. `arriving` counts as complete already."""
+        """Drops complete full versions past `keep` (oldest first), then any over
+        budget; never the newest complete one. `arriving` counts as complete already.
+        A delta goes with the version it rebuilds."""
         self._evict(
-            lambda: sum(v.complete or v is arriving for v in self.versions()) > self.keep,
+            lambda: sum(_full(v, arriving) for v in self.versions()) > self.keep,
             arriving=arriving,
         )
         if self.max_bytes is not None:
@@ -380,12 +449,18 @@ class WeightStore:
         arriving: Version | None = None,
     ) -> None:
         while over():
-            complete = [v for v in self.versions() if v.complete or v is arriving]
+            complete = [v for v in self.versions() if _full(v, arriving)]
             if spare_newest:
                 complete = complete[:-1]
             if not complete:
                 return
             self.drop(complete[0])
+
+    def _drop_orphan_deltas(self) -> None:
+        held = {v.manifest_hash for v in self.versions() if not v.is_delta}
+        for version in self.versions():
+            if version.is_delta and version.announcement.manifest_hash not in held:
+                self.drop(version)
 
     def _forget(self, version: Version) -> None:
         with self._lock:
@@ -394,7 +469,14 @@ class WeightStore:
 
     def drop(self, version: Version) -> None:
         """Unregisters `version` and deletes its directory (an origin's trainer keeps its
-        own link to the files)."""
+        own link to the files), and the delta that rebuilds it, if held."""
         self._forget(version)
         shutil.rmtree(version.directory, ignore_errors=True)
-        log.info("dropped step %d from the store", version.step)
+        log.info("dropped step %d%s from the store", version.step, " delta" * version.is_delta)
+        if not version.is_delta:
+            self._drop_orphan_deltas()
+
+
+def _full(version: Version, arriving: Version | None) -> bool:
+    """Whether `version` counts as a complete full version (`arriving`: about to)."""
+    return (version.complete or version is arriving) and not version.is_delta

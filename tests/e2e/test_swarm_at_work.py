@@ -10,9 +10,10 @@ After the run: every receipt a node holds, and everything the ledger held before
 orchestrator was killed, is in the ledger exactly once (a killed node resent its journal
 and was not counted twice); work on chain equals the ledger per node and epoch, anvil's
 restart notwithstanding; the trainer resumed from its newest checkpoint after each kill;
-no partial file was taken for a whole one; the cheater is rejected and slashed with its
-own signed submission, no honest node is; a node behind NAT (listening nowhere) still
-pulls weights and works.
+no partial file was taken for a whole one, and every version a node holds is the
+trainer's published policy bit for bit, most of them rebuilt from deltas; the cheater
+is rejected and slashed with its own signed submission, no honest node is; a node
+behind NAT (listening nowhere) still pulls weights and works.
 
 That the held-out reward rises is the demo's end-to-end test (tests/e2e/test_demo.py):
 the same swarm, recipe and cast, measured by the demo's own rule; this run only needs
@@ -161,8 +162,11 @@ def _run(swarm, default_model, tmp_path):
     for address in honest_addresses:  # the outbound-only node among them
         assert sum(r["units"] for r in honest if r["node"] == address) > 0, address
     for key in HONEST:  # a listening node serves shards once the orchestrator dialled it back
-        serving = "serving data=127.0.0.1:" in (tmp_path / f"{key}.log").read_text()
-        assert serving == (key != OUTBOUND_ONLY), key
+        log = (tmp_path / f"{key}.log").read_text()
+        assert ("serving data=127.0.0.1:" in log) == (key != OUTBOUND_ONLY), key
+        # Steps after the first arrive as deltas onto the step before, rebuilt bit for
+        # bit (the WHOLE promise above compares every version held with the trainer's).
+        assert "rebuilt from step" in log, key
 
     # The recorder closes the epochs and slashes the cheater.
     from swarmrl.chain.contracts import Contracts

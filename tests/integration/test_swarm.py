@@ -14,11 +14,13 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from eth_account import Account
 from libp2p.crypto.ed25519 import create_new_key_pair
+from safetensors.torch import save_file
 
 from swarmrl.chain.eip712 import swarm_domain
-from swarmrl.p2p import wire
+from swarmrl.p2p import deltas, wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
 from swarmrl.p2p.dialback import DIALBACK, DialbackRequest
 from swarmrl.p2p.events import SwarmEventKind
@@ -566,3 +568,133 @@ def test_a_call_in_flight_when_its_host_closes_fails_as_closed():
     assert not thread.is_alive()
     assert [type(e) for e in failure] == [RuntimeError]
     assert str(failure[0]) == "the libp2p host is closed"
+
+
+def _policy_steps(tmp_path, count):
+    """`count` steps of a bf16 policy directory, each a small move of every weight from
+    the one before (1e-4 of itself: about 1.5% of the bf16 values change)."""
+    generator = torch.Generator().manual_seed(0)
+    weights = {"embed": torch.randn(512, 256), "proj": torch.randn(256, 256)}
+    out = []
+    for step in range(1, count + 1):
+        directory = tmp_path / f"policy-{step}"
+        directory.mkdir()
+        save_file(
+            {k: v.to(torch.bfloat16) for k, v in weights.items()}, directory / "w.safetensors"
+        )
+        (directory / "config.json").write_text('{"hidden": 256}')
+        out.append(directory)
+        weights = {
+            k: v * (1 + 1e-4 * torch.randn(v.shape, generator=generator))
+            for k, v in weights.items()
+        }
+    return out
+
+
+def _same_files(version, directory):
+    return {p.name: p.read_bytes() for p in version.files_dir.iterdir()} == {
+        p.name: p.read_bytes() for p in directory.iterdir()
+    }
+
+
+def test_a_node_holding_the_step_before_fetches_only_the_delta_and_rebuilds_it_bit_for_bit(
+    swarm, origin_key, tmp_path
+):
+    policies = _policy_steps(tmp_path, 3)
+    full = sum(p.stat().st_size for p in policies[0].iterdir())
+    origin = swarm("origin", account=origin_key)
+    node = swarm("node", bootstrap=origin.addrs)
+    origin.publish(policies[0], model="p", step=1, shard_size=SHARD, delta=True)
+    assert _same_files(node.wait_for(1, timeout=WAIT), policies[0])
+    for step in (2, 3):
+        served = origin.server.bytes_served
+        origin.publish(policies[step - 1], model="p", step=step, shard_size=SHARD, delta=True)
+        assert _same_files(node.wait_for(step, timeout=WAIT), policies[step - 1])
+        # Only the delta travelled: under a tenth of the policy.
+        assert origin.server.bytes_served - served < full / 10
+    assert sorted((v.step, v.is_delta) for v in node.store.versions()) == [
+        (1, False),
+        (2, False),
+        (2, True),
+        (3, False),
+        (3, True),
+    ]
+    # A node holding no base fetches the newest step whole, from whoever holds it.
+    late = swarm("late", bootstrap=node.addrs)
+    assert _same_files(late.wait_for(3, timeout=WAIT), policies[2])
+    assert [(v.step, v.is_delta) for v in late.store.versions()] == [(3, False)]
+
+
+def test_a_delta_that_does_not_rebuild_its_step_is_refused_and_the_step_fetched_whole(
+    swarm, origin_key, tmp_path, monkeypatch, caplog
+):
+    policies = _policy_steps(tmp_path, 2)
+    origin = swarm("origin", account=origin_key)
+    node = swarm("node", bootstrap=origin.addrs)
+    origin.publish(policies[0], model="p", step=1, shard_size=SHARD, delta=True)
+    held = node.wait_for(1, timeout=WAIT)
+
+    def rebuild_one_bit_off(base_dir, delta_dir, target, out):
+        real_rebuild(base_dir, delta_dir, target, out)
+        weights = out / "w.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 1
+        weights.unlink()  # a link to no one else's bytes
+        weights.write_bytes(data)
+
+    real_rebuild = deltas.rebuild
+    monkeypatch.setattr(deltas, "rebuild", rebuild_one_bit_off)
+    with caplog.at_level(logging.WARNING, logger="swarmrl.p2p"):
+        origin.publish(policies[1], model="p", step=2, shard_size=SHARD, delta=True)
+        assert _same_files(node.wait_for(2, timeout=WAIT), policies[1])
+    said = [r.getMessage() for r in caplog.records if "delta did not rebuild" in r.getMessage()]
+    assert said == [
+        "step 2's delta did not rebuild it: step 2 rebuilt from its delta does not match its "
+        "manifest; fetching it whole"
+    ]
+    assert _same_files(held, policies[0])  # the weights it held meanwhile are untouched
+    assert sorted((v.step, v.is_delta) for v in node.store.versions()) == [(1, False), (2, False)]
+
+
+def test_a_lagging_node_catches_up_by_a_chain_of_deltas_within_the_window(
+    swarm, origin_key, tmp_path, caplog
+):
+    policies = _policy_steps(tmp_path, 4)
+    full = sum(p.stat().st_size for p in policies[0].iterdir())
+    origin = swarm("origin", account=origin_key)
+    ready = []
+    node = swarm(
+        "node",
+        bootstrap=origin.addrs,
+        on_event=lambda e: e.kind == SwarmEventKind.READY and ready.append(e.step),
+    )
+    node.window = 2
+    origin.publish(policies[0], model="p", step=1, shard_size=SHARD, delta=True)
+    node.wait_for(1, timeout=WAIT)
+
+    # The node is slow to take step 2 in: steps 3 and 4 are announced meanwhile.
+    rebuilding, go_on = threading.Event(), threading.Event()
+    real_add_rebuilt = node.store.add_rebuilt
+
+    def slow_add_rebuilt(delta, base):
+        rebuilding.set()
+        go_on.wait(WAIT)
+        return real_add_rebuilt(delta, base)
+
+    node.store.add_rebuilt = slow_add_rebuilt
+    served = origin.server.bytes_served
+    origin.publish(policies[1], model="p", step=2, shard_size=SHARD, delta=True)
+    assert rebuilding.wait(WAIT)
+    with caplog.at_level(logging.INFO, logger="swarmrl.p2p"):
+        for step in (3, 4):
+            origin.publish(policies[step - 1], model="p", step=step, shard_size=SHARD, delta=True)
+        deadline = time.monotonic() + WAIT
+        while node.newest_announced < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        go_on.set()
+        assert _same_files(node.wait_for(4, timeout=WAIT), policies[3])
+    # Step 4 waited, two behind step 2, and came as step 3's delta then its own:
+    # three deltas in all, a fraction of one whole step.
+    assert ready == [1, 2, 3, 4]
+    assert "step 4 announced; fetching step 3's delta first, 2 behind" in caplog.messages
+    assert origin.server.bytes_served - served < full / 3

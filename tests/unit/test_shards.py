@@ -118,6 +118,22 @@ def test_manifest_round_trips_with_stable_canonical_bytes(tmp_path):
     assert rebuilt.to_json() == data
 
 
+def test_a_delta_link_is_part_of_the_signed_bytes_and_absent_when_none(tmp_path):
+    manifest = shards.build_manifest(checkpoint(tmp_path, pattern(1000)), model="m", step=3)
+    assert b"delta" not in manifest.to_json()
+    link = {"base": "ab" * 32, "manifest": "cd" * 32}
+    linked = Manifest.model_validate({**manifest.model_dump(), "delta": link})
+    assert Manifest.from_json(linked.to_json()) == linked
+    assert linked.to_json() != manifest.to_json()
+    with_null = json.loads(manifest.to_json()) | {"delta": None}
+    with pytest.raises(ValueError, match="not in canonical form"):
+        Manifest.from_json(json.dumps(with_null, sort_keys=True, separators=(",", ":")).encode())
+    bad = json.loads(linked.to_json())
+    bad["delta"]["base"] = "AB" * 32
+    with pytest.raises(ValueError, match=r"^invalid manifest field delta\.base"):
+        Manifest.from_json(json.dumps(bad, sort_keys=True, separators=(",", ":")).encode())
+
+
 def test_manifest_is_immutable_and_strict():
     with pytest.raises(ValueError, match="frozen"):
         SMALL_MANIFEST.step = 8  # type: ignore[misc]

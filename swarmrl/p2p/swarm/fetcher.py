@@ -13,6 +13,12 @@ node slower than one step still finishes a download and works with it), and
 the newest step waiting is fetched next; a download that falls further behind
 is stopped and dropped for the newest. The store keeps the newest N versions;
 :meth:`Fetcher.wait_for` is how the rest of the process waits for one.
+
+A step whose signed manifest links a delta (:mod:`swarmrl.p2p.deltas`) onto a
+version held whole is fetched as that delta and rebuilt; if the rebuild fails,
+the step is fetched whole. A node a few steps behind, within the window, takes
+the steps in between as deltas too (each announcement it checked is remembered
+for that), since a chain of deltas is a few percent of one whole step.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from swarmrl.chain.eip712 import Domain
-from swarmrl.p2p import wire
+from swarmrl.p2p import records, wire
 from swarmrl.p2p.datapath import IO_TIMEOUT
 from swarmrl.p2p.events import Event, SwarmEventKind
 from swarmrl.p2p.fetch import Download, PeerBook
@@ -39,6 +45,8 @@ log = logging.getLogger("swarmrl.p2p")
 # Announcements already refused, remembered so that gossip repeats cost no signature
 # check and no log line.
 MAX_REMEMBERED_REJECTIONS = 256
+# Far more steps than any async window.
+MAX_REMEMBERED_STEPS = 64
 
 
 class Fetcher:
@@ -71,6 +79,8 @@ class Fetcher:
         self._downloads: dict[str, Download] = {}
         # The newest step announced while a download went on, fetched after it.
         self._waiting: tuple[Announcement, str] | None = None
+        # Checked announcements by step, for a chain of deltas to a newer step.
+        self._announced: dict[int, tuple[Announcement, str]] = {}
         self.window = 0  # steps a download may fall behind the newest and go on
         self.newest_announced = -1  # the newest step a trusted key announced
         self._threads: list[threading.Thread] = []
@@ -139,50 +149,115 @@ class Fetcher:
         self._on_event(Event(SwarmEventKind.REJECTED, announcement.step, reason))
 
     def _consider(
-        self, announcement: Announcement, peer: str, manifest: Manifest | None = None
+        self,
+        announcement: Announcement,
+        peer: str,
+        manifest: Manifest | None = None,
+        *,
+        chained: bool = False,
     ) -> None:
-        if not self._still_wanted(announcement, first_look=True):
-            return
-        self._on_event(Event(SwarmEventKind.ANNOUNCED, announcement.step, announcement.model))
+        """Fetches `announcement`'s step if it is wanted (`chained`: a step on the way to
+        a newer one that waits, announced and checked before)."""
+        if not chained:
+            if not self._still_wanted(announcement, first_look=True):
+                return
+            self._remember(announcement, peer)
+            self._on_event(Event(SwarmEventKind.ANNOUNCED, announcement.step, announcement.model))
         if not self._finish_first(announcement, peer):
             return
+        # Outside the lock: a slow peer delays this announcement, nothing else.
         if manifest is None:
-            # Outside the lock: a slow peer delays this announcement, nothing else.
-            manifest = self._find_manifest(announcement, peer)
+            manifest = self._ask_for(announcement.manifest_hash, peer, announcement.step)
             if manifest is None:
+                self._reject(announcement, "no peer could give its manifest", remember=False)
                 return
+        delta = self._find_delta(manifest, peer)
+        if delta is None and not chained and self._chain_first(announcement, peer, manifest):
+            return
         with self._lock:
             # Another thread may have taken this or a newer step meanwhile, or begun
             # one this step must wait for or stop.
-            if not self._still_wanted(announcement, first_look=False):
+            if not self._still_wanted(announcement, first_look=False, chained=chained):
                 return
             if not self._finish_first(announcement, peer):
                 return
-            try:
-                announcement.matches(manifest)
+            self._start(announcement, manifest, delta)
+
+    def _remember(self, announcement: Announcement, peer: str) -> None:
+        """Keeps a checked announcement for :meth:`_chain_first` (the newest few)."""
+        with self._lock:
+            self._announced[announcement.step] = (announcement, peer)
+            while len(self._announced) > MAX_REMEMBERED_STEPS:
+                del self._announced[min(self._announced)]
+
+    def _chain_first(self, announcement: Announcement, peer: str, manifest: Manifest) -> bool:
+        """Whether the step after the newest held is fetched first, as its delta, on
+        the way to `announcement`'s step (which then waits, and may come as its delta
+        in turn): for a node a few steps behind, within the window, a chain of deltas
+        is a few percent of a whole step."""
+        held = self.store.latest()
+        if held is None or manifest.delta is None:
+            return False
+        behind = announcement.step - held.step
+        with self._lock:
+            between = self._announced.get(held.step + 1)
+        if not 2 <= behind <= self.window + 1 or between is None:
+            return False
+        first, first_peer = between
+        first_manifest = self._ask_for(first.manifest_hash, first_peer, first.step)
+        if first_manifest is None or first_manifest.delta is None:
+            return False
+        first_delta = self._find_delta(first_manifest, first_peer)
+        # Every delta of the chain about as large as the first: cheaper than the step?
+        if first_delta is None or first_delta.size * behind >= manifest.size:
+            return False
+        with self._lock:
+            if self._waiting is None or self._waiting[0].step < announcement.step:
+                self._waiting = (announcement, peer)
+        log.info(
+            "step %d announced; fetching step %d's delta first, %d behind",
+            announcement.step,
+            first.step,
+            behind,
+        )
+        self._consider(first, first_peer, first_manifest, chained=True)
+        return True
+
+    def _start(
+        self, announcement: Announcement, manifest: Manifest, delta: Manifest | None
+    ) -> None:
+        """Begins the download of `manifest` (the announced version), or of its delta
+        `delta` onto the base it names. Called with the lock held."""
+        if self._closed.is_set():
+            return
+        try:
+            announcement.matches(manifest)
+            if delta is None:
                 version = self.store.begin(announcement, manifest)
-            except (ValueError, OSError) as e:
-                self._reject(announcement, str(e))
-                return
-            download = Download(
-                self.store,
-                version,
-                self.book,
-                workers=self.workers,
-                max_rate=self.max_rate,
-                on_progress=lambda p: self._on_event(
-                    Event(SwarmEventKind.PROGRESS, p.step, progress=p)
-                ),
-                on_ban=lambda peer_id, why: self._on_event(
-                    Event(SwarmEventKind.BANNED, version.step, why)
-                ),
-            )
-            self._downloads[version.manifest_hash] = download
-            thread = threading.Thread(
-                target=self._download, args=(download,), name="swarmrl-download", daemon=True
-            )
-            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-            thread.start()  # under the lock: close() may join it as soon as it is listed
+            else:
+                version = self.store.begin(announcement, delta, target=manifest)
+        except (ValueError, OSError) as e:
+            self._reject(announcement, str(e))
+            return
+        download = Download(
+            self.store,
+            version,
+            self.book,
+            workers=self.workers,
+            max_rate=self.max_rate,
+            on_progress=lambda p: self._on_event(
+                Event(SwarmEventKind.PROGRESS, p.step, progress=p)
+            ),
+            on_ban=lambda peer_id, why: self._on_event(
+                Event(SwarmEventKind.BANNED, version.step, why)
+            ),
+        )
+        self._downloads[version.manifest_hash] = download
+        thread = threading.Thread(
+            target=self._download, args=(download,), name="swarmrl-download", daemon=True
+        )
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()  # under the lock: close() may join it as soon as it is listed
 
     def _finish_first(self, announcement: Announcement, peer: str) -> bool:
         """Whether to start fetching `announcement` now. Not while a download within
@@ -218,14 +293,20 @@ class Fetcher:
                 self._waiting = None
         return True
 
-    def _still_wanted(self, announcement: Announcement, *, first_look: bool) -> bool:
+    def _still_wanted(
+        self, announcement: Announcement, *, first_look: bool, chained: bool = False
+    ) -> bool:
         """Whether to fetch this checkpoint: not closed, not held, not refused before,
         signed by a trusted key (checked on the first look only), and newer than every
-        step here or waiting. Refusals are logged and remembered."""
+        step here or waiting (`chained`: than every step here). Refusals are logged and
+        remembered."""
         mhash = announcement.manifest_hash
         with self._lock:
             # Closed: the host may outlive this swarm (the process closes it after).
-            if self._closed.is_set() or self.store.get(mhash) or mhash in self._rejected:
+            if self._closed.is_set() or mhash in self._rejected:
+                return False
+            # Held, or being fetched whole or as its delta.
+            if any(v.announcement.manifest_hash == mhash for v in self.store.versions()):
                 return False
             if self._waiting is not None and self._waiting[0].manifest_hash == mhash:
                 return False  # gossip repeating the step that waits its turn
@@ -237,7 +318,7 @@ class Fetcher:
                     return False
                 self.newest_announced = max(self.newest_announced, announcement.step)
             newest = self.store.newest_step()
-            if self._waiting is not None:
+            if self._waiting is not None and not chained:
                 newest = max(newest, self._waiting[0].step)
             if announcement.step <= newest:
                 self._reject(
@@ -246,20 +327,31 @@ class Fetcher:
                 return False
         return True
 
-    def _find_manifest(self, announcement: Announcement, first: str) -> Manifest | None:
+    def _ask_for(self, mhash: str, first: str, step: int) -> Manifest | None:
+        """The manifest whose hash is `mhash`, from `first` or any other peer; None if
+        none gives it. (The caller checks what else it must be.)"""
         peers = [first] + [p for p in self.host.peers() if p != first]
         for peer in peers:
             try:
-                request = ManifestRequest(manifest_hash=announcement.manifest_hash)
-                manifest = self.host.call(MANIFEST, peer, request).manifest
-                announcement.matches(manifest)
-                return manifest
+                manifest = self.host.call(MANIFEST, peer, ManifestRequest(manifest_hash=mhash))
+                if records.manifest_hash(manifest.manifest) != mhash:
+                    raise ValueError("it is not the manifest asked for")
+                return manifest.manifest
             except (RemoteError, wire.WireError, ValueError, ConnectionError, TimeoutError) as e:
-                log.info(
-                    "peer %s could not give the manifest of step %d: %s", peer, announcement.step, e
-                )
-        self._reject(announcement, "no peer could give its manifest", remember=False)
+                log.info("peer %s could not give a manifest of step %d: %s", peer, step, e)
         return None
+
+    def _find_delta(self, manifest: Manifest, peer: str) -> Manifest | None:
+        """The manifest of `manifest`'s delta, when this peer holds the delta's base
+        whole; None to fetch the version whole."""
+        link = manifest.delta
+        base = None if link is None else self.store.get(link.base)
+        if link is None or base is None or not base.complete or base.is_delta:
+            return None
+        delta = self._ask_for(link.manifest, peer, manifest.step)
+        if delta is None:
+            log.info("no peer gave step %d's delta; fetching the step whole", manifest.step)
+        return delta
 
     # ---- downloading -----------------------------------------------------------------
 
@@ -268,12 +360,13 @@ class Fetcher:
         self._on_change()
         try:
             finished = self._fetch_until_done(download)
+            if finished:
+                # Still listed while a delta is applied: a newer step waits for this one.
+                self._complete(version)
         finally:
             with self._lock:
                 self._downloads.pop(version.manifest_hash, None)
-        if finished:
-            self._complete(version)
-        elif not self._closed.is_set():
+        if not finished and not self._closed.is_set():
             self.store.drop(version)  # stopped for a newer step, past the window
             self._on_change()
         with self._lock:
@@ -287,16 +380,45 @@ class Fetcher:
         except (ValueError, OSError) as e:
             self._reject(version.announcement, str(e))
             return
+        if version.target is not None:
+            rebuilt = self._rebuild(version, version.target)
+            if rebuilt is None:
+                return
+            version, path = rebuilt, rebuilt.files_dir
         log.info("step %d is complete at %s", version.step, path)
         self._on_change()
         with self._ready:
             self._ready.notify_all()
         self._on_event(Event(SwarmEventKind.READY, version.step, path=path))
 
+    def _rebuild(self, delta: Version, target: Manifest) -> Version | None:
+        """The version `delta` rebuilds from its base; None when it does not (the base
+        is gone, the delta is corrupt, the result differs from the signed manifest): the
+        step is then fetched whole, and the versions held are untouched."""
+        assert target.delta is not None  # a delta version's target links to it
+        base = self.store.get(target.delta.base)
+        try:
+            if base is None:
+                raise ValueError("its base was dropped while it downloaded")
+            rebuilt = self.store.add_rebuilt(delta, base)
+        except (ValueError, OSError) as e:
+            log.warning("step %d's delta did not rebuild it: %s; fetching it whole", delta.step, e)
+            self.store.drop(delta)
+            with self._lock:
+                self._start(delta.announcement, target, None)
+            return None
+        log.info(
+            "step %d rebuilt from step %d and a %d-byte delta",
+            target.step,
+            base.step,
+            delta.manifest.size,
+        )
+        return rebuilt
+
     def _fetch_until_done(self, download: Download) -> bool:
         """True once every shard is held; False if the swarm closed or the download was
         stopped for a newer step."""
-        while not download.run(timeout=5.0):
-            if self._closed.is_set() or download.stopped:
-                return False
-        return True
+        # One run until the last shard: close() and a newer step stop it. (Rounds
+        # with a timeout would close every connection and wait out the slowest
+        # transfer each time; the broadcast simulation measured what that costs.)
+        return download.run()

@@ -186,11 +186,18 @@ class SwarmNode:
         self.fetcher.catch_up(peer)
 
     def publish(
-        self, path: Path, *, model: str, step: int, shard_size: int = DEFAULT_SHARD_SIZE
+        self,
+        path: Path,
+        *,
+        model: str,
+        step: int,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        delta: bool = False,
     ) -> Version:
         """Signs and announces the checkpoint at `path` (a file, or a directory's files)
-        as step `step`, and serves it."""
-        return self.origin.publish(path, model=model, step=step, shard_size=shard_size)
+        as step `step`, and serves it; with `delta`, also as its delta against the
+        newest version held (:meth:`Origin.publish`)."""
+        return self.origin.publish(path, model=model, step=step, shard_size=shard_size, delta=delta)
 
     def announce(self, version: Version) -> None:
         """(Re)publishes `version`'s announcement, for peers that joined since."""
