@@ -6,6 +6,8 @@ import signal
 import pytest
 from filelock import FileLock
 from hypothesis import HealthCheck, settings
+from xdist.remote import Producer
+from xdist.scheduler import Scheduling
 
 from tests import workers
 
@@ -35,8 +37,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return workers.auto_num_workers()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    workers.order_for_the_default_model(items)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xdist_worker = "PYTEST_XDIST_WORKER" in os.environ
+    run = workers.run_folder(config._tmp_path_factory) if xdist_worker else None
+    workers.order_for_the_default_model(items, run)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    if config.getvalue("dist") != "loadfile" or not workers.ModelAwareScheduling.fits_xdist():
+        return None  # xdist's own
+    # The workers' run folder is the controller's temporary folder.
+    return workers.ModelAwareScheduling(config, config._tmp_path_factory.getbasetemp(), log)
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +58,9 @@ def default_model(tmp_path_factory):
 
     root = workers.run_folder(tmp_path_factory)
     with FileLock(root / "default-model.lock"):
-        return build_default_model(root / "models" / "default")
+        model = build_default_model(workers.default_model_dir(root))
+        workers.mark_ready(root)
+        return model
 
 
 def held_out_reward(model, tasks) -> float:

@@ -9,15 +9,22 @@ what sharing a machine costs when no one divides it.
 
 The default model takes minutes to build and most tests need none: the first module
 that needs it runs first and builds it while the other workers run the modules that
-need none, and the rest of its users come last, when it is ready.
+need none. Its other users are long (they train, run swarms): each is handed to the
+first worker free once the model is ready, and the short modules that need none fill
+in around them and even out the end. Left for last instead, they ended one worker's
+run minutes after the other's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadFileScheduling
+from xdist.workermanage import WorkerController
 
 MOST_WORKERS = 4  # past four, a worker's slice is worth more than another worker
 
@@ -47,12 +54,24 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
 
 
-def order_for_the_default_model(items: list[pytest.Item]) -> None:
+# Files in the run folder: the later users of the default model (written by each worker
+# at collection) and the mark that the model is built (written by whoever built it).
+LATER_USERS = "default-model-users.json"
+READY = "default-model.ready"
+
+
+def default_model_dir(run: Path) -> Path:
+    return run / "models" / "default"
+
+
+def order_for_the_default_model(items: list[pytest.Item], run: Path | None = None) -> None:
     """The first module that needs the default model first, its other users last.
 
     pytest-xdist hands out whole modules in this order (``--dist loadfile
     --no-loadscope-reorder``), so one worker builds the model while the others run
-    what needs none.
+    what needs none. Under xdist the other users' modules are also written to ``run``,
+    for the controller's ``ModelAwareScheduling`` to hand them out as soon as the
+    model is ready.
     """
     users = [item.path for item in items if "default_model" in item.fixturenames]
     if not users:
@@ -64,3 +83,58 @@ def order_for_the_default_model(items: list[pytest.Item]) -> None:
         return 0 if item.path == first else 2 if item.path in later else 1
 
     items.sort(key=rank)  # stable: each module keeps its own order
+    if run is not None:
+        scopes = sorted({item.nodeid.split("::", 1)[0] for item in items if rank(item) == 2})
+        mine = run / f".{LATER_USERS}.{os.getpid()}"
+        mine.write_text(json.dumps(scopes))
+        mine.replace(run / LATER_USERS)  # every worker writes the same list, whole
+
+
+def mark_ready(run: Path) -> None:
+    (run / READY).touch()
+
+
+class ModelAwareScheduling(LoadFileScheduling):
+    """``--dist loadfile`` that hands out a later user of the default model as soon as
+    the model is built, and a module that needs none before that.
+
+    A worker asks for a module when it has two tests or fewer left, and gets the first
+    in the queue it may run now: a later user if the model is ready and it has none
+    unfinished (they are long: two in one worker's queue would leave the other with
+    the short ones), else the first module that needs no model (the first user, which
+    builds it, comes first in the queue). When only later users are left it gets one
+    anyway: their fixture waits for the model, as it did before this scheduler.
+
+    It picks by moving a module to the front of xdist's queue (``workqueue``,
+    ``assigned_work`` and ``_assign_work_unit`` are LoadScopeScheduling's, as of
+    pytest-xdist 3.8); xdist then hands it out as it always does.
+    """
+
+    @staticmethod
+    def fits_xdist() -> bool:
+        """Whether this pytest-xdist still schedules as this class expects (else
+        ``--dist loadfile`` runs as xdist's own, with the order above only)."""
+        return callable(getattr(LoadFileScheduling, "_assign_work_unit", None))
+
+    def __init__(self, config: pytest.Config, run: Path, log: Producer | None = None) -> None:
+        super().__init__(config, log)
+        self.run = run
+        self._later: set[str] | None = None
+
+    def _later_users(self) -> set[str]:
+        if self._later is None:  # the workers wrote it before they reported their collection
+            try:
+                self._later = set(json.loads((self.run / LATER_USERS).read_text()))
+            except (OSError, ValueError):
+                self._later = set()  # nothing to wait for: plain loadfile
+        return self._later
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        later = self._later_users()
+        mine = self.assigned_work.get(node, {})
+        holds_one = any(s in later and not all(done.values()) for s, done in mine.items())
+        later_now = (self.run / READY).exists() and not holds_one
+        scopes = list(self.workqueue)
+        pick = next((s for s in scopes if (s in later) == later_now), scopes[0])
+        self.workqueue.move_to_end(pick, last=False)
+        super()._assign_work_unit(node)
