@@ -12,8 +12,9 @@ cache warm) and MB/s of target bytes; the CPU time of one call (every thread; le
 sensitive than wall time to other load on a shared machine); the delta's size
 against the target's; and, for comparison, BLAKE3 over the same target by
 `shards.build_manifest` (64 MiB shards) and by the `blake3` package over the
-memory-mapped file. Peak RSS of `encode` and `apply` is measured in a fresh
-process each, against that process's RSS before the call. MB is 1e6 bytes.
+memory-mapped file, and the times per GB of target against `build_manifest`'s. Peak
+RSS of `encode` and `apply` is measured in a fresh process each, against that
+process's RSS before the call. MB is 1e6 bytes.
 
     python -m benchmarks.delta_codec [--runs 3] [--threads N] [--model model.safetensors]
 """
@@ -220,6 +221,14 @@ def report(figures: dict[str, dict[str, float]], runs: int, threads: int, weight
             f"    BLAKE3: build_manifest {f['manifest_s']:.3f} s ({f['manifest_mb_s']:.0f} MB/s, "
             f"{f['manifest_cpu_s']:.2f} CPU s), "
             f"blake3 mmap {f['blake3_s']:.3f} s ({f['blake3_mb_s']:.0f} MB/s)"
+        )
+        # Per GB of target, against the hashing every node does on the same bytes anyway.
+        gb = f["target_mb"] / 1e3
+        print(
+            f"    per GB: encode {f['encode_s'] / gb:.2f} s, apply {f['apply_s'] / gb:.2f} s, "
+            f"BLAKE3 {f['manifest_s'] / gb:.2f} s (build_manifest); encode / BLAKE3 "
+            f"{f['encode_s'] / f['manifest_s']:.1f}x, apply / BLAKE3 "
+            f"{f['apply_s'] / f['manifest_s']:.1f}x"
         )
         print(
             f"    peak RSS: encode {f['encode_peak_rss_mb']:.0f} MB "

@@ -63,7 +63,16 @@ def _register_apps() -> None:
 
 _register_apps()
 
-BENCHMARKS = ("toploc", "shards", "broadcast", "inference", "learner", "swarm", "trust")
+BENCHMARKS = (
+    "toploc",
+    "shards",
+    "broadcast",
+    "delta",
+    "inference",
+    "learner",
+    "swarm",
+    "trust",
+)
 
 
 def _version(show: bool) -> None:
@@ -113,6 +122,40 @@ def bench_broadcast(
 ) -> None:
     """Weight broadcast to 1 and 8 nodes vs. shardcast 0.3.2 (1 GiB, loopback)."""
     _run_benchmark("broadcast", runs)
+
+
+@bench_app.command("delta")
+def bench_delta(
+    smollm2_steps: int = typer.Option(
+        4, "--smollm2-steps", min=2, max=1000, help="Training steps of SmolLM2-135M."
+    ),
+    default_steps: int = typer.Option(
+        4, "--default-steps", min=2, max=10_000, help="Training steps of the default model."
+    ),
+    runs: int = typer.Option(5, min=1, max=1000, help="Timed runs per codec figure (median)."),
+    nodes: int = typer.Option(
+        1000, min=10, max=100_000, help="Nodes the broadcast simulation reaches."
+    ),
+    skip_learner: bool = typer.Option(False, "--skip-learner", help="Leave out the training."),
+    skip_codec: bool = typer.Option(False, "--skip-codec", help="Leave out the codec's speed."),
+    skip_sim: bool = typer.Option(False, "--skip-sim", help="Leave out the simulation."),
+    skip_anchor: bool = typer.Option(
+        False, "--skip-anchor", help="Simulate the delta alone, not the full version."
+    ),
+) -> None:
+    """What a policy step ships: delta / full bytes over real training (SmolLM2-135M in
+    bf16 at lr 1e-6, the default model), encode and apply vs. BLAKE3, and the time to
+    reach 1,000 nodes, full vs. delta (simulated)."""
+    flags = {
+        "--skip-learner": skip_learner,
+        "--skip-codec": skip_codec,
+        "--skip-sim": skip_sim,
+        "--skip-anchor": skip_anchor,
+    }
+    argv = ["--smollm2-steps", str(smollm2_steps), "--default-steps", str(default_steps)]
+    argv += ["--runs", str(runs), "--nodes", str(nodes)]
+    argv += [flag for flag, given in flags.items() if given]
+    _run_benchmark("delta", argv)
 
 
 @bench_app.command("inference")
