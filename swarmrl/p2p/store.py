@@ -52,6 +52,9 @@ ANNOUNCEMENT_FILE = "announcement.json"
 MANIFEST_FILE = "manifest.json"
 FILES_DIR = "files"
 DELTA_DIR_SUFFIX = "-delta"
+# Hidden folders a version is made in (an origin's delta, a node's rebuilt step) before
+# the store takes it in; a crash leaves them, and load() removes them.
+STAGING_PREFIX = ".staging-"
 DEFAULT_KEEP = 3
 
 
@@ -329,7 +332,7 @@ class WeightStore:
         if target.delta is None or base.manifest_hash != target.delta.base or base.is_delta:
             raise ValueError(f"step {base.step} is not the base of step {target.step}'s delta")
         self._make_room(target.size)
-        with tempfile.TemporaryDirectory(dir=self.root, prefix=".rebuild-") as staging:
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=STAGING_PREFIX) as staging:
             deltas.rebuild(base.files_dir, delta_version.files_dir, target, Path(staging))
             if not deltas.matches(Path(staging), target):
                 raise ValueError(
@@ -366,7 +369,7 @@ class WeightStore:
         out, or was never finished, stays on disk unregistered: its intact shards are
         kept when it is announced again. Anything unreadable is skipped with a log line."""
         found = []
-        for leftover in self.root.glob(".rebuild-*"):  # a crash mid-rebuild
+        for leftover in self.root.glob(STAGING_PREFIX + "*"):  # a crash while making one
             shutil.rmtree(leftover, ignore_errors=True)
         for directory in sorted(self.root.glob("step-*")):
             try:

@@ -15,7 +15,7 @@ from swarmrl import shards
 from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.p2p import deltas, records
 from swarmrl.p2p.records import Announcement
-from swarmrl.p2p.store import Version, WeightStore
+from swarmrl.p2p.store import STAGING_PREFIX, Version, WeightStore
 from swarmrl.shards import DeltaLink, Manifest
 from tests.unit.test_delta import Weights, perturbed, saved
 
@@ -124,7 +124,7 @@ def test_the_store_keeps_a_rebuilt_step_once_and_its_delta_goes_with_it(weights,
     assert store.latest() is rebuilt
     assert rebuilt.step == 2
     assert deltas.matches(rebuilt.files_dir, rebuilt.manifest)
-    assert not list(store.root.glob(".rebuild-*"))
+    assert not list(store.root.glob(STAGING_PREFIX + "*"))
     store.drop(rebuilt)
     assert store.versions() == [base]  # the delta went with the step it rebuilds
 
@@ -137,7 +137,7 @@ def test_a_rebuild_that_does_not_match_the_signed_manifest_keeps_nothing(weights
     with pytest.raises(ValueError, match=r"^step 2 rebuilt from its delta does not match"):
         store.add_rebuilt(delta, base)
     assert store.versions() == [base, delta]
-    assert not list(store.root.glob(".rebuild-*"))
+    assert not list(store.root.glob(STAGING_PREFIX + "*"))
     assert sorted(p.name for p in store.root.iterdir()) == sorted(
         p.name for p in (base.directory, delta.directory)
     )
@@ -154,4 +154,4 @@ def test_a_truncated_delta_is_one_sentence_and_changes_nothing(weights, tmp_path
     ):
         store.add_rebuilt(delta, base)
     assert store.versions() == [base, delta]
-    assert not list(store.root.glob(".rebuild-*"))
+    assert not list(store.root.glob(STAGING_PREFIX + "*"))

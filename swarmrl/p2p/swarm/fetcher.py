@@ -149,20 +149,12 @@ class Fetcher:
         self._on_event(Event(SwarmEventKind.REJECTED, announcement.step, reason))
 
     def _consider(
-        self,
-        announcement: Announcement,
-        peer: str,
-        manifest: Manifest | None = None,
-        *,
-        chained: bool = False,
+        self, announcement: Announcement, peer: str, manifest: Manifest | None = None
     ) -> None:
-        """Fetches `announcement`'s step if it is wanted (`chained`: a step on the way to
-        a newer one that waits, announced and checked before)."""
-        if not chained:
-            if not self._still_wanted(announcement, first_look=True):
-                return
-            self._remember(announcement, peer)
-            self._on_event(Event(SwarmEventKind.ANNOUNCED, announcement.step, announcement.model))
+        if not self._still_wanted(announcement, first_look=True):
+            return
+        self._remember(announcement, peer)
+        self._on_event(Event(SwarmEventKind.ANNOUNCED, announcement.step, announcement.model))
         if not self._finish_first(announcement, peer):
             return
         # Outside the lock: a slow peer delays this announcement, nothing else.
@@ -172,12 +164,12 @@ class Fetcher:
                 self._reject(announcement, "no peer could give its manifest", remember=False)
                 return
         delta = self._find_delta(manifest, peer)
-        if delta is None and not chained and self._chain_first(announcement, peer, manifest):
+        if delta is None and self._chain_first(announcement, peer, manifest):
             return
         with self._lock:
             # Another thread may have taken this or a newer step meanwhile, or begun
             # one this step must wait for or stop.
-            if not self._still_wanted(announcement, first_look=False, chained=chained):
+            if not self._still_wanted(announcement, first_look=False):
                 return
             if not self._finish_first(announcement, peer):
                 return
@@ -211,16 +203,20 @@ class Fetcher:
         # Every delta of the chain about as large as the first: cheaper than the step?
         if first_delta is None or first_delta.size * behind >= manifest.size:
             return False
-        with self._lock:
-            if self._waiting is None or self._waiting[0].step < announcement.step:
-                self._waiting = (announcement, peer)
         log.info(
             "step %d announced; fetching step %d's delta first, %d behind",
             announcement.step,
             first.step,
             behind,
         )
-        self._consider(first, first_peer, first_manifest, chained=True)
+        with self._lock:
+            if self._waiting is None or self._waiting[0].step < announcement.step:
+                self._waiting = (announcement, peer)
+            # `first` was checked when it was announced; it must still be wanted.
+            if self._still_wanted(first, first_look=False, chained=True) and self._finish_first(
+                first, first_peer
+            ):
+                self._start(first, first_manifest, first_delta)
         return True
 
     def _start(

@@ -28,7 +28,7 @@ from swarmrl.p2p import deltas, records, wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.messages import checkpoints_topic
 from swarmrl.p2p.records import Announcement
-from swarmrl.p2p.store import Version, WeightStore
+from swarmrl.p2p.store import STAGING_PREFIX, Version, WeightStore
 from swarmrl.shards import DEFAULT_SHARD_SIZE, DeltaLink, Manifest
 
 
@@ -75,7 +75,7 @@ class Origin:
             raise ValueError(f"{self.account.address} is not a trusted checkpoint signer")
         path = Path(path)
         manifest = shards.build_manifest(path, model=model, step=step, shard_size=shard_size)
-        with tempfile.TemporaryDirectory(dir=self.store.root, prefix=".delta-") as made:
+        with tempfile.TemporaryDirectory(dir=self.store.root, prefix=STAGING_PREFIX) as made:
             base = self.store.latest() if delta else None
             delta_manifest = None
             if base is not None and base.step < step:
