@@ -13,7 +13,6 @@ time (prefill, rewards) is the validator process's work, later.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -31,6 +30,7 @@ from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.scheduler import budget_for, cooldown, draw_order
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain
+from swarmrl.files import fsync
 from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Server
 from swarmrl.rollouts import checks
@@ -389,7 +389,7 @@ class WorkServer:
         epoch = self.ledger.epochs.at(now, self.settings.epoch_seconds)
         kept = self.submissions_dir / f"{digest}.parquet"
         shutil.move(path, kept)
-        _fsync_dir(self.submissions_dir)
+        fsync(self.submissions_dir)
         receipt = submit.Receipt(
             run=self.context.run,
             node=node.address,
@@ -466,11 +466,3 @@ def _refuse(node: NodeRow, header: submit.SubmitHeader, reason: str) -> submit.S
 
 def _no_work(retry_after: float, reason: str) -> assign.WorkResponse:
     return assign.WorkResponse(order=None, retry_after=retry_after, reason=reason)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
