@@ -5,7 +5,9 @@ Two safetensors files with identical headers (the same tensors, dtypes, shapes a
 offsets: consecutive steps of one policy) differ only in tensor bytes. :func:`encode`
 writes, for each tensor in file order, the smaller of two zstd-compressed encodings:
 the XOR of the two byte ranges, or the indices of the changed elements (as LEB128
-gaps) followed by their new values. An unchanged tensor costs a few bytes. Files
+gaps) followed by their XORs; both store XORs as byte planes (every element's low
+byte, then the next byte, ...), so the high bytes a small update leaves alone are runs
+of zeros. An unchanged tensor costs a few bytes. Files
 whose headers differ cannot be a delta of each other (``ValueError`` saying what
 differs); the caller then ships the whole file.
 

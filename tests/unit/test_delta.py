@@ -172,7 +172,7 @@ def test_a_delta_applies_only_onto_its_base(bf16_case, weights, tmp_path):
         (lambda b: b[:15], "the delta is truncated: its preamble"),
         (lambda b: b + b"x", "the delta has 1 bytes after its last payload"),
         (lambda b: b"GGUF" + b[4:], "not a swarmrl weight delta"),
-        (lambda b: b[:8] + b"\x02" + b[9:], "format version 2"),
+        (lambda b: b[:8] + b"\x03" + b[9:], "format version 3"),
         (lambda b: b[:20] + b"[" + b[21:], "header is not valid"),
     ],
 )

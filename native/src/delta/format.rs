@@ -1,9 +1,9 @@
-//! The weight-delta file format, version 1.
+//! The weight-delta file format, version 2.
 //!
 //! ```text
 //! offset  bytes  field
 //! 0       8      magic b"SRLDELTA"
-//! 8       4      format version, u32 little-endian: 1
+//! 8       4      format version, u32 little-endian: 2
 //! 12      8      header length H, u64 little-endian, at most MAX_HEADER
 //! 20      H      header: UTF-8 JSON, below
 //! 20 + H  ...    one payload per record, back to back in record order, to the end
@@ -28,14 +28,19 @@
 //!
 //! A payload is zstd data (one or more frames) that decompresses to:
 //!
-//! * xor: exactly `length` bytes, the target's bytes XOR the base's;
+//! * xor: exactly `length` bytes, the target's elements XOR the base's, as
+//!   byte planes: byte 0 of every element in index order, then byte 1 of
+//!   every element, and so on up to `element_size` planes;
 //! * sparse: a LEB128 varint count `c` of changed elements, then `c` varint
 //!   gaps (the first changed element's index, then for each next one its
 //!   index minus the previous index minus 1), then the `c` changed elements'
-//!   new bytes in index order. The encoder picks sparse only when gaps and
-//!   values fit in `length` bytes, so a sparse payload decompresses to at
-//!   most `length + 10` bytes (one varint more). An unchanged tensor is a
-//!   sparse record with no changes.
+//!   XORs with the base in index order, as byte planes like xor's. The
+//!   encoder picks sparse only when gaps and values fit in `length` bytes, so
+//!   a sparse payload decompresses to at most `length + 10` bytes (one varint
+//!   more). An unchanged tensor is a sparse record with no changes.
+//!
+//! Version 1 stored xor interleaved and sparse values as the new bytes; its
+//! deltas live one step, so nothing reads them any more.
 //!
 //! A delta arrives from the network, so every number in it is checked before
 //! use: the magic, version and header length against the file; the records'
@@ -54,7 +59,7 @@ use super::safetensors::MAX_HEADER as MAX_SAFETENSORS_HEADER;
 use super::{plain, quoted, DeltaError, Hash};
 
 pub const MAGIC: &[u8; 8] = b"SRLDELTA";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The largest header accepted. A record is at most about four times the
 /// bytes of its tensor's entry in a safetensors header, so the delta of any
 /// file within the safetensors cap fits.

@@ -3,8 +3,8 @@
 //! Both steps are safetensors files with the same header (names, dtypes,
 //! shapes, offsets), so only tensor bytes differ. [`encode`] writes, for each
 //! tensor in file order, the smaller of two zstd-compressed encodings: the
-//! XOR of the two byte ranges, or the changed elements' indices and new
-//! values (see [`format`] for the file layout). [`apply`] rebuilds the target
+//! XOR of the two byte ranges, or the changed elements' indices and XORs
+//! (both as byte planes: see [`format`] for the file layout). [`apply`] rebuilds the target
 //! from the base and the delta, only onto the exact base it was made against,
 //! and checks every tensor and the whole result against the hashes the delta
 //! carries; [`inspect`] says what a delta holds without a base.
@@ -114,7 +114,7 @@ pub enum DeltaError {
     #[error("tensor {tensor}'s sparse gaps run past its {elements} elements")]
     SparseRange { tensor: String, elements: u64 },
     #[error(
-        "tensor {tensor}'s sparse payload holds {got} bytes of new values, but {count} changes \
+        "tensor {tensor}'s sparse payload holds {got} bytes of changed values, but {count} changes \
          of {size} bytes need {}",
         *count as u128 * *size as u128
     )]

@@ -185,7 +185,7 @@ fn split(delta: &[u8]) -> (Value, Vec<Vec<u8>>) {
 fn join_as_is(header: &Value, payloads: &[Vec<u8>]) -> Vec<u8> {
     let json = serde_json::to_vec(header).unwrap();
     let mut out = b"SRLDELTA".to_vec();
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&(json.len() as u64).to_le_bytes());
     out.extend_from_slice(&json);
     payloads.iter().for_each(|p| out.extend_from_slice(p));
@@ -581,11 +581,11 @@ fn structural_damage_is_named() {
     assert!(matches!(err_of(&c, b""), DeltaError::Truncated { .. }));
     assert!(matches!(err_of(&c, b"PK\x03\x04 not a delta at all"), DeltaError::NotADelta));
 
-    let mut v2 = good.clone();
-    v2[8] = 2;
+    let mut v3 = good.clone();
+    v3[8] = 3;
     assert_eq!(
-        err_of(&c, &v2).to_string(),
-        "the delta is format version 2; this build reads version 1"
+        err_of(&c, &v3).to_string(),
+        "the delta is format version 3; this build reads version 2"
     );
     let mut huge = good.clone();
     huge[12..20].copy_from_slice(&(MAX_HEADER + 1).to_le_bytes());
@@ -748,7 +748,7 @@ fn damaged_payloads_are_named() {
     let err = err_of(&c, &sparse(&overflow));
     assert!(matches!(err, DeltaError::SparseRange { .. }), "{err}");
     let err = err_of(&c, &sparse(&[1, 0, 9]));
-    assert_eq!(err.to_string(), format!("tensor '{EMBED}''s sparse payload holds 1 bytes of new values, but 1 changes of 2 bytes need 2"));
+    assert_eq!(err.to_string(), format!("tensor '{EMBED}''s sparse payload holds 1 bytes of changed values, but 1 changes of 2 bytes need 2"));
     let err = err_of(&c, &sparse(&[1, 0, 9, 9, 9]));
     assert!(matches!(err, DeltaError::SparseValues { got: 3, .. }), "{err}");
 
@@ -798,6 +798,30 @@ fn record(encoding: Encoding, element_size: u64, length: u64) -> Record {
         compressed: 0,
         blake3: [0; 32],
     }
+}
+
+/// The payload layout `format.rs` documents, decoded by hand-made payloads:
+/// both encodings hold XORs with the base as byte planes, low bytes first.
+#[test]
+fn payloads_are_xors_in_byte_planes() {
+    // Three 2-byte elements; the base's bytes are 10, 11, 20, 21, 30, 31.
+    let base = [10u8, 11, 20, 21, 30, 31];
+    // xor: plane 0 (each element's byte 0), then plane 1.
+    let xor = zstd(&[1, 2, 3, 4, 5, 6]);
+    let out = decode_tensor(&record(Encoding::Xor, 2, 6), &base, &xor).unwrap();
+    assert_eq!(out, [10 ^ 1, 11 ^ 4, 20 ^ 2, 21 ^ 5, 30 ^ 3, 31 ^ 6]);
+    // sparse: two changes (elements 0 and 2: gaps 0 and 1), then their planes.
+    let sparse = zstd(&[2, 0, 1, 7, 8, 0, 9]);
+    let out = decode_tensor(&record(Encoding::Sparse, 2, 6), &base, &sparse).unwrap();
+    assert_eq!(out, [10 ^ 7, 11, 20, 21, 30 ^ 8, 31 ^ 9]);
+    // And the encoder writes what the decoder reads: the same changes in a
+    // tensor long enough for sparse to be the smaller encoding.
+    let (mut long_base, mut long_target) = (vec![0u8; 2048], vec![0u8; 2048]);
+    long_base[..6].copy_from_slice(&base);
+    long_target[..6].copy_from_slice(&out);
+    let encoded = encode_tensor("t", &long_base, &long_target, 2, 3).unwrap();
+    assert_eq!(encoded.encoding, Encoding::Sparse);
+    assert_eq!(zstd::bulk::decompress(&encoded.payload, 64).unwrap(), [2, 0, 1, 7, 8, 0, 9]);
 }
 
 /// A base, and a target with some elements changed.
