@@ -294,9 +294,6 @@ class Orchestrator:
         step = ckpt.latest_step(self.run_dir)
         if step is None or (self.published is not None and step <= self.published):
             return
-        for child in self.children:
-            if child.name == TRAINER:
-                child.progressed()  # a new step: the trainer is not failing in a loop
         began = time.perf_counter()
         self.swarm.publish(
             ckpt.step_dir(self.run_dir, step),
@@ -354,19 +351,47 @@ class Orchestrator:
 
     def _supervise(self) -> None:
         """The daemon's loop, until a signal. What stops it (a damaged ledger, a child
-        that keeps failing) is one sentence, logged here and raised to the command."""
+        that keeps failing, a step that cannot be published) is one sentence, logged
+        here and raised to the command."""
+        done = threading.Event()
+        failed: list[Exception] = []
+        publisher = threading.Thread(
+            target=self._publish_loop, args=(done, failed), name="publisher", daemon=True
+        )
+        publisher.start()
+        seen = self.published
         try:
             while not self._stopping.is_set():
+                if failed:
+                    raise failed[0]
                 now = time.time()
-                self._publish_new()
                 self._sweep_nodes(now)
+                new_step, seen = self.published != seen, self.published
                 for child in self.children:
+                    if child.name == TRAINER and new_step:
+                        child.progressed()  # a new step: the trainer is not failing in a loop
                     child.check()
                 self.metrics.update(self.ledger, self.run_dir, self.published)
                 self._stopping.wait(SUPERVISE_SECONDS)
         except ValueError as e:
             log.error("stopping: %s", e)
             raise
+        finally:
+            # A publish in progress finishes before close() takes the swarm away.
+            done.set()
+            publisher.join()
+
+    def _publish_loop(self, done: threading.Event, failed: list[Exception]) -> None:
+        """Publishes each new step, off the supervisor's loop: hashing a large policy
+        and encoding its delta take tens of seconds (about 40 s for a 7B on two
+        cores), in which nodes must still be swept and children checked. A failure
+        ends the loop and is handed to the supervisor, which stops the daemon."""
+        try:
+            while not done.is_set():
+                self._publish_new()
+                done.wait(SUPERVISE_SECONDS)
+        except Exception as e:  # handed over whole: the supervisor decides what it means
+            failed.append(e)
 
     def close(self) -> None:
         for child in self.children:
