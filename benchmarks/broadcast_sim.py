@@ -37,33 +37,46 @@ modules where they are constants):
 - DEFAULT_WORKERS workers per download, each taking the rarest missing shard
   (fewest eligible holders, ties in the node's own random order), endgame once
   every missing shard is in flight (at most two fetchers per shard), peers
-  chosen unmeasured-first, else EXPLORE at random, else by smoothed
-  throughput / (1 + own in-flight), at most MAX_INFLIGHT_PER_PEER per peer;
-- a BUSY refusal (all of a server's DEFAULT_MAX_CONNECTIONS slots held) or a
-  failed request backs the peer off for BACKOFF_SECONDS for that node;
-- a server slot is a connection, not a transfer: a worker keeps its connection
-  to every peer it used until its run ends, and the server drops one idle for
-  IDLE_TIMEOUT;
-- ``ShardClient`` drops its socket after a BUSY answer (the server has closed
-  it) and dials afresh next time; a connection the server dropped as idle fails
-  the worker's next request to that peer (one more round trip, one more
-  backoff) before it reconnects;
+  chosen at random with probability EXPLORE (or when no holder is measured),
+  else the measured one with the best smoothed throughput / (1 + own
+  in-flight), at most MAX_INFLIGHT_PER_PEER per peer;
+- a server sends DEFAULT_TRANSFER_SLOTS shards at once (the origin, a known
+  reachable peer, ORIGIN_TRANSFER_SLOTS); a request beyond them waits in line,
+  first come first served, for up to QUEUE_WAIT, then is answered BUSY on its
+  open connection. The worker is blocked on its request meanwhile, so a shard
+  it got elsewhere in the meantime is still sent when its turn comes;
+- a server keeps at most DEFAULT_MAX_CONNECTIONS connections (the origin
+  ORIGIN_MAX_CONNECTIONS): one more takes
+  the place of the one idle the longest, which the server closes, and only
+  when none is idle is it answered BUSY at accept and closed; a worker keeps
+  its connection to every peer it used until its run ends, and the server
+  drops one idle for IDLE_TIMEOUT;
+- a BUSY, or a failed request, backs the peer off for BACKOFF_SECONDS for that
+  node;
+- ``ShardClient`` keeps its socket after any refusal; a request that meets a
+  socket the server closed (idle, evicted, or BUSY at accept) goes again once on a fresh
+  connection: one round trip to learn it, then a handshake;
 - the fetcher runs a download in one ``run()``: it ends when the last transfer
   in flight ends (endgame duplicates of held shards included), and the node is
   ready then;
 - holdings become visible to a node in two ways: the peers it is connected to
   (the origin and MAX_PEERS - 1 reachable peers it dialled, plus reachable
-  peers that dialled it) through the HAVE poll, which is sequential, so one
-  round takes POLL_INTERVAL plus one call (two round trips) per peer; everyone
-  else only through gossiped adverts, which the code sends when a download
-  starts and finishes and every ADVERT_INTERVAL, not per shard.
+  peers that dialled it) through the HAVE poll, POLL_THREADS peers at once, so
+  one round takes POLL_INTERVAL plus one call (two round trips) per
+  POLL_THREADS peers; everyone else only through gossiped adverts, which the
+  code sends when a download starts and finishes and every ADVERT_INTERVAL,
+  not per shard.
 
-`POLICIES` also names a what-if, "fixes", with the changes the code-policy runs
-point at (each is a `Policy` field, and the table shows some one at a time):
-transfer slots sized to the uplink (one per 10 Mbit/s) with requests beyond
-them queued at the server instead of refused, peers chosen by measured rate
-(unmeasured ones only through EXPLORE), one continuous run that ends with the
-last shard, HAVE polls in parallel.
+`POLICIES` also names the policy as it was "before 2026-11-27", when the
+what-ifs of this simulation went into the code: a server slot was a connection
+(DEFAULT_MAX_CONNECTIONS was 64), held from a worker's first request until its
+run ended or the idle timeout, and refused beyond them, idle or not;
+unmeasured peers went first; HAVE polls went one peer after another; a request
+on a connection the server had dropped as idle failed and backed off. And it
+names what-ifs against the code, one change at a time (each a `Policy` field):
+each of the old ways back; slots sized to every server's uplink (one per 10
+Mbit/s, which the code cannot do: a node does not know its uplink); and the
+origin sized like a node's server was, 64 slots and 256 connections.
 
 Approximations, each to keep 1,000 nodes x 227 shards within minutes:
 
@@ -72,14 +85,18 @@ Approximations, each to keep 1,000 nodes x 227 shards within minutes:
   every start and end): a new flow waits up to one quantum for its rate, and a
   finished flow's share is handed out at the next solution;
 - a shard a holder just got becomes visible to all of its pollers at the same
-  moment, uniform within one poll round of ``poll_interval + max_peers *
-  poll_call_seconds`` (the round of an outbound-only node; reachable nodes are
-  polled by more peers and poll more, so theirs is slower);
+  moment, uniform within one poll round of ``poll_interval + ceil(max_peers /
+  poll_threads) * poll_call_seconds`` (the round of an outbound-only node;
+  reachable nodes are polled by more peers and poll more, so theirs is slower);
+- the queue wait is modelled as the code has it (BUSY after QUEUE_WAIT), but a
+  request joins the line one round trip after it was sent, and its bytes start
+  as soon as it gets a slot;
 - the download starts a uniform share of the gossip delay plus one round trip
   (the manifest) after the announcement.
 
-The code policy's runs are chaotic (herds form on whichever peer is new), so a
-different seed, or quantum, moves its figures by tens of percent: `--seeds`.
+The old policy's runs are chaotic (herds formed on whichever peer was new), so a
+different seed, or quantum, moves its figures by tens of percent; the code's move
+by a few percent: `--seeds`.
 
 Why simpy: workers are naturally processes (take a job, connect, request, wait
 for the bytes, release), server queues are its Resources, and a flow-level
@@ -107,7 +124,14 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from swarmrl.p2p.datapath import DEFAULT_MAX_CONNECTIONS, IDLE_TIMEOUT
+from swarmrl.p2p.datapath import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TRANSFER_SLOTS,
+    IDLE_TIMEOUT,
+    ORIGIN_MAX_CONNECTIONS,
+    ORIGIN_TRANSFER_SLOTS,
+    QUEUE_WAIT,
+)
 from swarmrl.p2p.fetch import (
     BACKOFF_SECONDS,
     DEFAULT_WORKERS,
@@ -135,6 +159,7 @@ POLL_INTERVAL = 0.5
 ADVERT_INTERVAL = 30.0
 MIN_ADVERT_GAP = 2.0
 MAX_PEERS = 32
+POLL_THREADS = MAX_PEERS
 # swarmrl/p2p/swarm/fetcher.py: `return download.run()`, one run until done. (The code
 # ran rounds of `run(timeout=5.0)` until this simulation showed what they cost; the
 # `run_timeout` field still models them.)
@@ -186,6 +211,27 @@ class Policy:
     rate_smoothing: float = RATE_SMOOTHING
     backoff: float = BACKOFF_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Connections a server keeps open at once; one more is answered BUSY at accept
+    (unless evict_idle makes room)."""
+    evict_idle: bool = True
+    """At the cap, a new connection takes the place of the one idle the longest, which
+    the server closes (the code). False: it is refused (before 2026-11-27)."""
+    transfer_slots: int | None = DEFAULT_TRANSFER_SLOTS
+    """Shard transfers a server sends at once (the code). None: the server before
+    2026-11-27, whose slots were its max_connections connections, each held by a
+    worker from its first request there until its run ended or the idle timeout."""
+    origin_transfer_slots: int = ORIGIN_TRANSFER_SLOTS
+    origin_max_connections: int = ORIGIN_MAX_CONNECTIONS
+    """With transfer_slots: the origin's counts (the code gives them to a peer started
+    known reachable)."""
+    slot_mbit: float | None = None
+    """With transfer_slots, a what-if: uplink / slot_mbit slots at every server (at
+    least one), the origin's too, instead of the fixed counts (a node cannot know
+    its uplink, so the code does not do this)."""
+    queue_wait: float = QUEUE_WAIT
+    """With transfer_slots: a request beyond them waits in line at the server, first
+    come first served, for up to this long, then is answered BUSY (and backs off).
+    math.inf: it waits as long as it takes; 0: BUSY at once."""
     idle_timeout: float = IDLE_TIMEOUT
     run_timeout: float = RUN_TIMEOUT
     """math.inf: one run until done (no rounds)."""
@@ -193,21 +239,20 @@ class Policy:
     poll_interval: float = POLL_INTERVAL
     advert_interval: float = ADVERT_INTERVAL
     max_peers: int = MAX_PEERS
-    parallel_polls: bool = False
-    """True: a poll round costs one call, not one per peer (not what the code does)."""
-    busy_leaves_dead_socket: bool = False
-    """True: ShardClient keeps its socket after BUSY (what the code did before it was
-    mended), so its next request there fails."""
-    unmeasured_first: bool = True
+    poll_threads: int = POLL_THREADS
+    """Peers a node polls at once: a round costs one call per this many peers (1: one
+    after another, before 2026-11-27)."""
+    busy_leaves_dead_socket: bool = True
+    """ShardClient keeps its socket after a BUSY at accept, though the server has
+    closed it, so its next request there meets a closed socket (the code). False:
+    it drops the socket and dials afresh next time (before 2026-11-27)."""
+    reconnect_dropped: bool = True
+    """A request that meets a socket the server closed (idle, or BUSY at accept) goes
+    again on a fresh connection, one round trip later (the code). False: it fails
+    and the peer is backed off (before 2026-11-27)."""
+    unmeasured_first: bool = False
     """False: an unmeasured peer counts as rate 0, found only by EXPLORE (or when
-    no holder is measured), instead of always going first."""
-    slot_mbit: float | None = None
-    """None: a server's slots are max_connections connections (the code). A number:
-    slots are concurrent transfers, uplink / slot_mbit of them (at least one), a
-    request beyond them answered BUSY on the open connection, or queued."""
-    queue_when_busy: bool = False
-    """With slot_mbit: a request beyond the slots waits at the server, first come
-    first served, instead of BUSY (and is dropped if the shard arrived meanwhile)."""
+    no holder is measured: the code). True: it always goes first (before 2026-11-27)."""
     wait_for_duplicates: bool = True
     """The download ends when its last transfer does, endgame duplicates of held
     shards included (run() joins its threads). False: it ends with the last shard."""
@@ -260,6 +305,8 @@ class Result:
     endgame_jobs: int
     busy: int
     dead_connections: int
+    evicted: int
+    """Idle connections a server at its cap closed to make room for a new one."""
     rounds: int
     peer_rates: Floats
     """Each node's (row 0: the origin's, unused) smoothed rate of each server, NaN
@@ -459,7 +506,7 @@ class _Fluid:
 
 @dataclass(eq=False)  # identity: a server's list holds distinct connections
 class _Conn:
-    """A worker's connection to one server (one of that server's slots while open)."""
+    """A worker's connection to one server (one of its max_connections while open)."""
 
     server: int
     last_used: float
@@ -556,7 +603,7 @@ class _Swarm:
                 self.conn[self.servers[picked], self.node_srv[j]] = True
         self.conn[0, :] = False
         self.pollers = [np.flatnonzero(self.conn[:, r]) for r in range(n_srv)]
-        calls = 1 if policy.parallel_polls else policy.max_peers
+        calls = math.ceil(policy.max_peers / policy.poll_threads)
         self.poll_round = policy.poll_interval + calls * network.poll_call()
 
         # Holdings: real, and as seen through polls and through gossip.
@@ -599,13 +646,19 @@ class _Swarm:
                 )
             )
         self.server_conns: list[list[_Conn]] = [[] for _ in range(n_srv)]
-        slot_mbit = policy.slot_mbit or math.inf
-        self.slots = np.maximum(1, self.up[self.servers] / MBIT // slot_mbit).astype(np.int64)
-        self.transfers = np.zeros(n_srv, dtype=np.int64)
+        if policy.slot_mbit is not None:
+            uplinks = self.up[self.servers] / MBIT
+            self.slots = np.maximum(1, uplinks // policy.slot_mbit).astype(np.int64)
+        else:
+            self.slots = np.full(n_srv, policy.transfer_slots or 0, dtype=np.int64)
+            self.slots[0] = policy.origin_transfer_slots
         self.gossip_due = np.zeros(n_srv, dtype=bool)
         self.last_gossip = np.full(n_srv, -math.inf)
+        # Each server's line for its transfer slots (simpy's Resource serves in order).
         self.slot_queues = (
-            [simpy.Resource(self.env, int(c)) for c in self.slots] if policy.queue_when_busy else []
+            [simpy.Resource(self.env, int(c)) for c in self.slots]
+            if policy.transfer_slots is not None
+            else []
         )
         self.fluid = _Fluid(
             self.env, self.up, self.down, total * policy.workers, network.rate_quantum
@@ -614,7 +667,7 @@ class _Swarm:
         self.left = n
         self.all_done = self.env.event()
         self.fetches = self.duplicates = self.endgame_jobs = 0
-        self.busy = self.dead_connections = 0
+        self.busy = self.dead_connections = self.evicted = 0
 
     # ---- running ---------------------------------------------------------------------
 
@@ -697,20 +750,20 @@ class _Swarm:
     ) -> Generator[simpy.Event, Any, None]:
         env, pol, rtt = self.env, self.pol, self.net.rtt
         started = env.now
-        if pol.slot_mbit is not None:
-            yield from self._fetch_slotted(node, slot, conns, shard, r, started)
-            return
         conn = conns.get(r)
         if conn is not None and not conn.dead and env.now - conn.last_used >= pol.idle_timeout:
             conn.dead = True  # the server dropped it as idle (and freed its slot then)
             self._close(conn)
         if conn is not None and conn.dead:
-            # The request meets a closed socket: an error, a backoff, a reconnect next time.
+            # The request meets a closed socket: a round trip to learn it, then either
+            # a reconnect at once or an error, a backoff and a reconnect next time.
             yield env.timeout(rtt)
             del conns[r]
+            conn = None
             self.dead_connections += 1
-            self._back_off(node, r)
-            return
+            if not pol.reconnect_dropped:
+                self._back_off(node, r)
+                return
         if conn is None:
             yield env.timeout(rtt)  # TCP handshake
             conn = self._open(r, env.now)
@@ -723,35 +776,33 @@ class _Swarm:
                 return
             conns[r] = conn
         conn.active = True
-        yield env.timeout(rtt)  # the request, and the first byte back
-        yield from self._transfer(node, slot, shard, r, started)
+        yield env.timeout(rtt)  # the request, and the first byte (or BUSY) back
+        if pol.transfer_slots is None:  # the connection is the slot
+            yield from self._transfer(node, slot, shard, r, started)
+        else:
+            yield from self._queued_transfer(node, slot, shard, r, started)
         conn.active = False
         conn.last_used = env.now
 
-    def _fetch_slotted(
-        self, node: _Node, slot: int, conns: dict[int, _Conn], shard: int, r: int, started: float
+    def _queued_transfer(
+        self, node: _Node, slot: int, shard: int, r: int, started: float
     ) -> Generator[simpy.Event, Any, None]:
-        """The alternative server: connections are free, transfers take slots."""
-        env, rtt = self.env, self.net.rtt
-        if r not in conns:
-            yield env.timeout(rtt)  # TCP handshake
-            conns[r] = _Conn(r, env.now, active=False)
-        yield env.timeout(rtt)  # the request, and BUSY or the first byte back
-        if self.pol.queue_when_busy:
-            queue = self.slot_queues[r]
-            turn = queue.request()
+        """The transfer once server `r` has a slot for it, or BUSY after queue_wait.
+        The worker is blocked on its request meanwhile, so a shard that arrived from
+        elsewhere in the meantime still comes (a duplicate)."""
+        queue = self.slot_queues[r]
+        turn = queue.request()
+        if math.isinf(self.pol.queue_wait):
             yield turn
-            if not node.held[shard]:  # else the client has moved on: its turn is void
-                yield from self._transfer(node, slot, shard, r, started)
-            queue.release(turn)
-            return
-        if self.transfers[r] >= self.slots[r]:
-            self.busy += 1
-            self._back_off(node, r)
-            return
-        self.transfers[r] += 1
+        elif not turn.triggered:
+            yield turn | self.env.timeout(self.pol.queue_wait)
+            if not turn.triggered:  # the wait ran out first
+                turn.cancel()
+                self.busy += 1
+                self._back_off(node, r)
+                return
         yield from self._transfer(node, slot, shard, r, started)
-        self.transfers[r] -= 1
+        queue.release(turn)
 
     def _transfer(
         self, node: _Node, slot: int, shard: int, r: int, started: float
@@ -799,8 +850,17 @@ class _Swarm:
         for c in stale:
             c.dead = True
             conns.remove(c)
-        if len(conns) >= self.pol.max_connections:
-            return None
+        cap = self.pol.max_connections
+        if r == 0 and self.pol.transfer_slots is not None:
+            cap = self.pol.origin_max_connections
+        if len(conns) >= cap:
+            idle = [c for c in conns if not c.active] if self.pol.evict_idle else []
+            if not idle:
+                return None
+            evicted = min(idle, key=lambda c: c.last_used)
+            evicted.dead = True  # its worker learns on its next request there
+            conns.remove(evicted)
+            self.evicted += 1
         conn = _Conn(r, now)
         conns.append(conn)
         return conn
@@ -954,6 +1014,7 @@ class _Swarm:
             endgame_jobs=self.endgame_jobs,
             busy=self.busy,
             dead_connections=self.dead_connections,
+            evicted=self.evicted,
             rounds=sum(n.rounds for n in nodes),
             peer_rates=self.rates.copy(),
             origin_up=float(self.up[0]),
@@ -985,24 +1046,28 @@ def simulate(
 
 # ---- the report --------------------------------------------------------------------------
 
-# What the code does, and a what-if with the changes this simulation points at: transfer
-# slots sized to the uplink (10 Mbit/s each) with a queue instead of BUSY, peers chosen
-# by measured rate (unmeasured ones only by EXPLORE), one continuous run that ends with
-# the last shard, HAVE polls in parallel.
+# What the code does; what it did before 2026-11-27, when this simulation's what-ifs
+# went into it; and what-ifs against the code, one change at a time.
+BEFORE = "before 2026-11-27"
 POLICIES = {
     "code": Policy(),
-    "fixes": Policy(
-        slot_mbit=10.0,
-        queue_when_busy=True,
-        unmeasured_first=False,
-        run_timeout=math.inf,
-        wait_for_duplicates=False,
-        parallel_polls=True,
+    BEFORE: Policy(
+        transfer_slots=None,
+        max_connections=64,
+        evict_idle=False,
+        unmeasured_first=True,
+        poll_threads=1,
         busy_leaves_dead_socket=False,
+        reconnect_dropped=False,
     ),
-    "code + queued transfer slots": Policy(slot_mbit=10.0, queue_when_busy=True),
-    "code + peers by rate": Policy(unmeasured_first=False),
-    "code + the old 5 s rounds": Policy(run_timeout=5.0, busy_leaves_dead_socket=True),
+    "code, but connection slots": Policy(transfer_slots=None, max_connections=64),
+    "code, but no eviction at the connection cap": Policy(evict_idle=False),
+    "code, but unmeasured peers first": Policy(unmeasured_first=True),
+    "code, but sequential polls": Policy(poll_threads=1),
+    "code + slots per 10 Mbit/s of uplink": Policy(slot_mbit=10.0),
+    "code, but a 64-slot, 256-connection origin": Policy(
+        origin_transfer_slots=64, origin_max_connections=256
+    ),
 }
 
 
@@ -1087,14 +1152,14 @@ def main(argv: list[str] | None = None) -> dict[_Row, list[Result]]:
     rows: list[_Row] = []
     if not args.skip_anchor:
         rows += [
-            _Row("anchor", args.full_bytes, 64, p, args.anchor_quantum) for p in ("code", "fixes")
+            _Row("anchor", args.full_bytes, 64, p, args.anchor_quantum) for p in ("code", BEFORE)
         ]
     rows += [_Row("delta", delta, mib, "code", args.quantum) for mib in args.delta_shard_mib]
     probe = 4 if 4 in args.delta_shard_mib else args.delta_shard_mib[-1]
     rows.append(_Row("delta", delta, probe, "code", args.quantum, warm=True))
-    rows += [_Row("delta", delta, mib, "fixes", args.quantum) for mib in args.delta_shard_mib]
-    # One change at a time, to see which of them matters.
-    singles = [name for name in POLICIES if name.startswith("code + ")]
+    rows += [_Row("delta", delta, mib, BEFORE, args.quantum) for mib in args.delta_shard_mib]
+    # One change at a time, to see what each is worth.
+    singles = [name for name in POLICIES if name not in ("code", BEFORE)]
     rows += [_Row("delta", delta, probe, name, args.quantum) for name in singles]
 
     net = Network(nodes=args.nodes)
@@ -1136,7 +1201,7 @@ def main(argv: list[str] | None = None) -> dict[_Row, list[Result]]:
             print(_table_row(row, results[row]), flush=True)
     print()
     for version, goal in (("anchor", ANCHOR_GOAL_SECONDS), ("delta", DELTA_GOAL_SECONDS)):
-        for policy in ("code", "fixes"):
+        for policy in ("code", BEFORE):
             mine = [
                 (row, runs)
                 for row, runs in results.items()

@@ -9,9 +9,11 @@ which verifies them before writing. Choices:
   that peers fetch different shards from the origin and trade them among
   themselves: the swarm carries the load, not the origin.
 - Peers are chosen by observed throughput (an exponential average per peer)
-  divided by the requests already in flight to them; a peer not yet measured
-  is tried first, and a small share of jobs goes to a random holder, so a peer
-  that got faster is noticed.
+  divided by the requests already in flight to them. A small share of jobs
+  goes to a random holder, which is how a peer not yet measured, or one that
+  got faster, is found; unmeasured peers are picked otherwise only while no
+  holder is measured. (Trying every new holder first would send every worker
+  of every node to each peer the moment it advertises a shard.)
 - A peer that sends bytes that fail verification is banned for good (its
   account too, when its advert bound one). A peer that fails or times out is
   backed off for a while; its shard goes back to the queue.
@@ -198,12 +200,10 @@ class Download:
         ]
 
     def _pick_peer(self, holders: list[PeerState]) -> PeerState:
-        unmeasured = [p for p in holders if p.rate is None]
-        if unmeasured:
-            return self._rng.choice(unmeasured)
-        if self._rng.random() < EXPLORE:
+        measured = [p for p in holders if p.rate is not None]
+        if not measured or self._rng.random() < EXPLORE:
             return self._rng.choice(holders)
-        return max(holders, key=lambda p: (p.rate or 0.0) / (1 + p.inflight))
+        return max(measured, key=lambda p: (p.rate or 0.0) / (1 + p.inflight))
 
     def _next_job(self, deadline: float | None) -> tuple[int, PeerState] | None:
         with self.book.lock:

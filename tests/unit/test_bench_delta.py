@@ -75,5 +75,5 @@ def test_the_quick_form_prints_full_against_delta():
     assert out.returncode == 0, out.stderr
     # The delta as the code ships it (4 MiB shards), by both policies; no full version.
     assert "| delta, 0.152 GB | code | 4 |" in out.stdout
-    assert "| delta, 0.152 GB | fixes | 4 |" in out.stdout
+    assert "| delta, 0.152 GB | before 2026-11-27 | 4 |" in out.stdout
     assert "| full," not in out.stdout

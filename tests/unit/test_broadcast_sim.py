@@ -140,22 +140,44 @@ def test_the_swarm_beats_the_origin_alone_when_its_uplink_is_shared():
     assert swarm.origin_bytes < alone.origin_bytes
 
 
-def test_the_what_if_servers_finish_and_never_beat_the_bound():
+def test_every_policy_finishes_and_never_beats_the_bound():
     net = Network(nodes=20, rtt=0.01, gossip_delay=0.05)
     runs = {
         "code": simulate(8 * MIB, net, shard_size=MIB, seed=4),
-        "fixes": simulate(8 * MIB, net, bs.POLICIES["fixes"], shard_size=MIB, seed=4),
-        # Transfer slots that refuse rather than queue.
-        "busy slots": simulate(8 * MIB, net, Policy(slot_mbit=20.0), shard_size=MIB, seed=4),
+        "before": simulate(8 * MIB, net, bs.POLICIES[bs.BEFORE], shard_size=MIB, seed=4),
+        # A line as long as it takes, and a download that ends with its last shard.
+        "endless line": simulate(
+            8 * MIB,
+            net,
+            Policy(queue_wait=math.inf, wait_for_duplicates=False),
+            shard_size=MIB,
+            seed=4,
+        ),
+        # No line: BUSY whenever the transfer slots are taken.
+        "no line": simulate(
+            8 * MIB, net, Policy(transfer_slots=1, queue_wait=0.0), shard_size=MIB, seed=4
+        ),
     }
     for res in runs.values():
         assert np.all(np.isfinite(res.ready))
         assert res.p90() >= res.lower_bound(0.9)
         assert res.p99() >= res.lower_bound(0.99)
-    # Queued, nobody is refused; and the download ends with its last shard.
-    assert runs["fixes"].busy == 0
-    assert np.array_equal(runs["fixes"].ready, runs["fixes"].all_held)
-    assert runs["busy slots"].busy > 0
+    # Queued for as long as it takes, nobody is refused (the connection cap is far off).
+    assert runs["endless line"].busy == 0
+    assert np.array_equal(runs["endless line"].ready, runs["endless line"].all_held)
+    assert runs["no line"].busy > 0
+
+
+def test_a_request_beyond_the_slots_waits_out_the_queue_wait_then_is_busy():
+    # One transfer slot everywhere, one worker per node, and a queue wait far shorter
+    # than a shard's time (1 MiB at 10 Mbit/s is most of a second).
+    net = Network(nodes=3, sigma=0.0, up_median_mbit=10, down_median_mbit=10, rtt=0.01)
+    lone = Policy(workers=1, transfer_slots=1, origin_transfer_slots=1, queue_wait=0.05)
+    res = simulate(3 * MIB, net, lone, shard_size=MIB, seed=0)
+    assert np.all(np.isfinite(res.ready))
+    assert res.busy > 0
+    patient = replace(lone, queue_wait=math.inf)
+    assert simulate(3 * MIB, net, patient, shard_size=MIB, seed=0).busy == 0
 
 
 def _picker(nodes=4, shards=4):
@@ -197,30 +219,42 @@ def test_endgame_races_an_in_flight_shard_from_another_holder():
 
 
 def test_endgame_and_busy_happen_in_a_run():
-    # Two connection slots per server: most first requests are refused.
+    # Two connections per server, none given up for a newcomer: most first requests
+    # are refused at accept.
     net = Network(nodes=20, rtt=0.01)
-    as_it_was = Policy(max_connections=2, busy_leaves_dead_socket=True)
-    res = simulate(6 * MIB, net, as_it_was, shard_size=MIB, seed=2)
+    capped = Policy(max_connections=2, origin_max_connections=2, evict_idle=False)
+    res = simulate(6 * MIB, net, capped, shard_size=MIB, seed=2)
     assert np.all(np.isfinite(res.ready))
     assert res.busy > 0
-    assert res.dead_connections > 0  # the socket kept after BUSY fails next time
+    assert res.evicted == 0
+    assert res.dead_connections > 0  # the socket kept after BUSY meets it closed next time
     assert res.endgame_jobs > 0
-    fixed = Policy(max_connections=2, busy_leaves_dead_socket=False)
-    assert simulate(6 * MIB, net, fixed, shard_size=MIB, seed=2).dead_connections == 0
+    dropped = replace(capped, busy_leaves_dead_socket=False)
+    assert simulate(6 * MIB, net, dropped, shard_size=MIB, seed=2).dead_connections == 0
+    # Before 2026-11-27 such a request failed and backed off instead of reconnecting.
+    failing = replace(capped, reconnect_dropped=False)
+    assert np.all(np.isfinite(simulate(6 * MIB, net, failing, shard_size=MIB, seed=2).ready))
+    # The code's servers close their longest-idle connection for a newcomer instead.
+    two = Policy(max_connections=2, origin_max_connections=2)
+    evicting = simulate(6 * MIB, net, two, shard_size=MIB, seed=2)
+    assert np.all(np.isfinite(evicting.ready))
+    assert evicting.evicted > 0
+    assert evicting.busy < res.busy
 
 
 def test_the_copied_constants_still_match_the_code():
     source = (ROOT / "swarmrl/p2p/swarm/advertiser.py").read_text()
-    values = {
-        node.targets[0].id: ast.literal_eval(node.value)
-        for node in ast.parse(source).body
-        if isinstance(node, ast.Assign)
-        and isinstance(node.targets[0], ast.Name)
-        and isinstance(node.value, ast.Constant)
-    }
+    values = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if isinstance(node.value, ast.Constant):
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            elif isinstance(node.value, ast.Name):  # one constant named after another
+                values[node.targets[0].id] = values[node.value.id]
     assert values["POLL_INTERVAL"] == bs.POLL_INTERVAL
     assert values["ADVERT_INTERVAL"] == bs.ADVERT_INTERVAL
     assert values["MAX_PEERS"] == bs.MAX_PEERS
+    assert values["POLL_THREADS"] == bs.POLL_THREADS
     fetcher = (ROOT / "swarmrl/p2p/swarm/fetcher.py").read_text()
     assert "return download.run()" in fetcher
     assert math.inf == bs.RUN_TIMEOUT

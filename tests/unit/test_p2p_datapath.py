@@ -199,30 +199,120 @@ def test_an_idle_connection_does_not_block_another_client(serving):
             client.close()
 
 
-def test_the_connection_cap_answers_busy(tmp_path, store):
-    version, _ = add_checkpoint(tmp_path, store, 1)
-    server = ShardServer(store.get, host=LOCAL, max_connections=1)
+class Gate:
+    """A version whose shard `index` is sent only once `open` is set: a transfer that
+    holds its slot for as long as a test wants. It records the order shards are sent in."""
+
+    def __init__(self, version: Version, index: int) -> None:
+        self.version = version
+        self.index = index
+        self.entered = threading.Event()
+        self.open = threading.Event()
+        self.sent: list[int] = []
+
+    def lookup(self, manifest_hash: str) -> Gate | None:
+        return self if manifest_hash == self.version.manifest_hash else None
+
+    def holds(self, index: int) -> bool:
+        return self.version.holds(index)
+
+    def locate(self, index: int) -> tuple[int, int, int]:
+        self.sent.append(index)
+        if index == self.index:
+            self.entered.set()
+            assert self.open.wait(10)
+        return self.version.locate(index)
+
+
+class Fetching:
+    """A fetch in a thread of its own, on a client of its own."""
+
+    def __init__(self, endpoint: Endpoint, version: Version, index: int) -> None:
+        self.client = ShardClient(endpoint, timeout=10)
+        self.result: bytes | BaseException | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(version.manifest_hash, index, shard_len(version, index))
+        )
+        self.thread.start()
+
+    def _run(self, mhash: str, index: int, length: int) -> None:
+        try:
+            self.result = bytes(self.client.fetch(mhash, index, length, bytearray(length)))
+        except BaseException as e:
+            self.result = e
+
+    def join(self) -> bytes | BaseException | None:
+        self.thread.join(timeout=10)
+        self.client.close()
+        return self.result
+
+
+def test_requests_beyond_the_transfer_slots_wait_in_line_first_come_first_served(tmp_path, store):
+    version, data = add_checkpoint(tmp_path, store, 1)
+    gate = Gate(version, 0)
+    server = ShardServer(gate.lookup, host=LOCAL, transfer_slots=1, queue_wait=60)
     try:
-        holder = socket.create_connection((LOCAL, server.endpoint.port), timeout=5)
-        client = ShardClient(server.endpoint, timeout=5)
-        with pytest.raises(ShardUnavailableError) as e:
-            client.fetch(version.manifest_hash, 0, SHARD, bytearray(SHARD))
-        assert e.value.status == BUSY
-        assert str(e.value) == "the peer is serving its maximum number of connections"
-        holder.close()  # the slot frees once the server sees the hang-up
-
-        # The server hung up after BUSY; the same client dials afresh, unasked.
-        def fetched() -> bool:
-            try:
-                client.fetch(version.manifest_hash, 0, SHARD, bytearray(SHARD))
-            except ShardUnavailableError:
-                return False
-            return True
-
-        assert eventually(fetched)
-        client.close()
+        first = Fetching(server.endpoint, version, 0)
+        assert gate.entered.wait(5)  # the one slot is taken
+        second = Fetching(server.endpoint, version, 1)
+        assert eventually(lambda: len(server._transfers._waiting) == 1)
+        third = Fetching(server.endpoint, version, 2)
+        assert eventually(lambda: len(server._transfers._waiting) == 2)
+        gate.open.set()
+        assert first.join() == data[:SHARD]
+        assert second.join() == data[SHARD : 2 * SHARD]
+        assert third.join() == data[2 * SHARD : 3 * SHARD]
+        assert gate.sent == [0, 1, 2]  # in the order they came, none refused
     finally:
+        gate.open.set()
         server.close()
+
+
+def test_a_request_that_waits_out_the_line_gets_busy_and_keeps_its_connection(tmp_path, store):
+    version, data = add_checkpoint(tmp_path, store, 1)
+    gate = Gate(version, 0)
+    server = ShardServer(gate.lookup, host=LOCAL, transfer_slots=1, queue_wait=0)
+    client = ShardClient(server.endpoint, timeout=5)
+    try:
+        first = Fetching(server.endpoint, version, 0)
+        assert gate.entered.wait(5)
+        with pytest.raises(ShardUnavailableError) as e:
+            client.fetch(version.manifest_hash, 1, SHARD, bytearray(SHARD))
+        assert e.value.status == BUSY
+        assert client._sock is not None
+        local_end = client._sock.getsockname()
+        # Refusals that need no slot are answered at once, slots all taken or not.
+        with pytest.raises(ShardUnavailableError) as e:
+            client.fetch("ab" * 32, 0, SHARD, bytearray(SHARD))
+        assert e.value.status == UNKNOWN_VERSION
+        gate.open.set()
+        assert first.join() == data[:SHARD]
+        # The slot is free again: the same client, on the same connection, gets it.
+        view = client.fetch(version.manifest_hash, 1, SHARD, bytearray(SHARD))
+        assert bytes(view) == data[SHARD : 2 * SHARD]
+        assert client._sock.getsockname() == local_end
+    finally:
+        gate.open.set()
+        client.close()
+        server.close()
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_unasked(serving):
+    server, version, data = serving
+    client = ShardClient(server.endpoint, timeout=5)
+    try:
+        client.fetch(version.manifest_hash, 0, SHARD, bytearray(SHARD))
+        assert client._sock is not None
+        local_end = client._sock.getsockname()
+        with server._lock:
+            (conn,) = server._conns
+        conn.shutdown(socket.SHUT_RDWR)  # as the idle timeout does, without the wait
+        assert eventually(lambda: not server._conns)
+        view = client.fetch(version.manifest_hash, 1, SHARD, bytearray(SHARD))
+        assert bytes(view) == data[SHARD : 2 * SHARD]
+        assert client._sock.getsockname() != local_end
+    finally:
+        client.close()
 
 
 def test_an_idle_connection_is_dropped_after_the_idle_timeout(store):
@@ -379,3 +469,57 @@ def test_a_probe_nonce_has_one_length(serving):
     server, _, _ = serving
     with pytest.raises(ValueError, match="32 bytes"):
         server.expect_probe(b"short")
+
+
+def test_at_the_connection_cap_a_new_client_takes_the_place_of_the_longest_idle(tmp_path, store):
+    version, data = add_checkpoint(tmp_path, store, 1)
+    server = ShardServer(store.get, host=LOCAL, max_connections=2)
+    try:
+        older = socket.create_connection((LOCAL, server.endpoint.port), timeout=5)
+        assert eventually(lambda: len(server._idle) == 1)
+        newer = socket.create_connection((LOCAL, server.endpoint.port), timeout=5)
+        assert eventually(lambda: len(server._idle) == 2)
+        client = ShardClient(server.endpoint, timeout=5)
+        view = client.fetch(version.manifest_hash, 0, SHARD, bytearray(SHARD))
+        assert bytes(view) == data[:SHARD]
+        assert older.recv(1) == b""  # the one idle the longest was closed
+        newer.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            newer.recv(1)  # the other is still open
+        client.close()
+        older.close()
+        newer.close()
+    finally:
+        server.close()
+
+
+def test_at_the_connection_cap_with_none_idle_the_server_answers_busy(tmp_path, store):
+    version, data = add_checkpoint(tmp_path, store, 1)
+    gate = Gate(version, 0)
+    server = ShardServer(gate.lookup, host=LOCAL, max_connections=1)
+    client = ShardClient(server.endpoint, timeout=5)
+    try:
+        first = Fetching(server.endpoint, version, 0)
+        assert gate.entered.wait(5)  # its connection is busy with a transfer
+        with pytest.raises(ShardUnavailableError) as e:
+            client.fetch(version.manifest_hash, 1, SHARD, bytearray(SHARD))
+        assert e.value.status == BUSY
+        assert str(e.value) == "the peer is busy (no transfer slot or connection came free)"
+        gate.open.set()
+        assert first.join() == data[:SHARD]
+
+        # The server hung up after BUSY; the same client's next request meets the
+        # closed socket and goes again on a fresh connection, unasked (once the
+        # server has seen the first client hang up and freed its place).
+        def fetched() -> bool:
+            try:
+                view = client.fetch(version.manifest_hash, 1, SHARD, bytearray(SHARD))
+            except ShardUnavailableError:
+                return False
+            return bytes(view) == data[SHARD : 2 * SHARD]
+
+        assert eventually(fetched)
+    finally:
+        gate.open.set()
+        client.close()
+        server.close()

@@ -18,10 +18,11 @@ and one :class:`~swarmrl.p2p.store.WeightStore` (the versions on disk):
                  a version, and every half minute: a few per peer per version, far
                  under gossipsub's per-peer rate limits) and on request
                  (``/swarmrl/have/1.0.0``, :mod:`swarmrl.p2p.have`; a downloading
-                 node polls the peers it is connected to twice a second, which is
-                 how it learns, shard by shard, that other nodes can serve it); the
-                 manifests and shard bytes (:class:`~swarmrl.p2p.datapath.ShardServer`)
-                 of what it holds; and dial-back (``/swarmrl/dialback/1.0.0``,
+                 node polls the peers it is connected to twice a second, several at
+                 once, which is how it learns, shard by shard, that other nodes can
+                 serve it); the manifests and shard bytes
+                 (:class:`~swarmrl.p2p.datapath.ShardServer`) of what it holds; and
+                 dial-back (``/swarmrl/dialback/1.0.0``,
                  :mod:`swarmrl.p2p.dialback`): a peer that is not known to be
                  reachable advertises its data endpoint only after another peer
                  dialled it back, so a node behind NAT never sends downloaders into

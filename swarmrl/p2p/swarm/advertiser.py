@@ -14,8 +14,8 @@ It holds this peer's side of the conversation between peers:
 - its own reachability: the data endpoint goes into the advert only once a peer
   dialled it back (or it was started known reachable);
 - the polling thread: while something is being fetched it swaps adverts with
-  every connected peer twice a second, which is how a download learns, shard by
-  shard, who can serve it.
+  every connected peer twice a second, up to POLL_THREADS peers at once, which
+  is how a download learns, shard by shard, who can serve it.
 """
 
 from __future__ import annotations
@@ -25,12 +25,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from eth_account.signers.local import LocalAccount
 
 from swarmrl.chain.eip712 import Domain
 from swarmrl.p2p import dialback, wire
-from swarmrl.p2p.datapath import Endpoint, ShardServer
+from swarmrl.p2p.datapath import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TRANSFER_SLOTS,
+    ORIGIN_MAX_CONNECTIONS,
+    ORIGIN_TRANSFER_SLOTS,
+    Endpoint,
+    ShardServer,
+)
 from swarmrl.p2p.events import Event, SwarmEventKind
 from swarmrl.p2p.fetch import PeerBook
 from swarmrl.p2p.have import HAVE, HaveRequest
@@ -55,6 +63,12 @@ ADVERT_INTERVAL = 30.0
 DIALBACK_RETRY = 60.0
 MIN_ADVERT_GAP = 2.0
 MAX_PEERS = 32
+# Peers polled at once. A swap waits two round trips for its answer: one peer after
+# another, a round took POLL_INTERVAL plus that times every peer (seconds, with 32
+# peers across continents). One thread per peer a node dials keeps its round one
+# swap long (8 at once spread a delta a few percent slower in
+# benchmarks/broadcast_sim.py), and the threads only wait on the host's event loop.
+POLL_THREADS = MAX_PEERS
 
 
 class Advertiser:
@@ -85,10 +99,26 @@ class Advertiser:
         self._data: Endpoint | None = None  # the data endpoint advertised, once reachable
         self._last_dialback = -DIALBACK_RETRY
         self._poller: threading.Thread | None = None
+        self._polls: ThreadPoolExecutor | None = None
         # Outbound only (no listen address): nobody could dial the data path, so none
         # is offered; the peer fetches from others and serves nothing.
         listen = host.listen
-        self.server = None if listen is None else ShardServer(store.get, host=_listen_host(listen))
+        # A peer started known reachable is an origin, whose uplink is a datacentre's.
+        slots, conns = (
+            (ORIGIN_TRANSFER_SLOTS, ORIGIN_MAX_CONNECTIONS)
+            if reachable
+            else (DEFAULT_TRANSFER_SLOTS, DEFAULT_MAX_CONNECTIONS)
+        )
+        self.server = (
+            None
+            if listen is None
+            else ShardServer(
+                store.get,
+                host=_listen_host(listen),
+                transfer_slots=slots,
+                max_connections=conns,
+            )
+        )
         # `reachable`: the listen address is known to be reachable (an origin others
         # bootstrap from); anyone else waits for a dial-back. A server on every
         # interface cannot name its own address: it learns it from a dial-back too.
@@ -105,14 +135,17 @@ class Advertiser:
     def start(self, fetching: Callable[[], bool]) -> None:
         """Starts polling: adverts on schedule, dial-backs retried, and, while
         `fetching()`, an advert swap with every connected peer each POLL_INTERVAL."""
+        self._polls = ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="swarmrl-poll")
         self._poller = threading.Thread(
-            target=self._poll_loop, args=(fetching,), name="swarmrl-poll", daemon=True
+            target=self._poll_loop, args=(fetching, self._polls), name="swarmrl-poll", daemon=True
         )
         self._poller.start()
 
     def close(self) -> None:
         """Stops polling (without waiting for a round in flight) and serving shards."""
         self._closed.set()
+        if self._polls is not None:
+            self._polls.shutdown(wait=False, cancel_futures=True)
         if self.server is not None:
             self.server.close()
 
@@ -243,10 +276,10 @@ class Advertiser:
 
     # ---- polling ---------------------------------------------------------------------
 
-    def _poll_loop(self, fetching: Callable[[], bool]) -> None:
+    def _poll_loop(self, fetching: Callable[[], bool], polls: ThreadPoolExecutor) -> None:
         while not self._closed.wait(POLL_INTERVAL):
             try:
-                self._poll_once(fetching())
+                self._poll_once(fetching(), polls)
             except Exception:
                 # close() does not wait for this thread: a round cut short by the
                 # host going away is expected; anything else must not end polling.
@@ -254,11 +287,18 @@ class Advertiser:
                     return
                 log.exception("polling peers failed; trying again in %s s", POLL_INTERVAL)
 
-    def _poll_once(self, fetching: bool) -> None:
+    def _poll_once(self, fetching: bool, polls: ThreadPoolExecutor) -> None:
         if fetching:
-            for peer in self.host.peers():
-                if not self.book.is_banned(peer):
-                    self._poll_peer(peer)
+            # host.call may come from any thread: each swap waits on the host's event
+            # loop, so the swaps of a round overlap and it lasts as long as the slowest.
+            swaps = [
+                (peer, polls.submit(self._poll_peer, peer))
+                for peer in self.host.peers()
+                if not self.book.is_banned(peer)
+            ]
+            for peer, poll in swaps:
+                if (error := poll.exception()) is not None:  # one peer's must not end the round
+                    log.error("polling %s failed", peer, exc_info=error)
         if self._data is None and time.monotonic() - self._last_dialback >= DIALBACK_RETRY:
             self._retry_dial_back()
         self.send_advert()
