@@ -146,9 +146,12 @@ class ShardServer:
         self._idle_timeout = idle_timeout
         self._io_timeout = io_timeout
         self._queue_wait = queue_wait
-        self._connections = threading.BoundedSemaphore(_fit_to_fd_limit(max_connections))
+        connections = _fit_to_fd_limit(max_connections)
+        self._connections = threading.BoundedSemaphore(connections)
         self._transfers = _Line(transfer_slots)
-        self._listener = socket.create_server((host, port), backlog=128)
+        # A backlog as deep as the cap: an origin meets a thousand nodes' workers at
+        # once, and a dropped SYN costs its client a second or more of retransmit.
+        self._listener = socket.create_server((host, port), backlog=max(128, connections))
         self.endpoint = Endpoint(host, self._listener.getsockname()[1])
         self.bytes_served = 0
         self.shards_served = 0
