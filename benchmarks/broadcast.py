@@ -168,6 +168,8 @@ class Result:
 def run_swarmrl(checkpoint: Path, nodes: int, workdir: Path) -> Result:
     from eth_account import Account
 
+    from swarmrl.p2p.store import FILES_DIR
+
     key = Account.create()
     root = Path(tempfile.mkdtemp(dir=workdir, prefix="swarmrl-bench-"))
     procs: list[_Proc] = []
@@ -205,7 +207,7 @@ def run_swarmrl(checkpoint: Path, nodes: int, workdir: Path) -> Result:
         cpu = origin_stats["cpu"] + sum(d["cpu"] for d in done)
         size = checkpoint.stat().st_size
         for i in range(nodes):
-            (got,) = (root / f"n{i}").glob("step-*/" + checkpoint.name)
+            (got,) = (root / f"n{i}").glob(f"step-*/{FILES_DIR}/{checkpoint.name}")
             if got.stat().st_size != size:
                 raise RuntimeError(f"node {i} has a {got.stat().st_size}-byte file")
         return Result(
