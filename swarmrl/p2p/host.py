@@ -349,13 +349,14 @@ class Host:
                 # refuses or answers from the header alone stops reading, and its
                 # reply must reach the caller rather than the broken pipe that follows.
                 reply = await _read_reply(stream, limit)
-                if isinstance(reply, Exception) or _error_message(reply) is not None:
-                    nursery.cancel_scope.cancel()
+                if isinstance(reply, Exception):
+                    nursery.cancel_scope.cancel()  # the stream is broken already
                 else:
-                    # After a whole body the sender may still be inside its last
-                    # write (cancelling it there breaks the connection for every
-                    # stream on it); a body the peer no longer reads, answered from
-                    # its header, stops after the grace.
+                    # An answer or a refusal: the sender may still be inside a write
+                    # (cancelling it there breaks the connection for every stream on
+                    # it: a refused upload used to fail another one in flight on the
+                    # same connection); a body the peer no longer reads stops after
+                    # the grace.
                     nursery.cancel_scope.deadline = trio.current_time() + _SENDER_GRACE
             if sender.read_failure is not None:
                 raise _LocalReadError(sender.read_failure.strerror or str(sender.read_failure))
