@@ -110,15 +110,9 @@ struct Scan {
 }
 
 fn scan(base: &[u8], target: &[u8], element_size: usize) -> Scan {
-    // Each arm inlines `scan_sized` with a constant size, so comparing an
-    // element is one load and compare rather than a call to memcmp.
-    match element_size {
-        1 => scan_sized(base, target, 1),
-        2 => scan_sized(base, target, 2),
-        4 => scan_sized(base, target, 4),
-        8 => scan_sized(base, target, 8),
-        n => scan_sized(base, target, n),
-    }
+    // `scan_sized` inlined with a constant size: comparing an element is one
+    // load and compare rather than a call to memcmp.
+    sized!(element_size, |s| { scan_sized(base, target, s) })
 }
 
 #[inline(always)]
