@@ -141,9 +141,8 @@ class Orchestrator:
             child.start()
 
     def _child_specs(self) -> list[ChildSpec[Any]]:
-        """The trainer, the validator and the recorder, each with its share of the cores."""
-        s = self.settings
-        cores = s.threads or len(os.sched_getaffinity(0))
+        """The trainer, the validator(s) and the recorder, each with its share of the cores."""
+        cores = self.settings.threads or len(os.sched_getaffinity(0))
         trainer_threads, validator_threads = thread_shares(cores)
         log.info(
             "threads: trainer %d, validator %d, on %d cores",
@@ -151,7 +150,15 @@ class Orchestrator:
             validator_threads,
             cores,
         )
-        trainer_config = trainer_process.TrainerProcessConfig(
+        return [
+            self._trainer_spec(trainer_threads),
+            *self._validator_specs(validator_threads),
+            self._recorder_spec(),
+        ]
+
+    def _trainer_spec(self, threads: int) -> ChildSpec[Any]:
+        s = self.settings
+        config = trainer_process.TrainerProcessConfig(
             run_dir=self.run_dir,
             store_dir=self.data_dir / WEIGHTS_DIR,
             model=Path(s.model),
@@ -162,7 +169,19 @@ class Orchestrator:
             serving=s.precision,
             keep_checkpoints=s.keep_checkpoints,
         )
-        validator_config = validator.ValidatorConfig(
+        return ChildSpec(
+            TRAINER,
+            trainer_process.main,
+            config,
+            data_dir=self.data_dir,
+            log_to_stderr=self.log_to_stderr,
+            threads=threads,
+            finishes=True,  # once it trained the run's last step
+        )
+
+    def _validator_specs(self, threads: int) -> list[ChildSpec[Any]]:
+        s = self.settings
+        config = validator.ValidatorConfig(
             data_dir=self.data_dir,
             run_dir=self.run_dir,
             tasks_file=Path(s.tasks),
@@ -172,7 +191,20 @@ class Orchestrator:
             device=s.device,
             async_level=s.async_level,
         )
-        recorder_config = recorder.RecorderConfig(
+        return [
+            ChildSpec(
+                "validator",
+                validator.main,
+                config,
+                data_dir=self.data_dir,
+                log_to_stderr=self.log_to_stderr,
+                threads=threads,
+            )
+        ]
+
+    def _recorder_spec(self) -> ChildSpec[Any]:
+        s = self.settings
+        config = recorder.RecorderConfig(
             ledger_path=ledger_path(self.data_dir),
             deployment=self.deployment,
             recorder_key=bytes(self.keys.recorder.key),
@@ -180,32 +212,13 @@ class Orchestrator:
             epoch_seconds=s.epoch_seconds,
             validation_grace=s.validation_grace,
         )
-        return [
-            ChildSpec(
-                TRAINER,
-                trainer_process.main,
-                trainer_config,
-                data_dir=self.data_dir,
-                log_to_stderr=self.log_to_stderr,
-                threads=trainer_threads,
-                finishes=True,  # once it trained the run's last step
-            ),
-            ChildSpec(
-                "validator",
-                validator.main,
-                validator_config,
-                data_dir=self.data_dir,
-                log_to_stderr=self.log_to_stderr,
-                threads=validator_threads,
-            ),
-            ChildSpec(
-                "recorder",
-                recorder.main,
-                recorder_config,
-                data_dir=self.data_dir,
-                log_to_stderr=self.log_to_stderr,
-            ),
-        ]
+        return ChildSpec(
+            "recorder",
+            recorder.main,
+            config,
+            data_dir=self.data_dir,
+            log_to_stderr=self.log_to_stderr,
+        )
 
     def _check_checkpoints(self) -> None:
         """Refuses (one sentence) checkpoints the trainer could resume from only below

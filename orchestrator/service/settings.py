@@ -149,6 +149,20 @@ class ServiceSettings(SwarmrlSettings):
         description="Submissions awaiting validation or training before nodes are told to "
         "wait: work beyond it would only go stale.",
     )
+    validator_workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Validator processes, each prefilling on its own device and leasing "
+        "submissions from the ledger (a dead one's lease expires and another takes its "
+        "submission over); the intake backlog bound grows with them.",
+    )
+    validator_devices: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="torch devices of the validator processes, one per worker in order "
+        "(cuda:4,cuda:5); empty: every worker on `device` (in the environment: separated "
+        "by commas).",
+    )
     code_check_rate: float = Field(
         1.0, ge=0, le=1, description="Share of code rewards recomputed in the sandbox."
     )
@@ -236,7 +250,7 @@ class ServiceSettings(SwarmrlSettings):
     def _listen(cls, value: str) -> str:
         return check_listen(value)
 
-    @field_validator("bootstrap", mode="before")
+    @field_validator("bootstrap", "validator_devices", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return split_commas(value)
@@ -245,6 +259,21 @@ class ServiceSettings(SwarmrlSettings):
     @classmethod
     def _bootstrap(cls, value: list[str]) -> list[str]:
         return check_peers("bootstrap", value)
+
+    @model_validator(mode="after")
+    def _a_device_per_validator(self) -> ServiceSettings:
+        given = len(self.validator_devices)
+        if given and given != self.validator_workers:
+            raise SettingError(
+                ("validator_devices", "validator_workers"),
+                f"validator_devices names {given} device(s) for {self.validator_workers} "
+                "validator worker(s): name one per worker, or none",
+            )
+        return self
+
+    def validator_device(self, worker: int) -> str:
+        """The torch device of validator worker ``worker`` (0-based)."""
+        return self.validator_devices[worker] if self.validator_devices else self.device
 
     @model_validator(mode="after")
     def _heartbeats_before_gone(self) -> ServiceSettings:
