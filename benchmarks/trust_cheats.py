@@ -258,7 +258,7 @@ class Orchestrator:
         assert row is not None  # a receipt is given once the ledger holds it
         stage = Stage.INTAKE
         if row.status is SubmissionStatus.RECEIVED:
-            self.validator.judge(row)
+            self.validator.run_once()
             row = self.ledger.submissions.get(receipt.submission)
             assert row is not None
             stage = Stage.VALIDATOR

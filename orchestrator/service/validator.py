@@ -1,6 +1,16 @@
-"""The validator process: every received submission checked against its own order.
+"""A validator worker process: every received submission checked against its own order.
 
-It takes submissions from the ledger oldest first and checks each with
+The daemon runs ``validator_workers`` of them, each on its own device, sharing the
+submissions through the ledger's leases (:mod:`orchestrator.service.ledger.submissions`):
+a worker claims the oldest submission no live lease holds, judges it, and hands its
+records to the trainer and writes its verdict only while its lease holds. A thread
+renews the worker's leases every ``RENEW_SECONDS`` while the process lives, so a live
+worker keeps what it judges however long that takes; a worker that dies leaves its
+lease to expire after ``LEASE_SECONDS``, and the daemon's restart of it (same worker
+id, a new token) releases it at once. Each submission is so judged by one worker at a
+time and gets one verdict: a verdict moves a submission only from 'received'.
+
+It checks each submission with
 :func:`swarmrl.rollouts.verify.verify_rollouts`: the tasks from the
 orchestrator's task set, the run, node, step, group size and sampling settings
 from the order it issued, never from the file. Rewards are always recomputed
@@ -17,7 +27,9 @@ A prefilled submission is prefilled once more with the newest step its node coul
 not have claimed (``async_level`` + 1 behind its own; none in a run's first steps),
 so that a node generating with a policy too old to claim, claiming the current one,
 is rejected (the ``staleness`` tolerance). It costs a second weight load and prefill
-per prefilled submission: the validator holds one policy in memory at a time.
+per prefilled submission: a worker holds one policy in memory at a time, in the
+precision the order declares (bf16 in a run whose nodes sample in bf16, as on GPUs),
+on its own device.
 
 Accepted records go to the trainer's spool with the validator's rewards, never
 the node's; the outcome (units, reason, evidence) goes to the ledger, where the
@@ -30,6 +42,9 @@ import dataclasses
 import json
 import logging
 import random
+import secrets
+import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +52,7 @@ from typing import Any
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.home import ledger_path
-from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.ledger.submissions import Lease, SubmissionRow
 from orchestrator.service.stop import StopSignal
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
@@ -54,6 +69,15 @@ from swarmrl.work.states import NodeState, SubmissionStatus
 log = logging.getLogger("swarmrl.validator")
 
 POLL_SECONDS = 0.5
+# A dead worker's submission waits this long for another worker when the daemon does not
+# restart it (a restart releases it at once); a live worker renews well before.
+LEASE_SECONDS = 60.0
+RENEW_SECONDS = LEASE_SECONDS / 4  # three renewals may fail (a busy ledger) before it lapses
+# Submissions a worker claims at a time: one, so an idle worker finds every submission
+# not being judged. Claiming several to judge by step would save few weight loads: past
+# a run's first steps, the staleness prefill loads another step's weights between any
+# two prefills.
+CLAIM = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +90,9 @@ class ValidatorConfig:
     code_check_rate: float
     device: str | None
     async_level: int  # how many steps behind the newest a node may generate
+    # The worker's id, its leases' owner, the same across its restarts: its child's name
+    # (`validator` when it is the only one).
+    worker: str = "validator"
 
 
 def chosen(digest: str, rate: float, salt: str) -> bool:
@@ -85,6 +112,7 @@ class Validator:
         self.config = config
         self.ledger = ledger
         self.tasks = tasks
+        self.lease = Lease(config.worker, secrets.token_hex(8))
         self.spool = Spool(config.run_dir / "rollouts")
         self._backend: Any = None
         self._step: int | None = None
@@ -117,14 +145,15 @@ class Validator:
         return OlderStep(older, lambda: self.backend_at(older, precision))
 
     def run_once(self) -> int:
-        """Validate what is waiting; returns how many submissions were judged."""
-        pending = self.ledger.submissions.pending(16)
-        # By step: each step's weights are loaded once for the prefills among them.
-        for row in sorted(pending, key=lambda r: r.step):
+        """Claims what is waiting and judges it; returns how many submissions it judged."""
+        claimed = self.ledger.submissions.claim(self.lease, CLAIM, time.time(), LEASE_SECONDS)
+        for row in claimed:
             self.judge(row)
-        return len(pending)
+        return len(claimed)
 
     def judge(self, row: SubmissionRow) -> None:
+        """Judges a submission this worker claimed; its verdict (and its accepted records
+        to the trainer) only while the worker's lease holds it."""
         issued = self.ledger.orders.get(row.order_id)
         node = self.ledger.nodes.get(row.node)
         if issued is None or node is None:  # intake checked both; a damaged ledger otherwise
@@ -177,14 +206,18 @@ class Validator:
         ]
         reasons = [v.reason for v in verdicts if not v.accepted]
         reason = f"{len(reasons)} of {len(records)} rejected: {reasons[0]}" if reasons else ""
-        if reasons:
+        if accepted and not self._spool(row, issued.order, accepted):
+            log.warning(
+                "lost the lease on %s while judging it; its verdict is left to the worker "
+                "that took it over",
+                row.digest[:12],
+            )
+            return
+        # A rejected submission's sums count too (TemperatureSums says why).
+        if self._finish(row, accepted, reason, False, prefill, seconds, sums) and reasons:
             # Short of evidence, a rejection may be honest noise: it costs the node its
             # trust, so what it sends next is checked in full until it earns it again.
             self.ledger.nodes.reset_trust(row.node)
-        if accepted:
-            self._spool(row, issued.order, accepted)
-        # A rejected submission's sums count too (TemperatureSums says why).
-        self._finish(row, accepted, reason, False, prefill, seconds, sums)
 
     def _note_cost(
         self, row: SubmissionRow, rollouts: int, cpu: float, prefill: bool, trusted: bool
@@ -193,6 +226,7 @@ class Validator:
         (loading the step's weights included), and whether the node was trusted yet."""
         line = {
             "digest": row.digest,
+            "worker": self.config.worker,
             "rollouts": rollouts,
             "cpu_seconds": cpu,
             "prefill": prefill,
@@ -201,15 +235,22 @@ class Validator:
         with (self.config.data_dir / "validation.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def _spool(self, row: SubmissionRow, order: WorkOrder, records: list[Rollout]) -> None:
-        name = spool_sampler(row.node)
-        # A validator restarted after spooling, before writing the outcome, must not
-        # hand the trainer the same groups twice.
+    def _spool(self, row: SubmissionRow, order: WorkOrder, records: list[Rollout]) -> bool:
+        """Hands the accepted records to the trainer, while this worker's lease holds the
+        submission; returns whether it held (else another worker took it over)."""
         from orchestrator.trainer.feed import spool_name
 
+        name = spool_sampler(row.node)
         file = spool_name(name, order.counter)
-        if not (self.spool.directory / file).exists() and not (self.spool.read_dir / file).exists():
-            self.spool.put(name, order.counter, records)
+        # Under the lease, so no other worker spools it meanwhile; a worker restarted after
+        # spooling, before writing the outcome, must not hand the trainer the same groups
+        # twice: the file is there, read or not.
+        with self.ledger.submissions.holding(row.digest, self.lease) as held:
+            if held and not any(
+                (d / file).exists() for d in (self.spool.directory, self.spool.read_dir)
+            ):
+                self.spool.put(name, order.counter, records)
+        return held
 
     def _finish(
         self,
@@ -220,9 +261,12 @@ class Validator:
         prefilled: bool,
         seconds: float = 0.0,
         temperature: TemperatureSums = NO_SUMS,
-    ) -> None:
+    ) -> bool:
+        """Writes the verdict and what follows from it (trust, a ban); returns whether it
+        was written: not when this worker lost its lease, and another worker's verdict
+        (and its consequences) stands."""
         status = SubmissionStatus.ACCEPTED if accepted else SubmissionStatus.REJECTED
-        self.ledger.submissions.set_outcome(
+        if not self.ledger.submissions.set_outcome(
             row.digest,
             status,
             len(accepted),
@@ -231,7 +275,13 @@ class Validator:
             prefilled,
             time.time(),
             temperature,
-        )
+            lease=self.lease,
+        ):
+            log.warning(
+                "judged %s, but another worker took it over: its verdict stands",
+                row.digest[:12],
+            )
+            return False
         if prefilled and accepted and not reason:
             self.ledger.nodes.add_trust(row.node)
         if slashable:
@@ -250,6 +300,7 @@ class Validator:
             seconds,
             "yes" if prefilled else "no",
         )
+        return True
 
 
 def _scorer(
@@ -284,6 +335,17 @@ def _with_rewards(record: Rollout, verdict: Verdict) -> Rollout:
     ).sealed()
 
 
+def renew_leases(ledger: Ledger, lease: Lease, stopped: threading.Event) -> None:
+    """Renews ``lease``'s leases every ``RENEW_SECONDS`` until ``stopped``. A failed
+    renewal (a ledger busy past its timeout) is tried again at the next: the lease lapses
+    only after several, and then the worker's verdict is refused, never doubled."""
+    while not stopped.wait(RENEW_SECONDS):
+        try:
+            ledger.submissions.renew(lease, time.time(), LEASE_SECONDS)
+        except (sqlite3.Error, ValueError) as e:  # a damaged ledger stops the main thread
+            log.warning("could not renew the leases of %s: %s", lease.worker, e)
+
+
 def main(config: ValidatorConfig, stop: StopSignal) -> None:
     """The child's body (see ``child``): judge until ``stop`` is set."""
     from swarmrl.cli_options import quiet_transformers
@@ -293,9 +355,21 @@ def main(config: ValidatorConfig, stop: StopSignal) -> None:
     tasks = {t.problem_id: t for t in read_tasks(config.tasks_file)}
     ledger = Ledger(ledger_path(config.data_dir), create=False)
     validator = Validator(config, ledger, tasks)
+    # This worker's earlier process is dead (the daemon restarts a worker only then):
+    # what it was judging is free again now rather than at its lease's expiry.
+    if released := ledger.submissions.release_earlier(validator.lease):
+        log.info("released %d submission(s) an earlier %s process held", released, config.worker)
+    log.info("validator worker %s on %s", config.worker, config.device or "the default device")
+    stopped = threading.Event()
+    renewer = threading.Thread(
+        target=renew_leases, args=(ledger, validator.lease, stopped), name="leases", daemon=True
+    )
+    renewer.start()
     try:
         while not stop.is_set():
             if validator.run_once() == 0:
                 stop.wait(POLL_SECONDS)
     finally:
+        stopped.set()
+        renewer.join()
         ledger.close()

@@ -240,7 +240,8 @@ class WorkServer:
                 return _no_work(2.0, "no policy is published yet")
             if step >= self.settings.steps:
                 return _no_work(60.0, f"the run has trained all its {self.settings.steps} steps")
-            if self.backlog() >= self.settings.max_backlog:
+            # Each validator worker drains its own share of the backlog.
+            if self.backlog() >= self.settings.max_backlog * self.settings.validator_workers:
                 return _no_work(2.0, "the validator and trainer are catching up")
             order = self._new_order(node, step, now)
         return assign.WorkResponse(order=order)

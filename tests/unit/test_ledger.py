@@ -17,7 +17,7 @@ from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.orders import Abandoned, OrderRow
-from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.ledger.submissions import Lease, SubmissionRow
 from orchestrator.service.ledger.transitions import TRANSITIONS
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import swarm_domain
@@ -156,8 +156,8 @@ def test_submissions_filter_by_node_epoch_and_status(ledger):
     assert [s.step for s in ledger.submissions.all(node=NODE)] == [1, 2]
     assert [s.step for s in ledger.submissions.all(status="received")] == [1, 3]
     assert [s.step for s in ledger.submissions.all(node=NODE, epoch=1, status="rejected")] == [2]
-    assert [s.step for s in ledger.submissions.pending(1)] == [1]
-    assert [s.step for s in ledger.submissions.pending(10)] == [1, 3]
+    assert [s.step for s in ledger.submissions.claim(Lease("v", "a"), 1, 6.0, 60.0)] == [1]
+    assert [s.step for s in ledger.submissions.claim(Lease("w", "b"), 10, 6.0, 60.0)] == [3]
     with pytest.raises(ValueError, match="submission status must be one of"):
         ledger.submissions.all(status="maybe")
 
@@ -392,7 +392,7 @@ def test_the_file_is_wal_with_full_sync_and_a_schema_version(tmp_path):
     Ledger(path).close()  # opening again creates nothing twice
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
     db.close()
 
 
@@ -411,7 +411,7 @@ def test_a_file_that_is_not_a_ledger_is_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="newer swarmrl") as caught:
         Ledger(newer)
     assert str(caught.value) == (
-        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 3); "
+        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 4); "
         "upgrade swarmrl"
     )
 
@@ -512,9 +512,10 @@ def test_a_ledger_of_schema_1_is_upgraded_to_the_signed_orders_it_issued(tmp_pat
     with Ledger(path) as ledger:  # upgraded once; from now on it opens as any other
         assert [o.order_id for o in ledger.orders.expire(501.0)] == [order_id]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "assignments" not in tables
+    assert "leases" in tables
     db.close()
 
 
@@ -523,10 +524,11 @@ def test_a_ledger_of_schema_2_is_upgraded_to_colder_sampling_sums_per_node(tmp_p
     with Ledger(path) as ledger:
         ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
         ledger.nodes.add_trust(NODE)
-    # Schema 2 is schema 3 without the nodes' sums.
+    # Schema 2 is schema 4 without the nodes' sums and the leases.
     db = sqlite3.connect(path)
     for column in ("excess", "variance", "submissions"):
         db.execute(f"ALTER TABLE nodes DROP COLUMN temperature_{column}")
+    db.execute("DROP TABLE leases")
     db.execute("PRAGMA user_version = 2")
     db.commit()
     db.close()
@@ -534,7 +536,27 @@ def test_a_ledger_of_schema_2_is_upgraded_to_colder_sampling_sums_per_node(tmp_p
         node = ledger.nodes.get(NODE)
         assert (node.trusted, node.temperature) == (1, NO_SUMS)
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    db.close()
+
+
+def test_a_ledger_of_schema_3_is_upgraded_to_leases_and_its_waiting_submissions_claimed(
+    tmp_path,
+):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.submissions.record(submission(1))
+    # Schema 3 is schema 4 without the leases.
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE leases")
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    with Ledger(path) as ledger:
+        claimed = ledger.submissions.claim(Lease("validator", "a"), 4, 10.0, 60.0)
+        assert [s.digest for s in claimed] == [f"{1:064x}"]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
     db.close()
 
 
@@ -564,6 +586,127 @@ def test_a_verdict_adds_its_colder_sampling_sums_to_its_node_once(tmp_path):
         assert ledger.nodes.get(OTHER).temperature == NO_SUMS
 
 
+WORKER_A, WORKER_B = Lease("validator-0", "a1"), Lease("validator-1", "b1")
+
+
+def digests(rows: list[SubmissionRow]) -> list[str]:
+    return [r.digest for r in rows]
+
+
+def test_a_claim_leases_the_oldest_waiting_submissions_to_one_worker(ledger):
+    for n in (3, 1, 2, 4):
+        ledger.submissions.record(submission(n))
+    ledger.submissions.set_outcome(f"{4:064x}", "rejected", 0, "r", False, False, 5.0)
+    # Oldest first, up to the limit; another worker gets the rest, never the same one.
+    assert digests(ledger.submissions.claim(WORKER_A, 2, 10.0, 60.0)) == [
+        f"{1:064x}",
+        f"{2:064x}",
+    ]
+    assert digests(ledger.submissions.claim(WORKER_B, 5, 10.0, 60.0)) == [f"{3:064x}"]
+    # What is leased or judged is nobody's to claim until a lease expires.
+    assert ledger.submissions.claim(WORKER_B, 5, 69.0, 60.0) == []
+    assert ledger.submissions.claim(WORKER_A, 5, 69.0, 60.0) == []
+
+
+def test_a_lease_renewed_holds_and_one_expired_is_taken_over(ledger):
+    for n in (1, 2):
+        ledger.submissions.record(submission(n))
+    ledger.submissions.claim(WORKER_A, 2, 10.0, 60.0)
+    assert ledger.submissions.renew(WORKER_A, 50.0, 60.0) == 2  # now until 110
+    assert ledger.submissions.claim(WORKER_B, 5, 100.0, 60.0) == []
+    # Expired (its worker died or stalled): another worker takes it over, and the first
+    # renews only what it still holds.
+    assert digests(ledger.submissions.claim(WORKER_B, 1, 110.0, 60.0)) == [f"{1:064x}"]
+    assert ledger.submissions.renew(WORKER_A, 111.0, 60.0) == 1
+    assert ledger.submissions.renew(Lease("validator-0", "a2"), 111.0, 60.0) == 0
+
+
+def test_a_restarted_worker_releases_its_earlier_processes_leases_at_once(ledger):
+    for n in (1, 2, 3):
+        ledger.submissions.record(submission(n))
+    ledger.submissions.claim(WORKER_A, 2, 10.0, 60.0)
+    ledger.submissions.claim(WORKER_B, 1, 10.0, 60.0)
+    restarted = Lease(WORKER_A.worker, "a2")  # the same worker, a new process
+    assert ledger.submissions.release_earlier(restarted) == 2
+    assert ledger.submissions.release_earlier(restarted) == 0
+    # Free long before their expiry; the other worker's lease stands.
+    assert digests(ledger.submissions.claim(restarted, 5, 11.0, 60.0)) == [
+        f"{1:064x}",
+        f"{2:064x}",
+    ]
+    with ledger.submissions.holding(f"{3:064x}", WORKER_B) as held:
+        assert held
+
+
+def test_a_worker_that_lost_its_lease_writes_no_verdict_and_counts_nothing(ledger):
+    ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.submissions.record(submission(1))
+    digest, sums = f"{1:064x}", TemperatureSums(3.0, 4.0, 1)
+    ledger.submissions.claim(WORKER_A, 1, 10.0, 60.0)
+    ledger.submissions.claim(WORKER_B, 1, 70.0, 60.0)  # A stalled past its lease
+    # A finishes first: it hands the trainer nothing and its verdict is refused.
+    with ledger.submissions.holding(digest, WORKER_A) as held:
+        assert not held
+    assert not ledger.submissions.set_outcome(
+        digest, "accepted", 4, "", False, True, 75.0, sums, lease=WORKER_A
+    )
+    assert ledger.submissions.get(digest).status == "received"
+    assert ledger.nodes.get(NODE).temperature == NO_SUMS
+    # B, which holds it, gives the one verdict; its sums count once, its lease ends.
+    with ledger.submissions.holding(digest, WORKER_B) as held:
+        assert held
+    assert ledger.submissions.set_outcome(
+        digest, "rejected", 0, "r", False, True, 80.0, sums, lease=WORKER_B
+    )
+    assert not ledger.submissions.set_outcome(
+        digest, "accepted", 4, "", False, True, 81.0, sums, lease=WORKER_B
+    )
+    row = ledger.submissions.get(digest)
+    assert (row.status, row.validated_at) == ("rejected", 80.0)
+    assert ledger.nodes.get(NODE).temperature == sums
+    assert ledger.submissions.renew(WORKER_B, 82.0, 60.0) == 0
+    with ledger.submissions.holding(digest, WORKER_B) as held:
+        assert not held
+
+
+CLAIMER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from orchestrator.service.ledger import Ledger
+    from orchestrator.service.ledger.submissions import Lease
+
+    ledger = Ledger(Path(sys.argv[1]))
+    lease = Lease(sys.argv[2], "t")
+    while claimed := ledger.submissions.claim(lease, 1, time.time(), 600.0):
+        print(claimed[0].digest, flush=True)
+    """
+)
+
+
+def test_workers_claiming_at_once_from_processes_of_their_own_never_share_one(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        for n in range(200):
+            ledger.submissions.record(submission(n))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, str(path), f"validator-{i}"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
+    claims = []
+    for worker in workers:
+        out, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0
+        claims.append(out.split())
+    assert sorted(claims[0] + claims[1]) == [f"{n:064x}" for n in range(200)]
+
+
 def test_out_of_range_numbers_are_refused_before_writing(ledger):
     bogus = submission(1)
     bogus = SubmissionRow(**{**bogus.__dict__, "step": 2**64 - 1})
@@ -576,7 +719,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from orchestrator.service.ledger import Ledger
-    from orchestrator.service.ledger.submissions import SubmissionRow
+    from orchestrator.service.ledger.submissions import Lease, SubmissionRow
 
     ledger = Ledger(sys.argv[1])
     first, count = int(sys.argv[2]), int(sys.argv[3])

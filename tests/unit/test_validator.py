@@ -5,12 +5,20 @@ order's are evidence."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from orchestrator.service import validator as validator_process
+from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.validator import Validator, ValidatorConfig, spool_sampler
@@ -21,7 +29,7 @@ from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.models.backend import SamplingParams
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 from swarmrl.rollouts.records import write_rollouts
-from swarmrl.tasks import Task
+from swarmrl.tasks import Task, write_tasks
 from swarmrl.tasks.rewards import task_reward
 from swarmrl.work.assign import Slot, WorkOrder
 
@@ -86,10 +94,11 @@ def submitted(
     shift: float = 0.0,
     n: int = 0,
     temperature: float = 1.0,
+    order: WorkOrder = ORDER,
 ) -> str:
-    """A submission answering ORDER, its records generated with `max_tokens` and their
-    claimed log-probabilities moved by `shift` nats; its digest (the `n`th submission).
-    Sampled at another `temperature`, it claims the
+    """A submission answering `order` (in the ledger), its records generated with
+    `max_tokens` and their claimed log-probabilities moved by `shift` nats; its digest
+    (the `n`th submission). Sampled at another `temperature`, it claims the
     order's, with the log-probabilities that one gives its tokens."""
     records = generate_rollouts(
         backend,
@@ -97,7 +106,7 @@ def submitted(
         n=ORDER.group_size,
         params=SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=1.0),
         provenance=Provenance(run=RUN, policy_step=STEP, node=NODE.address),
-        seed=ORDER.seed,
+        seed=order.seed,
         score=task_reward,
         target_for=lambda _: 16,
     )
@@ -121,7 +130,7 @@ def submitted(
         SubmissionRow(
             digest=digest,
             node=NODE.address,
-            order_id=ORDER_ID,
+            order_id=order.digest(DOMAIN).hex(),
             epoch=0,
             step=STEP,
             file=str(path),
@@ -219,7 +228,7 @@ def test_colder_sampling_adds_up_over_a_nodes_submissions_each_counted_once(
     from swarmrl.rollouts.tolerances import TEMPERATURE
 
     first = submitted(validator, backend, tmp_path, ORDER.max_tokens, n=1, temperature=0.65)
-    row = validator.ledger.submissions.get(first)
+    [row] = validator.ledger.submissions.claim(validator.lease, 1, time.time(), 60.0)
     validator.judge(row)
     once = validator.ledger.nodes.get(NODE.address).temperature
     assert (once.submissions, validator.ledger.submissions.get(first).status) == (1, "accepted")
@@ -247,3 +256,97 @@ def test_colder_sampling_adds_up_over_a_nodes_submissions_each_counted_once(
     assert node.temperature.z == pytest.approx(thrice.z)
     assert thrice.z > once.z
     validator.ledger.close()
+
+
+def eventually(condition: Callable[[], object], what: str, children: list[Child]) -> None:
+    """Waits for `condition`, with a deadline generous for a loaded machine; fails at
+    once if a worker died on its own."""
+    deadline = time.monotonic() + 180
+    while not condition():
+        for child in children:
+            assert child.process is not None
+            assert child.process.is_alive(), f"the {child.name} process died on its own"
+        assert time.monotonic() < deadline, f"gave up waiting until {what}"
+        time.sleep(0.02)
+
+
+def leases_of(path: Path, worker: str) -> set[str]:
+    """The submissions, still received, that a lease of `worker` holds: read from the
+    file, as another process sees them."""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            "SELECT l.digest FROM leases l JOIN submissions s ON s.digest = l.digest "
+            "WHERE l.worker = ? AND s.status = 'received'",
+            (worker,),
+        ).fetchall()
+    finally:
+        db.close()
+    return {r[0] for r in rows}
+
+
+def test_two_workers_one_killed_mid_validation_give_every_submission_one_verdict(
+    validator, backend, tmp_path
+):
+    """Two validator worker processes, supervised as the daemon supervises them: one is
+    SIGKILLed while its lease holds a submission it is judging, and restarted as the
+    daemon restarts it. Every submission gets exactly one verdict, and the trainer each
+    accepted file once."""
+    ledger, config = validator.ledger, validator.config
+    orders = [
+        ORDER.model_copy(update={"counter": 20 + n, "seed": 30 + n}).signed_by(ORCHESTRATOR, DOMAIN)
+        for n in range(6)
+    ]
+    for order in orders:
+        ledger.orders.add(order.digest(DOMAIN).hex(), order, 1.0)
+    digests = [
+        submitted(validator, backend, tmp_path, ORDER.max_tokens, n=n, order=order)
+        for n, order in enumerate(orders)
+    ]
+    write_tasks(TASKS.values(), config.tasks_file)
+    first, second = (
+        Child(
+            ChildSpec(
+                f"validator-{i}",
+                validator_process.main,
+                replace(config, worker=f"validator-{i}"),
+                data_dir=config.data_dir,
+                log_to_stderr=False,
+                threads=1,
+            )
+        )
+        for i in range(2)
+    )
+    path = config.data_dir / "ledger.sqlite3"
+    try:
+        first.start()
+        eventually(lambda: leases_of(path, "validator-0"), "the first worker claims", [first])
+        assert first.process is not None
+        os.kill(first.process.pid, signal.SIGKILL)
+        first.process.join()
+        # It died mid-validation: its lease holds a submission that has no verdict.
+        assert len(leases_of(path, "validator-0")) == 1
+        second.start()
+        first.check()  # the daemon's supervision: restarted, a new process of the worker
+        assert first.restarts == 1
+        eventually(
+            lambda: not ledger.submissions.all(status="received"),
+            "every submission has a verdict",
+            [first, second],
+        )
+    finally:
+        for child in (first, second):
+            if child.process is not None:
+                child.shutdown()
+    rows = [ledger.submissions.get(d) for d in digests]
+    assert [(r.status, r.units, r.reason) for r in rows] == [("accepted", 4, "")] * 6
+    # One verdict each: each counted once into the node's sums (in the verdict's own
+    # transaction), each logged once by the one worker that wrote it.
+    node = ledger.nodes.get(NODE.address)
+    assert (node.temperature.submissions, node.trusted) == (6, 6)
+    logs = "".join((config.data_dir / "logs" / f"validator-{i}.log").read_text() for i in (0, 1))
+    assert [logs.count(f"validated {d[:12]} from") for d in digests] == [1] * 6
+    sampler = spool_sampler(NODE.address)
+    assert sorted(p.name for p in validator.spool.files()) == [
+        spool_name(sampler, order.counter) for order in orders
+    ]

@@ -1,7 +1,7 @@
 """The orchestrator's ledger: nodes, work orders, submissions, and what went on chain.
 
-One SQLite file shared by the daemon's processes (host and intake, validator,
-recorder) and read by `orchestrator status` and the live view. It is the
+One SQLite file shared by the daemon's processes (host and intake, validator
+workers, recorder) and read by `orchestrator status` and the live view. It is the
 orchestrator's memory across restarts, so every write is one transaction that is
 on disk when the call returns (`connection`): a submission is acknowledged only
 after `ledger.submissions.record` returns, and a SIGKILL at any point leaves the
@@ -9,7 +9,8 @@ file consistent. Nodes, orders and submissions change state only as the one tabl
 `transitions.TRANSITIONS` allows.
 
 Each concern is a store over the one connection: `ledger.nodes`, `ledger.orders`,
-`ledger.submissions`, `ledger.epochs`, `ledger.slashes`; `schema` holds the tables
+`ledger.submissions` (and the validator workers' leases on them), `ledger.epochs`,
+`ledger.slashes`; `schema` holds the tables
 and the upgrades. Addresses are stored checksummed whatever case callers pass.
 Hashes and signatures are hex strings as callers give them (digests and order ids
 without 0x by convention). Times are unix seconds.

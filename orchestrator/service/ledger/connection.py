@@ -1,6 +1,6 @@
 """The ledger file and its one transaction discipline.
 
-Several processes (the daemon's host and intake, the validator, the recorder, the
+Several processes (the daemon's host and intake, the validator workers, the recorder, the
 status readers) open the same file, so each opens it as WAL with synchronous=FULL:
 readers never wait for the writer, and a write is on disk when its transaction
 returns. Every write of every store is one `write()` transaction, taken with

@@ -18,7 +18,7 @@ from swarmrl.work.assign import Slot, WorkOrder
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # A work order is kept signed, as its node got it (JSON); node, counter and deadline,
 # taken from it, are what it is looked up by.
@@ -30,6 +30,16 @@ CREATE TABLE orders (
 );
 CREATE INDEX orders_by_state ON orders (state, deadline);
 CREATE INDEX orders_by_node ON orders (node, state);
+"""
+# A validator worker's hold on a submission it judges (`submissions.Lease`): its worker
+# id and its process's token, until `expires` unless renewed. Only a submission still
+# received has one: its verdict deletes it.
+_LEASES = """
+CREATE TABLE leases (
+    digest TEXT PRIMARY KEY REFERENCES submissions (digest), worker TEXT NOT NULL,
+    token TEXT NOT NULL, expires REAL NOT NULL
+);
+CREATE INDEX leases_by_worker ON leases (worker, token);
 """
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -58,7 +68,7 @@ CREATE TABLE counters (node TEXT PRIMARY KEY, next INTEGER NOT NULL);
 );
 CREATE INDEX submissions_by_epoch ON submissions (epoch, node);
 CREATE INDEX submissions_by_status ON submissions (status, received_at);
-CREATE TABLE epochs (
+{_LEASES}CREATE TABLE epochs (
     epoch INTEGER NOT NULL, node TEXT NOT NULL, units INTEGER NOT NULL,
     commitment TEXT NOT NULL, tx_hash TEXT, recorded_at REAL NOT NULL,
     PRIMARY KEY (epoch, node)
@@ -77,6 +87,9 @@ ALTER TABLE nodes ADD COLUMN temperature_excess REAL NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN temperature_variance REAL NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN temperature_submissions INTEGER NOT NULL DEFAULT 0;
 """
+# Schema 4: leases, so several validator workers share the submissions; a schema 3
+# ledger's validator held none.
+_UPGRADE_FROM_3 = _LEASES
 
 
 def prepare(connection: Connection, run: str | None) -> None:
@@ -109,6 +122,9 @@ def prepare(connection: Connection, run: str | None) -> None:
         if 1 <= version <= 2:
             _execute(db, _UPGRADE_FROM_2)
             log.info("ledger %s upgraded from schema 2 (colder-sampling sums per node)", path)
+        if 1 <= version <= 3:
+            _execute(db, _UPGRADE_FROM_3)
+            log.info("ledger %s upgraded from schema 3 (validator leases)", path)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 

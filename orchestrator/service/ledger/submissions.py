@@ -3,11 +3,20 @@ the validator's verdict on each.
 
 A submission is acknowledged only after `Submissions.record` returns: by then it is
 on disk, and its order is answered in the same transaction.
+
+Validator workers share the received submissions through leases (`Lease`): a worker
+claims a submission for a while (`claim`), renews its leases while it lives (`renew`),
+and hands its accepted records to the trainer (`holding`) and writes its verdict
+(`set_outcome`) only while its lease holds; the verdict ends the lease. A lease of a
+dead worker expires, and the worker's next process releases it at once
+(`release_earlier`), so every submission is judged, and gets one verdict.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from eth_utils import to_checksum_address
@@ -38,6 +47,15 @@ class SubmissionRow:
     prefilled: bool = False
     receipt: str = ""  # the receipt (JSON) the node was given
     validated_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who holds a submission while judging it: a validator worker (its id, the same
+    across the worker's restarts) and one process of it (a token new at each start)."""
+
+    worker: str
+    token: str
 
 
 @dataclass(frozen=True)
@@ -136,14 +154,53 @@ class Submissions:
         )
         return [from_row(r) for r in rows]
 
-    def pending(self, limit: int) -> list[SubmissionRow]:
-        """Up to `limit` submissions still 'received' (waiting for the validator), oldest
-        first."""
-        rows = self._connection.rows(
-            "SELECT * FROM submissions WHERE status = ? ORDER BY received_at, digest LIMIT ?",
-            (SubmissionStatus.RECEIVED, limit),
-        )
+    def claim(self, lease: Lease, limit: int, now: float, seconds: float) -> list[SubmissionRow]:
+        """Up to `limit` submissions still 'received' that no live lease holds, oldest
+        first, now leased to `lease` until `now + seconds`. In one write transaction, so
+        two workers claiming at once never claim the same one; an expired lease (its
+        worker died or stalled) is taken over."""
+        with self._connection.write() as db:
+            rows = db.execute(
+                "SELECT s.* FROM submissions s LEFT JOIN leases l ON l.digest = s.digest "
+                "WHERE s.status = ? AND (l.expires IS NULL OR l.expires <= ?) "
+                "ORDER BY s.received_at, s.digest LIMIT ?",
+                (SubmissionStatus.RECEIVED, now, limit),
+            ).fetchall()
+            db.executemany(
+                "INSERT OR REPLACE INTO leases (digest, worker, token, expires) "
+                "VALUES (?, ?, ?, ?)",
+                [(r["digest"], lease.worker, lease.token, now + seconds) for r in rows],
+            )
         return [from_row(r) for r in rows]
+
+    def renew(self, lease: Lease, now: float, seconds: float) -> int:
+        """Every lease `lease` still holds, extended to `now + seconds`; returns how many
+        it holds (one taken over after it expired is not its own any more)."""
+        with self._connection.write() as db:
+            renewed: int = db.execute(
+                "UPDATE leases SET expires = ? WHERE worker = ? AND token = ?",
+                (now + seconds, lease.worker, lease.token),
+            ).rowcount
+        return renewed
+
+    def release_earlier(self, lease: Lease) -> int:
+        """The leases of `lease`'s worker taken by an earlier process of it (one that died:
+        a worker's processes run one at a time), released at once rather than at their
+        expiry; returns how many."""
+        with self._connection.write() as db:
+            released: int = db.execute(
+                "DELETE FROM leases WHERE worker = ? AND token != ?", (lease.worker, lease.token)
+            ).rowcount
+        return released
+
+    @contextmanager
+    def holding(self, digest: str, lease: Lease) -> Iterator[bool]:
+        """Whether `lease` still holds the submission `digest` (no verdict yet, nobody
+        took it over), inside a write transaction kept for the block: no worker can claim
+        it meanwhile, so what the block does while it holds (hand the submission's
+        records to the trainer) one worker alone does."""
+        with self._connection.write() as db:
+            yield _held(db, digest, lease)
 
     def set_outcome(
         self,
@@ -155,27 +212,33 @@ class Submissions:
         prefilled: bool,
         now: float,
         temperature: TemperatureSums = NO_SUMS,
+        lease: Lease | None = None,
     ) -> bool:
         """The validator's verdict on a submission, if the transition table lets it move
-        to `status` from the status it has (a verdict stands); returns whether it did.
-        With the verdict, in its transaction, the submission's colder-sampling sums
-        (`temperature`) join its node's: only a verdict that moves counts them."""
+        to `status` from the status it has (a verdict stands) and, given `lease`, while
+        that lease holds it (a worker that lost its lease leaves the verdict to the one
+        that took it over); returns whether it moved. With the verdict, in its
+        transaction, the submission's colder-sampling sums (`temperature`) join its
+        node's, and its lease ends: only a verdict that moves counts them."""
         to = member(SubmissionStatus, status, "submission status")
         if not 0 <= units <= MAX_SQLITE_INT:
             raise ValueError(f"submission units {units} is out of range")
         before = sources(to)
         with self._connection.write() as db:
-            changed = db.execute(
-                "UPDATE submissions SET status = ?, units = ?, reason = ?, slashable = ?, "
-                "prefilled = ?, validated_at = ? "
-                f"WHERE digest = ? AND status IN ({marks(before)})",
-                (to, units, reason, int(slashable), int(prefilled), now, digest, *before),
-            ).rowcount
+            changed = 0
+            if lease is None or _held(db, digest, lease):
+                changed = db.execute(
+                    "UPDATE submissions SET status = ?, units = ?, reason = ?, slashable = ?, "
+                    "prefilled = ?, validated_at = ? "
+                    f"WHERE digest = ? AND status IN ({marks(before)})",
+                    (to, units, reason, int(slashable), int(prefilled), now, digest, *before),
+                ).rowcount
             known = db.execute(
                 "SELECT node FROM submissions WHERE digest = ?", (digest,)
             ).fetchone()
             if changed:
                 nodes.fold_temperature(db, known["node"], temperature)
+                db.execute("DELETE FROM leases WHERE digest = ?", (digest,))
         if known is None:
             raise ValueError(f"no submission {digest} in the ledger")
         return bool(changed)
@@ -218,6 +281,18 @@ class Submissions:
             )
         }
         return Tally(by_status, per_node, reasons)
+
+
+def _held(db: sqlite3.Connection, digest: str, lease: Lease) -> bool:
+    """Whether `lease` holds the submission `digest`, still received, inside the caller's
+    transaction. Its own lease past its expiry still holds until another worker claims
+    the submission: the claim replaces it."""
+    row = db.execute(
+        "SELECT 1 FROM leases l JOIN submissions s ON s.digest = l.digest "
+        "WHERE l.digest = ? AND l.worker = ? AND l.token = ? AND s.status = ?",
+        (digest, lease.worker, lease.token, SubmissionStatus.RECEIVED),
+    ).fetchone()
+    return row is not None
 
 
 def from_row(r: sqlite3.Row) -> SubmissionRow:
