@@ -145,6 +145,45 @@ def run(
         view.stop()  # before any error is printed: the view owns the screen until then
 
 
+@orchestrator_app.command("trainer")
+def trainer(config: Path | None = ConfigOption) -> None:
+    """This machine's trainer processes of a run whose trainer spans several machines
+    (nnodes > 1): they join the job at rdzv_endpoint, where the machine running
+    `orchestrator run` waits for them. Run it with the same config file, the data
+    folder mounted at the same path; a job that stopped (a rank died anywhere) is
+    joined again, until the run's last step or Ctrl-C."""
+    import os
+    import time
+
+    from orchestrator.service import trainer_process
+    from orchestrator.service.child import Child
+    from orchestrator.service.daemon import SUPERVISE_SECONDS
+    from swarmrl.chain.deploy import load_deployment
+    from swarmrl.logs import setup_logging
+
+    settings = _settings(config)
+    if settings.nnodes < 2:
+        raise ValueError(
+            f"nnodes is {settings.nnodes}: `orchestrator run` trains alone; this command "
+            "adds a machine to a trainer that spans several (nnodes > 1)"
+        )
+    with settings.about("deployment"):
+        deployment = load_deployment(settings.deployment)
+    data_dir = Path(settings.data_dir)
+    setup_logging(data_dir / "logs" / "trainer-machine.log", stderr=True)
+    cores = settings.threads or len(os.sched_getaffinity(0))
+    job = Child(
+        trainer_process.spec(settings, deployment.run_id, threads=cores, log_to_stderr=True)
+    )
+    job.start()
+    try:
+        while not job.finished:
+            job.check()  # restarted when it failed, ChildFailedError when it keeps failing
+            time.sleep(SUPERVISE_SECONDS)
+    finally:
+        job.shutdown()
+
+
 @orchestrator_app.command("status")
 def status(
     config: Path | None = ConfigOption,

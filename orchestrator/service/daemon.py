@@ -49,9 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("swarmrl.orchestrator")
 
 SUPERVISE_SECONDS = 1.0
-RUN_DIR = "run"
-WEIGHTS_DIR = "weights"  # the weight store the swarm is served from
-TRAINER = "trainer"  # the trainer child's name
+RUN_DIR = trainer_process.RUN_DIR
+WEIGHTS_DIR = trainer_process.WEIGHTS_DIR
+TRAINER = trainer_process.TRAINER
 
 
 @dataclass(frozen=True)
@@ -157,49 +157,39 @@ class Orchestrator:
         ]
 
     def _trainer_spec(self, threads: int) -> ChildSpec[Any]:
-        s = self.settings
-        config = trainer_process.TrainerProcessConfig(
-            run_dir=self.run_dir,
-            store_dir=self.data_dir / WEIGHTS_DIR,
-            model=Path(s.model),
-            tasks_file=Path(s.tasks),
-            run=self.deployment.run_id,
-            recipe=s.recipe(),
-            device=s.device,
-            serving=s.precision,
-            keep_checkpoints=s.keep_checkpoints,
-        )
-        return ChildSpec(
-            TRAINER,
-            trainer_process.main,
-            config,
-            data_dir=self.data_dir,
-            log_to_stderr=self.log_to_stderr,
+        return trainer_process.spec(
+            self.settings,
+            self.deployment.run_id,
             threads=threads,
-            finishes=True,  # once it trained the run's last step
+            log_to_stderr=self.log_to_stderr,
         )
 
     def _validator_specs(self, threads: int) -> list[ChildSpec[Any]]:
+        """One child per validator worker, each on its device and with an even part of
+        the validator's threads; one worker keeps the name (and log file) `validator`."""
         s = self.settings
-        config = validator.ValidatorConfig(
-            data_dir=self.data_dir,
-            run_dir=self.run_dir,
-            tasks_file=Path(s.tasks),
-            validation_rate=s.validation_rate,
-            trust_after=s.trust_after,
-            code_check_rate=s.code_check_rate,
-            device=s.device,
-            async_level=s.async_level,
-        )
+        workers = s.validator_workers
+        names = ["validator"] if workers == 1 else [f"validator-{i}" for i in range(workers)]
         return [
             ChildSpec(
-                "validator",
+                name,
                 validator.main,
-                config,
+                validator.ValidatorConfig(
+                    data_dir=self.data_dir,
+                    run_dir=self.run_dir,
+                    tasks_file=Path(s.tasks),
+                    validation_rate=s.validation_rate,
+                    trust_after=s.trust_after,
+                    code_check_rate=s.code_check_rate,
+                    device=s.validator_device(i),
+                    async_level=s.async_level,
+                    worker=name,  # the spec's name: the same for each restart of it
+                ),
                 data_dir=self.data_dir,
                 log_to_stderr=self.log_to_stderr,
-                threads=threads,
+                threads=max(1, threads // workers),
             )
+            for i, name in enumerate(names)
         ]
 
     def _recorder_spec(self) -> ChildSpec[Any]:

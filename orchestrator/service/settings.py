@@ -1,8 +1,9 @@
 """The orchestrator daemon's settings: ``orchestrator.toml`` and ``SWARMRL_*``.
 
 The service's own keys (files, keys, network, processes, validation, nodes and epochs)
-and, beside them in the same file, every key of the training recipe
-(``orchestrator.trainer.recipe.GRPORecipe``), which the trainer takes as it is. Read
+and, beside them in the same file, the trainer's processes
+(``orchestrator.trainer.launch.TrainerLaunch``) and every key of the training recipe
+(``orchestrator.trainer.recipe.GRPORecipe``), which the trainer takes as they are. Read
 with ``swarmrl.settings_toml.load_settings(OrchestratorSettings, path)``.
 """
 
@@ -14,6 +15,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.chain.paths import deployment_path
 from swarmrl.files import role_data_dir
@@ -146,8 +148,9 @@ class ServiceSettings(SwarmrlSettings):
         8,
         ge=1,
         le=100_000,
-        description="Submissions awaiting validation or training before nodes are told to "
-        "wait: work beyond it would only go stale.",
+        description="Submissions awaiting validation or training, per validator worker, "
+        "before nodes are told to wait (the bound is max_backlog x validator_workers): "
+        "work beyond it would only go stale.",
     )
     validator_workers: int = Field(
         1,
@@ -287,11 +290,11 @@ class ServiceSettings(SwarmrlSettings):
         return self
 
 
-# The bases in this order put the service's keys first and the recipe's after them, in
-# the template and wherever else the fields are listed (pydantic lists the fields of the
-# last base first). Their model_config are a ConfigDict and a SettingsConfigDict, which
-# pydantic merges and mypy takes for a clash.
-class OrchestratorSettings(GRPORecipe, ServiceSettings):  # type: ignore[misc]
+# The bases in this order put the service's keys first, the trainer's processes next and
+# the recipe's last, in the template and wherever else the fields are listed (pydantic
+# lists the fields of the last base first). Their model_config are ConfigDicts and a
+# SettingsConfigDict, which pydantic merges and mypy takes for a clash.
+class OrchestratorSettings(GRPORecipe, TrainerLaunch, ServiceSettings):  # type: ignore[misc]
     """Settings of the swarmrl orchestrator (`swarmrl orchestrator run --config FILE`).
 
     The defaults run a small swarm on one laptop against `swarmrl chain up`."""

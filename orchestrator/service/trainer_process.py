@@ -5,22 +5,43 @@ trains, and writes ``checkpoints/step_<n>/``, which the daemon publishes to the
 swarm. Restarted, it continues from its newest whole checkpoint, never from one
 below the newest step the daemon's weight store has announced. After every step it
 appends the step's line to ``metrics.jsonl`` and redraws ``metrics.png``.
+
+With more than one trainer process in the settings (``TrainerLaunch``) this process
+is torchrun's agent instead (``ranks.run_job``): it starts the ranks, which train the
+sharded policy together, and restarts them all from the newest checkpoint when one
+dies; rank 0 writes what the single process writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import logging
+import os
+import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from orchestrator.service.child import ChildSpec
+from orchestrator.service.logs import setup_process_logging
 from orchestrator.service.stop import StopSignal
+from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.loop import StepReport
 from orchestrator.trainer.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.models.backend import Precision
 
+if TYPE_CHECKING:
+    from orchestrator.service.settings import OrchestratorSettings
+
 log = logging.getLogger("swarmrl.trainer")
+
+RUN_DIR = "run"  # in the data folder: checkpoints, rollouts, metrics
+WEIGHTS_DIR = "weights"  # in the data folder: the weight store the swarm is served from
+TRAINER = "trainer"  # the trainer child's name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,10 +55,86 @@ class TrainerProcessConfig:
     device: str | None
     serving: Precision  # the dtype the policy is published in
     keep_checkpoints: int
+    launch: TrainerLaunch = dataclasses.field(default_factory=TrainerLaunch)
+    # A job's ranks: where they log (<data_dir>/logs/), whether rank 0 also to stderr,
+    # and the cores of all of this machine's ranks together.
+    data_dir: Path | None = None
+    log_to_stderr: bool = True
+    threads: int | None = None
+
+
+def spec(
+    settings: OrchestratorSettings, run: str, *, threads: int, log_to_stderr: bool
+) -> ChildSpec[TrainerProcessConfig]:
+    """The trainer child of an orchestrator with ``settings``, training run ``run``; the
+    daemon's, and on another machine of a job the one `swarmrl orchestrator trainer`
+    runs."""
+    data_dir = Path(settings.data_dir)
+    config = TrainerProcessConfig(
+        run_dir=data_dir / RUN_DIR,
+        store_dir=data_dir / WEIGHTS_DIR,
+        model=Path(settings.model),
+        tasks_file=Path(settings.tasks),
+        run=run,
+        recipe=settings.recipe(),
+        device=settings.device,
+        serving=settings.precision,
+        keep_checkpoints=settings.keep_checkpoints,
+        launch=settings.launch_fields(),
+        data_dir=data_dir,
+        log_to_stderr=log_to_stderr,
+        threads=threads,
+    )
+    return ChildSpec(
+        TRAINER,
+        main,
+        config,
+        data_dir=data_dir,
+        log_to_stderr=log_to_stderr,
+        threads=threads,
+        finishes=True,  # once it trained the run's last step
+    )
 
 
 def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
     """The child's body (see ``child``): train until the last step or ``stop``."""
+    if not config.launch.distributed:
+        train(config, stop)
+        return
+    from orchestrator.trainer.ranks import run_job
+
+    log.info(
+        "starting %d trainer process(es) here, %d in all",
+        config.launch.nproc_per_node,
+        config.launch.world_size,
+    )
+    run_job(config.launch, f"trainer-{config.run[:16]}", rank_main, config, stop)
+    log.info("the trainer processes finished")
+
+
+@record  # a rank's exception reaches the agent, and so the daemon, as its sentence
+def rank_main(config: TrainerProcessConfig, stop: StopSignal) -> None:
+    """One rank of a trainer job: its share of the cores, its device, its log file
+    (rank 0's is the trainer's), then the trainer loop."""
+    from orchestrator.trainer.ranks import join, leave
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack
+    rank = int(os.environ["RANK"])
+    threads = None
+    if config.threads is not None:
+        threads = max(1, config.threads // config.launch.nproc_per_node)
+    if config.data_dir is not None:
+        name = "trainer" if rank == 0 else f"trainer-rank{rank}"
+        setup_process_logging(config.data_dir, name, stderr=rank == 0 and config.log_to_stderr)
+    device = join(config.device or "cpu", threads)
+    try:
+        train(dataclasses.replace(config, device=str(device)), stop)
+    finally:
+        leave()
+
+
+def train(config: TrainerProcessConfig, stop: StopSignal) -> None:
+    """The trainer loop of this process (the only one, or one rank of a job)."""
     from orchestrator.trainer.loop import Trainer
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.p2p.store import newest_announced_step
@@ -55,20 +152,25 @@ def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
         keep_checkpoints=config.keep_checkpoints,
         # Read at every start: the daemon publishes while this process runs.
         published=newest_announced_step(config.store_dir),
+        launch=config.launch,
     )
-    on_step = StepWriter(
-        config.run_dir, trainer.step, f"swarmrl orchestrator: run {config.run[:10]}"
-    )
-    log.info("trainer at step %d of %d", trainer.step, config.recipe.steps)
+    on_step = None
+    if trainer.main:
+        on_step = StepWriter(
+            config.run_dir, trainer.step, f"swarmrl orchestrator: run {config.run[:10]}"
+        )
+        log.info("trainer at step %d of %d", trainer.step, config.recipe.steps)
     try:
         trainer.train(
             should_stop=stop.is_set,
-            on_step=on_step,
+            on_step=on_step or (lambda report: None),
             poll_seconds=0.2,
         )
     finally:
-        on_step.close()
-    log.info("trainer stopped at step %d", trainer.step)
+        if on_step is not None:
+            on_step.close()
+    if trainer.main:
+        log.info("trainer stopped at step %d", trainer.step)
 
 
 class StepWriter:

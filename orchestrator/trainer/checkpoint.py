@@ -4,11 +4,14 @@
 (config, generation config, tokenizer, safetensors) with the weights in the run's
 serving dtype, what samplers and validators load and the weight broadcast ships,
 file for file. Beside it, in ``trainer/`` (never published), what resuming needs:
-``trainer_state.pt`` (optimizer, step, RNG, data position) and, when the serving
-dtype is not fp32, the fp32 master weights as a model directory of their own. A
-checkpoint is written under a hidden staging name, every file synced, then renamed
-into place: a reader, or a trainer restarted after kill -9, sees whole checkpoints
-or none, and a staging directory left by a crash is swept away on the next start.
+``dcp/``, the fp32 master weights and the AdamW state written with
+torch.distributed.checkpoint (each rank of a sharded trainer writes its own part,
+and any number of ranks, one included, reads them back: a run resumes on another
+world size), and ``trainer_state.pt`` (step, RNG, data position). A checkpoint is
+written under a hidden staging name, every file synced, then renamed into place by
+rank 0 once every rank wrote its part: a reader, or a trainer restarted after kill -9,
+sees whole checkpoints or none, and a staging directory left by a crash is swept
+away on the next start.
 
 Every step's published weights are kept (they are what evaluation and the
 validator read); ``trainer/``, the optimizer state alone twice the weights' fp32
@@ -24,22 +27,31 @@ with, so then the trainer refuses, in one sentence, to start.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import re
 import shutil
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 from swarmrl.files import fsync, os_error_reason
+
+if TYPE_CHECKING:
+    from orchestrator.trainer.batch import TokenScorer
 
 log = logging.getLogger("swarmrl.trainer")
 
 STATE_FILE = "trainer_state.pt"
 TRAINER_DIR = "trainer"  # what resuming needs, beside the published policy
+DCP_DIR = "dcp"  # in TRAINER_DIR: master weights and optimizer, one part per rank
+LM_PREFIX = "lm."  # a TokenScorer's names for its LM's tensors
 KEEP_STATES = 2
 _STEP_DIR = re.compile(r"step_(\d+)")
 
@@ -64,13 +76,6 @@ def trainer_dir(run_dir: Path, step: int) -> Path:
     return step_dir(run_dir, step) / TRAINER_DIR
 
 
-def master_dir(run_dir: Path, step: int) -> Path:
-    """The model directory holding step ``step``'s fp32 master weights: the trainer's own
-    when the serving dtype is narrower, else the published policy itself."""
-    own = trainer_dir(run_dir, step)
-    return own if (own / "config.json").is_file() else step_dir(run_dir, step)
-
-
 def steps_on_disk(run_dir: Path) -> list[int]:
     """The steps with a complete checkpoint, oldest first."""
     root = checkpoints_dir(run_dir)
@@ -89,48 +94,128 @@ def latest_step(run_dir: Path) -> int | None:
 def save_checkpoint(
     run_dir: Path,
     step: int,
-    model: Any,
+    policy: TokenScorer,
+    optimizer: torch.optim.Optimizer,
     tokenizer: Any,
     state: dict[str, Any],
     *,
-    weights: dict[str, torch.Tensor] | None = None,
     dtype: torch.dtype = torch.float32,
     keep: int = KEEP_STATES,
 ) -> Path:
-    """Write step ``step`` atomically and return its directory: the policy in ``dtype``
-    (the run's serving dtype), the trainer's state (with the fp32 master weights when
-    ``dtype`` is narrower) in ``trainer/``, which only the newest ``keep`` checkpoints
-    keep. ``weights`` replaces the model's own state dict (a data-parallel trainer
-    passes the gathered full one)."""
+    """Write step ``step`` atomically and return its directory: the policy's LM in
+    ``dtype`` (the run's serving dtype), and in ``trainer/`` the master weights and
+    optimizer state (DCP) and ``state``, which only the newest ``keep`` checkpoints keep.
+
+    Every rank of a sharded trainer calls it (each writes its part; rank 0 the rest
+    and ``state``, its own); a single process calls it alone."""
+    from orchestrator.trainer.distributed import barrier, full_state_dict, is_main
+
     final = step_dir(run_dir, step)
-    if final.exists():
-        raise ValueError(f"{final} exists already: this run has a step {step}")
-    final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.parent / f".{final.name}.staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
     own = staging / TRAINER_DIR
-    own.mkdir()
-    try:
-        master = model.state_dict() if weights is None else weights
-        if dtype == torch.float32:
-            model.save_pretrained(staging, state_dict=master)
-        else:
-            model.save_pretrained(own, state_dict=master)
-            served = {name: t.to(dtype) for name, t in master.items()}
-            model.save_pretrained(staging, state_dict=served)
-        tokenizer.save_pretrained(staging)
-        torch.save({**state, "step": step}, own / STATE_FILE)
-        for path in (*own.iterdir(), own, *staging.iterdir()):
-            fsync(path)
-        staging.rename(final)
-        fsync(final.parent)
-    except BaseException:
+    if is_main():
+        if final.exists():
+            raise ValueError(f"{final} exists already: this run has a step {step}")
+        final.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
+        own.mkdir(parents=True)
+    barrier()  # the staging directory exists before any rank writes into it
+    try:
+        _save_resumable(own / DCP_DIR, policy, optimizer)
+        weights = full_state_dict(policy)  # every rank gathers; rank 0 gets them
+        if is_main():
+            policy.lm.save_pretrained(staging, state_dict=_served(policy, weights, dtype))
+            tokenizer.save_pretrained(staging)
+            torch.save({**state, "step": step}, own / STATE_FILE)
+            for path in (*(own / DCP_DIR).iterdir(), own / DCP_DIR, *own.iterdir(), own):
+                fsync(path)
+            for path in staging.iterdir():
+                fsync(path)
+            staging.rename(final)
+            fsync(final.parent)
+    except BaseException:
+        if is_main():
+            shutil.rmtree(staging, ignore_errors=True)
         raise
-    for old in steps_on_disk(run_dir)[:-keep]:
-        shutil.rmtree(trainer_dir(run_dir, old), ignore_errors=True)
+    barrier()  # no rank goes on before the step is in place
+    if is_main():
+        for old in steps_on_disk(run_dir)[:-keep]:
+            shutil.rmtree(trainer_dir(run_dir, old), ignore_errors=True)
     return final
+
+
+def _served(
+    policy: TokenScorer, weights: dict[str, torch.Tensor], dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """The LM's weights in ``dtype`` under its own names, a tied parameter (the output
+    head that is the embeddings) as one tensor under both names. Gathered from shards
+    or cast, the two names hold two copies, which save_pretrained would write both of
+    (it drops a tied name only where the tensors share memory), and a node's check
+    refuses a tensor its model lacks."""
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, param in policy.named_parameters(remove_duplicate=False):
+        tied[name] = first.setdefault(id(param), name)
+    served = {name: t.to(dtype) for name, t in weights.items() if tied.get(name, name) == name}
+    for name in weights:
+        if name not in served:
+            served[name] = served[tied[name]]
+    return {name.removeprefix(LM_PREFIX): t for name, t in served.items()}
+
+
+def _save_resumable(
+    directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    """The fp32 master weights and the optimizer state, each rank its own shards."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    fresh = not optimizer.state
+    weights, moments = get_state_dict(model, optimizer)
+    if fresh:
+        # get_state_dict made the moments with one zero-gradient step at rate 0, which
+        # AdamW counts; the policy of step 0 has taken none, and the count sets AdamW's
+        # bias correction, so it goes back to 0 (the dicts share these tensors).
+        for moment in optimizer.state.values():
+            moment["step"].zero_()
+    with _one_process_meant():
+        save(
+            {"model": weights, "optimizer": moments},
+            checkpoint_id=directory,
+            no_dist=not dist.is_initialized(),
+        )
+
+
+def load_resumable(
+    run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    """Restore step ``step``'s master weights and optimizer state into ``model`` and
+    ``optimizer``, sharded or not, whatever the world size that wrote them."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load
+
+    directory = trainer_dir(run_dir, step) / DCP_DIR
+    weights, moments = get_state_dict(model, optimizer)
+    try:
+        # Loads in place, into the tensors (and shards) the two dicts hold.
+        with _one_process_meant():
+            load(
+                {"model": weights, "optimizer": moments},
+                checkpoint_id=directory,
+                no_dist=not dist.is_initialized(),
+            )
+    except Exception as e:  # DCP wraps every reader failure in its own CheckpointException
+        raise ValueError(f"{directory} cannot be read back: {str(e).splitlines()[0]}") from None
+    set_state_dict(model, optimizer, model_state_dict=weights, optim_state_dict=moments)
+
+
+@contextlib.contextmanager
+def _one_process_meant() -> Iterator[None]:
+    """DCP warns on every call without a process group that it assumes one process:
+    that is what a single-process trainer means, every step."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
 
 
 def load_state(run_dir: Path, step: int) -> dict[str, Any]:
@@ -148,16 +233,25 @@ def load_state(run_dir: Path, step: int) -> dict[str, Any]:
 
 def check_resumable(run_dir: Path, step: int) -> dict[str, Any]:
     """The trainer state of step ``step`` once its checkpoint is checked whole: every
-    tensor its configs call for (the policy's and the master weights'), finite, its
-    tokenizer and its state readable. ValueError (one sentence) naming what is damaged."""
+    tensor its config calls for, finite, its tokenizer and its state readable, the
+    index of its master weights and optimizer state readable. ValueError (one
+    sentence) naming what is damaged."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
     from swarmrl.models.directory import check_model, load_tokenizer
 
     directory = step_dir(run_dir, step)
     check_model(directory)
-    if (master := master_dir(run_dir, step)) != directory:
-        check_model(master)
     load_tokenizer(directory)
-    return load_state(run_dir, step)
+    state = load_state(run_dir, step)
+    resumable = trainer_dir(run_dir, step) / DCP_DIR
+    try:
+        FileSystemReader(resumable).read_metadata()
+    except Exception:  # a missing file, a torn pickle: anything that is not an index
+        raise ValueError(
+            f"{resumable} holds no readable index of the master weights and optimizer state"
+        ) from None
+    return state
 
 
 def resume_point(run_dir: Path, published: int | None) -> Resume | None:

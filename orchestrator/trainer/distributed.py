@@ -17,38 +17,68 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    fully_shard,
+)
 from torch.distributed.tensor import DTensor
 
+from orchestrator.trainer.batch import TokenScorer, completion_logprobs, compute_device
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.recipe import RatioAgainst
 from orchestrator.trainer.samples import Sample
-from orchestrator.trainer.step import TOKEN_WEIGHTED, StepResult, accumulate_gradients
+from orchestrator.trainer.step import StepResult, accumulate_gradients
 
 
-def shard(model: torch.nn.Module) -> torch.nn.Module:
-    """Shard a Llama-like HF causal LM over every rank of the default process group.
+def shard(
+    model: TokenScorer,
+    *,
+    device: torch.device | None = None,
+    mixed_precision: bool | None = None,
+    offload: bool = False,
+) -> torch.nn.Module:
+    """Shard a Llama-like HF causal LM, in the ``TokenScorer`` the trainer scores tokens
+    with (the root unit), over every rank of the default process group.
 
     Each decoder layer is its own FSDP unit, so only one layer's full weights live
     at a time; the root unit keeps the rest (embeddings, final norm, and the output
     head, which the default model ties to the embeddings: both names hold one
-    parameter, so they stay one sharded parameter). The mesh follows the model's
-    device, so a CPU model shards over gloo even on a machine that has a GPU.
+    parameter, so they stay one sharded parameter). The mesh is on ``device`` (default:
+    the model's), so a CPU model shards over gloo even on a machine that has a GPU; a
+    model loaded on the CPU and sharded onto a GPU moves there one unit at a time,
+    never whole.
+
+    ``mixed_precision`` (default: on a GPU) computes in bf16 from the fp32 master
+    shards and reduces gradients in fp32, so the sum across ranks loses nothing to
+    bf16's 8-bit mantissa; on a CPU bf16 matmuls are slower than fp32. ``offload``
+    keeps the shards, their gradients and so the optimizer's state in host memory
+    (FSDP2's CPU offload: the optimizer steps on the CPU).
     """
-    device = next(model.parameters()).device
+    device = device or next(model.parameters()).device
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    layers = model.get_submodule("model.layers")  # a decoder-only HF model's
+    if mixed_precision is None:
+        mixed_precision = device.type == "cuda"
+    options: dict[str, Any] = {"mesh": mesh}
+    if mixed_precision:
+        options["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+        )
+    if offload:
+        options["offload_policy"] = CPUOffloadPolicy()
+    layers = model.lm.get_decoder().layers
     assert isinstance(layers, torch.nn.ModuleList)
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             # The normalizer is global already: the ranks' gradients add up, as
@@ -69,6 +99,7 @@ def data_parallel_step(
     lr: float,
     max_grad_norm: float,
     temperature: float,
+    async_level: int,
     micro_batch: int = 32,
     ratio_against: RatioAgainst = "sampler",
     reference: torch.nn.Module | None = None,
@@ -83,15 +114,16 @@ def data_parallel_step(
         raise ValueError("a step needs at least one sample")
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = samples[rank::world]
-    device = next(model.parameters()).device
+    device = compute_device(model)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    loss, metrics = accumulate_gradients(
+    tally = accumulate_gradients(
         model,
         mine,
         loss_config,
         temperature=temperature,
         micro_batch=micro_batch,
+        async_level=async_level,
         ratio_against=ratio_against,
         reference=reference,
     )
@@ -100,23 +132,17 @@ def data_parallel_step(
     # nothing to the gradient.
     longest = math.ceil(len(samples) / world)
     for _ in range(_passes(longest, micro_batch) - _passes(len(mine), micro_batch)):
-        _idle_pass(model, device)
+        _idle_pass(model)
 
-    tokens = metrics["tokens"]
-    sums = torch.tensor(
-        [loss, tokens, *(metrics[key] * tokens for key in TOKEN_WEIGHTED)],
-        dtype=torch.float64,
-        device=device,
-    )
+    # The tally's sums add up across ranks and its extremes are the ranks' extremes:
+    # merged, it is the tally one process counts on the whole batch, and so are the
+    # metrics read off it (means, the ratio's std, staleness buckets alike).
+    sums, lows, highs = tally.tensors(device)
     dist.all_reduce(sums)
-    peak = torch.tensor([metrics["ratio_max"]], dtype=torch.float64, device=device)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    total_loss, total_tokens, *weighted = sums.tolist()
-    merged = {
-        key: value / max(total_tokens, 1.0)
-        for key, value in zip(TOKEN_WEIGHTED, weighted, strict=True)
-    }
-    merged |= {"ratio_max": peak.item(), "tokens": total_tokens}
+    dist.all_reduce(lows, op=dist.ReduceOp.MIN)
+    dist.all_reduce(highs, op=dist.ReduceOp.MAX)
+    merged = tally.with_tensors(sums, lows, highs)
+    total_loss = merged.loss
 
     params = [p for p in model.parameters() if p.requires_grad]
     norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
@@ -133,29 +159,43 @@ def data_parallel_step(
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
-    return StepResult(applied=applied, loss=total_loss, grad_norm=grad_norm, metrics=merged)
+    return StepResult(
+        applied=applied, loss=total_loss, grad_norm=grad_norm, metrics=merged.metrics()
+    )
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, Tensor]:
-    """The whole model's weights as plain CPU tensors, for ``save_checkpoint(weights=...)``.
+    """The whole model's weights as plain CPU tensors, for publishing.
 
-    Every rank must call it (it gathers the shards), but only rank 0 gets the
-    tensors, to hold one full copy in host memory rather than one per rank; the
-    other ranks get an empty dict.
+    Every rank of a sharded model must call it (it gathers the shards), but only rank 0
+    gets the tensors, to hold one full copy in host memory rather than one per rank;
+    the other ranks get an empty dict. Without a process group: the model's own.
     """
+    if not dist.is_initialized():
+        return {name: t.detach().cpu() for name, t in model.state_dict().items()}
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     # A model's state dict holds tensors only (the ValueType it is declared with also
     # covers optimizer states).
     return cast(dict[str, Tensor], get_model_state_dict(model, options=options))
 
 
+def is_main() -> bool:
+    """Whether this process writes what one process writes (rank 0, or the only one)."""
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def barrier() -> None:
+    """Waits for every rank; nothing without a process group."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def _passes(n_samples: int, micro_batch: int) -> int:
     return math.ceil(n_samples / micro_batch)
 
 
-def _idle_pass(model: torch.nn.Module, device: torch.device) -> None:
-    """A forward and backward on one token whose loss is zero times the logits:
-    it runs every collective a real micro-batch runs and adds exactly zero."""
-    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
-    logits = model(input_ids=ids, use_cache=False).logits
-    (logits.sum() * 0.0).backward()
+def _idle_pass(model: torch.nn.Module) -> None:
+    """A forward and backward on one token whose loss is zero times its score: it runs
+    every collective a real micro-batch runs and adds exactly zero."""
+    logprobs, _ = completion_logprobs(model, [[0]], [[0]], temperature=1.0)
+    (logprobs.sum() * 0.0).backward()

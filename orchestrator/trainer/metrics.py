@@ -77,7 +77,7 @@ _PANELS = (
     ("clip fraction / gradient norm", ("clip_fraction", "grad_norm")),
     ("groups per step", ("kept_groups", "filtered_groups", "stale_groups")),
     ("seconds per step", ("seconds_waiting", "seconds_training", "seconds_generating")),
-    ("loss", ("loss",)),
+    ("loss / sampler-trainer mismatch (KL per token)", ("loss", "mismatch_kl")),
 )
 
 

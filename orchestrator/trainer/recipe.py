@@ -14,6 +14,7 @@ No torch here: the daemon's settings and the command line import it at start.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -88,6 +89,27 @@ class GRPORecipe(BaseModel):
         "(those the tokens were drawn with) or the trainer's, recomputed before the update "
         "(as INTELLECT-2 did).",
     )
+    tis_cap: float = Field(
+        0.0,
+        ge=0,
+        description="Truncated importance sampling: each token's policy gradient weighed by "
+        "min(trainer / sampler probability ratio, tis_cap) (0: off; else at least 1). "
+        "Needs ratio_against = trainer: against the sampler the ratio is that weight "
+        "already.",
+    )
+    icepop_low: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="IcePop: tokens whose trainer / sampler probability ratio is below "
+        "this are left out of the loss (0: none).",
+    )
+    icepop_high: float = Field(
+        0.0,
+        ge=0,
+        description="IcePop: tokens whose trainer / sampler probability ratio is above "
+        "this are left out of the loss (0: none; else more than 1).",
+    )
     kl_coef: float = Field(0.0, ge=0, description="k3 KL penalty to the starting model (0: off).")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus (0: off).")
     micro_batch: int = Field(
@@ -108,6 +130,33 @@ class GRPORecipe(BaseModel):
         if round(value * 1_000_000) / 1_000_000 != value:
             raise ValueError("must be a multiple of 0.000001")
         return value
+
+    @field_validator("tis_cap")
+    @classmethod
+    def _cap_at_least_one(cls, value: float) -> float:
+        # A cap below 1 would shrink every token's weight, not bound the outliers.
+        if value != 0 and value < 1:
+            raise ValueError("must be 0 (off) or at least 1")
+        return value
+
+    @field_validator("icepop_high")
+    @classmethod
+    def _upper_bound_above_one(cls, value: float) -> float:
+        # With icepop_low < 1 (its field's bound), [low, high] holds ratio 1: the
+        # tokens the trainer and the sampler agree on are never dropped.
+        if value != 0 and value <= 1:
+            raise ValueError("must be 0 (none) or more than 1")
+        return value
+
+    @model_validator(mode="after")
+    def _tis_against_the_trainer(self) -> GRPORecipe:
+        if self.tis_cap > 0 and self.ratio_against != "trainer":
+            raise SettingError(
+                ("tis_cap", "ratio_against"),
+                "tis_cap needs ratio_against = trainer: against the sampler the PPO ratio "
+                "is the importance weight already, and TIS would weigh tokens by its square",
+            )
+        return self
 
     @model_validator(mode="after")
     def _dual_clip_above_the_clip(self) -> GRPORecipe:
@@ -130,4 +179,8 @@ class GRPORecipe(BaseModel):
             delta=self.delta,
             kl_coef=self.kl_coef,
             entropy_coef=self.entropy_coef,
+            tis_cap=self.tis_cap,
+            icepop_low=self.icepop_low,
+            # The recipe says "no upper bound" with 0, as it has no infinities.
+            icepop_high=self.icepop_high or math.inf,
         )

@@ -21,12 +21,14 @@ from swarmrl.rollouts.records import Rollout
 
 @dataclass(frozen=True)
 class Sample:
-    """One completion as the loss reads it."""
+    """One completion as the loss reads it; ``staleness`` is how many optimizer steps
+    the policy has taken between sampling it and the step that trains on it."""
 
     prompt_ids: list[int]
     output_ids: list[int]
     sampler_logprobs: list[float]
     advantage: float
+    staleness: int
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,14 @@ class Group:
         failed has zero advantage on every completion once the length term is gone."""
         return keeps_group(torch.tensor(self.task_rewards()))
 
-    def samples(self, scale: AdvantageScale) -> list[Sample]:
-        """The group's completions with their advantages (full rewards, centred)."""
+    def samples(self, scale: AdvantageScale, trainer_step: int) -> list[Sample]:
+        """The group's completions with their advantages (full rewards, centred), for
+        training step ``trainer_step`` (the step the trainer is at before the update)."""
         rewards = torch.tensor([r.reward for r in self.records], dtype=torch.float64)
         advantages = group_advantages(rewards, scale).tolist()
+        age = staleness(trainer_step, self)
         return [
-            Sample(list(r.prompt_ids), list(r.output_ids), list(r.logprobs), a)
+            Sample(list(r.prompt_ids), list(r.output_ids), list(r.logprobs), a, age)
             for r, a in zip(self.records, advantages, strict=True)
         ]
 

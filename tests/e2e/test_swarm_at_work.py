@@ -91,6 +91,10 @@ def _run(swarm, default_model, tmp_path):
         data_dir=data,
         steps=STEPS,
         gone_after=60,
+        # The trainer as a two-rank FSDP2 job and two validator workers, as on a machine
+        # of several GPUs (the demo keeps one of each: tests/e2e/test_demo.py).
+        nproc_per_node=2,
+        validator_workers=2,
         **LEARNING_RECIPE,
     )
     orch_log = tmp_path / "orchestrator.log"

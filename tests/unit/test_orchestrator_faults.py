@@ -24,6 +24,7 @@ from orchestrator.service.ledger.connection import LedgerDamagedError
 from orchestrator.service.ledger.home import GENESIS_FILE, ledger_path, open_for_daemon
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.batch import TokenScorer
 from orchestrator.trainer.loop import Trainer
 from orchestrator.trainer.optim import build_optimizer
 from orchestrator.trainer.recipe import GRPORecipe
@@ -150,12 +151,12 @@ def test_a_damaged_ledger_is_refused_at_start_and_one_sentence_when_met_later(tm
 def write_checkpoints(run_dir: Path, model_dir: Path, steps: int) -> None:
     """Checkpoints 0 .. steps-1 as the trainer writes them (the newest two with their
     trainer state), of the model in ``model_dir``."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    model = TokenScorer(AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True))
     tokenizer = load_tokenizer(model_dir)
     optimizer = build_optimizer(model, lr=1e-3, weight_decay=0.0)
-    state = {"optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(), "run": RUN}
+    state = {"rng": torch.get_rng_state(), "run": RUN}
     for step in range(steps):
-        ckpt.save_checkpoint(run_dir, step, model, tokenizer, state)
+        ckpt.save_checkpoint(run_dir, step, model, optimizer, tokenizer, state)
 
 
 def announce(store: Path, step: int) -> None:
@@ -198,7 +199,12 @@ def test_a_damaged_newest_checkpoint_nobody_has_is_moved_aside(run_dir):
     assert (ckpt.checkpoints_dir(run_dir) / ".step_2.damaged" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("file", ["model.safetensors", f"{ckpt.TRAINER_DIR}/{ckpt.STATE_FILE}"])
+INDEX = f"{ckpt.TRAINER_DIR}/{ckpt.DCP_DIR}/.metadata"  # DCP's index of the shards
+
+
+@pytest.mark.parametrize(
+    "file", ["model.safetensors", f"{ckpt.TRAINER_DIR}/{ckpt.STATE_FILE}", INDEX]
+)
 def test_a_damaged_checkpoint_the_swarm_has_stops_the_trainer(run_dir, model_dirs, file):
     zeroed = ckpt.step_dir(run_dir, 2) / file
     zero(zeroed)
@@ -206,11 +212,10 @@ def test_a_damaged_checkpoint_the_swarm_has_stops_the_trainer(run_dir, model_dir
     with pytest.raises(ValueError, match="cannot resume from checkpoint 2") as caught:
         Trainer(run_dir, model_dirs[0], TASKS, recipe, run=RUN, published=2)
     said = str(caught.value)
-    why = (
-        f"{zeroed} is not a whole safetensors file ("
-        if file == "model.safetensors"
-        else f"{zeroed} is not a whole trainer state: torch cannot load it"
-    )
+    why = {
+        "model.safetensors": f"{zeroed} is not a whole safetensors file (",
+        INDEX: f"{zeroed.parent} holds no readable index of the master weights and optimizer state",
+    }.get(file, f"{zeroed} is not a whole trainer state: torch cannot load it")
     assert said.startswith(f"cannot resume from checkpoint 2: {why}")
     assert said.endswith(
         "; the swarm has this step already, so training cannot go back before it: restore "

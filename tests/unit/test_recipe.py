@@ -2,6 +2,7 @@
 their defaults and bounds, and what the model refuses is a bad option value."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,14 @@ def test_train_local_has_an_option_per_field_with_its_default_and_bounds():
             "got 4",
         ),
         (["--async-level", "1001"], "Invalid value for '--async-level'"),
+        (
+            ["--tis-cap", "2"],
+            "Invalid value for '--tis-cap' / '--ratio-against': tis_cap needs ratio_against = "
+            "trainer",
+        ),
+        (["--tis-cap", "0.5"], "Invalid value for '--tis-cap': must be 0 (off) or at least 1"),
+        (["--icepop-low", "1"], "Invalid value for '--icepop-low': must be less than 1"),
+        (["--icepop-high", "1"], "Invalid value for '--icepop-high': must be 0 (none) or more"),
     ],
 )
 def test_what_the_recipe_refuses_is_a_bad_option_value(tmp_path, options, sentence):
@@ -77,3 +86,15 @@ def test_the_options_reach_the_run_as_one_recipe(tmp_path, model_dirs):
         "run": "local",
         **recipe.model_dump(exclude={"steps"}),
     }
+
+
+def test_the_corrections_are_off_by_default_and_reach_the_loss():
+    off = GRPORecipe().loss_config()
+    assert off.tis_cap == 0.0
+    assert not off.icepop
+    on = GRPORecipe(
+        ratio_against="trainer", tis_cap=2.0, icepop_low=0.5, icepop_high=5.0
+    ).loss_config()
+    assert (on.tis_cap, on.icepop_low, on.icepop_high) == (2.0, 0.5, 5.0)
+    # The recipe's 0 is "no upper bound": the loss's infinity.
+    assert GRPORecipe(icepop_low=0.5).loss_config().icepop_high == math.inf

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from orchestrator.trainer.batch import completion_logprobs
+from orchestrator.trainer.batch import TokenScorer, completion_logprobs
 from orchestrator.trainer.checkpoint import save_checkpoint, step_dir
 from orchestrator.trainer.distributed import data_parallel_step, full_state_dict, shard
 from orchestrator.trainer.loss import LossConfig
@@ -35,7 +35,13 @@ from tests.model_fixtures import random_tiny_model
 pytestmark = pytest.mark.slow
 
 WORLD = 2
-SETTINGS = {"lr": 2e-5, "max_grad_norm": 0.5, "temperature": 0.8, "micro_batch": 2}
+SETTINGS = {
+    "lr": 2e-5,
+    "max_grad_norm": 0.5,
+    "temperature": 0.8,
+    "micro_batch": 2,
+    "async_level": 2,
+}
 WEIGHT_DECAY = 0.1
 LOSS = LossConfig(normalizer=5 * 16)
 # (name, sample indices, index whose advantage is NaN or None)
@@ -44,13 +50,19 @@ PLAN = [
     ("odd", [0, 1, 2, 3, 4], None),
     ("one", [3], None),
     ("trainer-ratio", [0, 1, 2, 3, 4], None),
+    ("corrections", [0, 1, 2, 3, 4], None),
 ]
 # Steps taken with options beyond the defaults: (extra step arguments, loss config).
 OPTIONS = {
     "trainer-ratio": (
         {"ratio_against": "trainer"},
         LossConfig(normalizer=5 * 16, entropy_coef=0.05),
-    )
+    ),
+    # The sampler ratios lie about exp(+-0.15): both corrections act on some tokens.
+    "corrections": (
+        {"ratio_against": "trainer"},
+        LossConfig(normalizer=5 * 16, tis_cap=1.1, icepop_low=0.85, icepop_high=1.2),
+    ),
 }
 
 
@@ -76,10 +88,19 @@ def make_samples(model_dir: Path) -> list[Sample]:
     with torch.no_grad():
         own, _ = completion_logprobs(model, prompts, outputs, SETTINGS["temperature"])
     advantages = [1.0, -0.5, 0.3, -1.2, 0.8]
+    # Staleness buckets split between the ranks unevenly; none is empty on the whole batch.
+    ages = [0, 2, 1, 0, 2]
     return [
-        Sample(p, o, (own[b, : len(o)] + 0.15 * torch.randn(len(o), generator=gen)).tolist(), a)
-        for b, (p, o, a) in enumerate(zip(prompts, outputs, advantages, strict=True))
+        Sample(
+            p, o, (own[b, : len(o)] + 0.15 * torch.randn(len(o), generator=gen)).tolist(), a, age
+        )
+        for b, (p, o, a, age) in enumerate(zip(prompts, outputs, advantages, ages, strict=True))
     ]
+
+
+# The step taken again with activation checkpointing: the first applied one ("nan" is
+# skipped), so from the initial weights and a fresh optimizer, as on the reference.
+RECOMPUTED = "odd"
 
 
 def batches(samples: list[Sample]) -> list[tuple[str, list[Sample]]]:
@@ -108,19 +129,31 @@ def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None
         timeout=timedelta(seconds=60),
     )
     try:
-        model = shard(load(model_dir))
+        model = shard(TokenScorer(load(model_dir)))
         optimizer = build_optimizer(model, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         results = {}
         for step, (name, batch) in enumerate(batches(samples), start=1):
             loss, options = step_args(name)
             result = data_parallel_step(model, optimizer, batch, loss, **options)
-            weights = full_state_dict(model)
-            results[name] = {**dataclasses.asdict(result), "gathered": len(weights)}
-            if rank == 0:
-                save_checkpoint(out / "run", step, model, tokenizer, {}, weights=weights)
-        tied = model.lm_head.weight is model.model.embed_tokens.weight
-        torch.save({"tied": tied, "results": results}, out / f"rank{rank}.pt")
+            results[name] = {**dataclasses.asdict(result), "gathered": len(full_state_dict(model))}
+            save_checkpoint(out / "run", step, model, optimizer, tokenizer, {}, dtype=torch.float64)
+        tied = model.lm.lm_head.weight is model.lm.model.embed_tokens.weight
+        # The first applied step once more, from the start, with every decoder layer's
+        # activations recomputed in the backward pass.
+        recomputing = load(model_dir)
+        recomputing.gradient_checkpointing_enable({"use_reentrant": False})
+        recomputing = shard(TokenScorer(recomputing))
+        optimizer = build_optimizer(recomputing, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
+        loss, options = step_args(RECOMPUTED)
+        result = data_parallel_step(
+            recomputing, optimizer, dict(batches(samples))[RECOMPUTED], loss, **options
+        )
+        results["recomputed"] = dataclasses.asdict(result)
+        weights = {k.removeprefix("lm."): v for k, v in full_state_dict(recomputing).items()}
+        torch.save(
+            {"tied": tied, "results": results, "recomputed": weights}, out / f"rank{rank}.pt"
+        )
     finally:
         dist.destroy_process_group()
 
@@ -203,6 +236,20 @@ def test_two_ranks_take_the_step_with_the_trainer_ratio_and_an_entropy_bonus(run
     assert_ranks_took(run, "trainer-ratio")
 
 
+def test_two_ranks_measure_and_correct_the_mismatch_as_one_process(run):
+    """Means by staleness, the ratio's std and its extremes merge exactly across ranks
+    (compared key by key in ``assert_ranks_took``), and so do TIS's and IcePop's steps."""
+    reference, _, _ = run
+    expected, _ = reference["corrections"]
+    metrics = expected["metrics"]
+    assert expected["applied"]
+    assert 0 < metrics["tis_fraction"] < 1
+    assert 0 < metrics["icepop_fraction"] < 1
+    assert all(metrics[f"tokens_stale{k}"] > 0 for k in range(3))
+    assert metrics["mismatch_ratio_std"] > 0
+    assert_ranks_took(run, "corrections")
+
+
 def assert_ranks_took(run, name: str) -> None:
     """Every rank reports the single-process step's loss, norm and metrics, and the
     weights rank 0 saved are the single-process step's."""
@@ -217,3 +264,14 @@ def assert_ranks_took(run, name: str) -> None:
     moved = max((expected_weights[k] - reference["initial"][k]).abs().max() for k in saved[name])
     assert moved > SETTINGS["lr"] / 2
     assert_same_weights(saved[name], expected_weights, atol=1e-11)
+
+
+def test_two_ranks_recomputing_activations_take_the_single_process_step(run):
+    reference, ranks, _ = run
+    expected, expected_weights = reference[RECOMPUTED]
+    assert PLAN[0][2] is not None  # the plan's first step is skipped: odd is the first taken
+    for r in ranks:
+        got = r["results"]["recomputed"]
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+        assert got["metrics"] == pytest.approx(expected["metrics"], rel=1e-5, abs=1e-7)
+    assert_same_weights(ranks[0]["recomputed"], expected_weights, atol=1e-11)

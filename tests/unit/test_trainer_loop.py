@@ -63,6 +63,16 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
     assert [r.step for r in reports] == [1, 2]
     assert all(r.applied and r.kept_groups == 2 for r in reports)
     assert reports[1].staleness_mean == 1.0  # step 2 trained on policy-0 samples
+    # The mismatch, by staleness: none at step 1 (the sampler's policy is the trainer's,
+    # up to float noise); at step 2 every token is one step old, and the policy moved.
+    first, second = reports
+    assert [first.tokens_by_staleness, second.tokens_by_staleness] == [
+        [first.tokens, 0, 0],
+        [0, second.tokens, 0],
+    ]
+    assert reports[0].mismatch_kl < 1e-6
+    assert reports[1].mismatch_kl > 1e-4
+    assert reports[1].mismatch_kl_by_staleness == [0.0, pytest.approx(second.mismatch_kl), 0.0]
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [(row["step"], row["samples"]) for row in rows] == [(1, 8), (2, 8)]  # 2 groups of 4
     assert rows[0]["time"] <= rows[1]["time"]
@@ -75,10 +85,10 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
     )
     assert any(not torch.equal(first[k], last[k]) for k in first)
     assert not ckpt.trainer_dir(run_dir, 0).exists()
-    assert (ckpt.trainer_dir(run_dir, 2) / ckpt.STATE_FILE).exists()
-    # An fp32 run publishes its master weights: no second copy of them.
-    assert ckpt.master_dir(run_dir, 2) == ckpt.step_dir(run_dir, 2)
-    assert sorted(p.name for p in ckpt.trainer_dir(run_dir, 2).iterdir()) == [ckpt.STATE_FILE]
+    assert sorted(p.name for p in ckpt.trainer_dir(run_dir, 2).iterdir()) == [
+        ckpt.DCP_DIR,
+        ckpt.STATE_FILE,
+    ]
     # The first file is used up and deleted; the second waits with both its groups.
     assert [p.name for p in trainer.feed.spool.read_files()] == ["w0-00000001.parquet"]
 
@@ -119,9 +129,6 @@ def test_a_bf16_run_publishes_the_policy_alone_in_bf16_and_resumes_from_fp32(
         assert torch.equal(value, masters[name].to(torch.bfloat16)), name
     # keep_checkpoints=1: only the newest keeps what resuming needs.
     assert [s for s in (0, 1, 2) if ckpt.trainer_dir(run_dir, s).exists()] == [2]
-    assert {t.dtype for t in read_state_dict(ckpt.master_dir(run_dir, 2)).values()} == {
-        torch.float32
-    }
     resumed = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t", serving="bf16")
     assert resumed.step == 2
     for name, value in resumed.model.state_dict().items():
@@ -182,6 +189,6 @@ def test_the_kl_entropy_and_trainer_ratio_options_train(tmp_path, model_dirs, ba
     assert reports[0].ratio_mean == pytest.approx(1.0, abs=1e-6)
     # The reference is the starting model and does not move with the policy.
     start = read_state_dict(model_dirs[0])
-    reference, policy = trainer.reference.state_dict(), trainer.model.state_dict()
+    reference, policy = trainer.reference.lm.state_dict(), trainer.model.state_dict()
     assert all(torch.equal(reference[k], v) for k, v in start.items())
     assert any(not torch.equal(policy[k], v) for k, v in start.items())

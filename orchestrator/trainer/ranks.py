@@ -1,0 +1,123 @@
+"""The trainer as a torch.distributed job: the launcher, and what each rank sets up.
+
+``run_job`` is torchrun in-process: torch.distributed.elastic's agent starts
+``nproc_per_node`` ranks here and meets the other machines' agents at the c10d
+rendezvous. When a rank dies the agent stops the others and fails, and whoever runs
+it restarts the whole job, which resumes from the newest checkpoint: the daemon's
+trainer child is restarted as a single-process trainer would be, with the same
+count of failures. (Not the agent's own restarts: a new round on the same store
+left the restarted ranks of a loaded machine waiting forever on each other in gloo's
+connect, where a fresh agent, store and port never did.)
+
+Each rank (``join``) dies with its agent (a rank orphaned by a SIGKILLed agent would
+go on writing checkpoints beside the restarted job's), takes its share of the cores,
+and opens the process group: NCCL on its own GPU, gloo on a CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from orchestrator.trainer.launch import TrainerLaunch
+
+log = logging.getLogger("swarmrl.trainer")
+
+# A collective that waits longer than this ends the job: every wait the trainer does
+# (for rollouts, for a checkpoint) is a round of short collectives, never one long one.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def run_job(launch: TrainerLaunch, job: str, entry: Callable[..., None], *args: Any) -> None:
+    """Runs ``entry(*args)`` on every rank of this machine, under the elastic agent,
+    until every rank returned; once one failed, ValueError: which, and how, in one
+    sentence."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    alone = launch.nnodes == 1
+    config = LaunchConfig(
+        min_nodes=launch.nnodes,
+        max_nodes=launch.nnodes,
+        nproc_per_node=launch.nproc_per_node,
+        run_id=job,
+        rdzv_backend="c10d",
+        # One machine meets on a free loopback port, as torchrun --standalone does, so
+        # two runs on one machine never collide and nothing listens beyond it.
+        rdzv_endpoint="127.0.0.1:0" if alone else launch.rdzv_endpoint,
+        local_addr="127.0.0.1" if alone else None,
+        max_restarts=0,  # the caller restarts the job (see above)
+        monitor_interval=0.5,
+        start_method="spawn",
+    )
+    try:
+        elastic_launch(config, entry)(*args)
+    except ChildFailedError as e:
+        rank, failure = e.get_first_failure()
+        if failure.exitcode < 0:
+            how = f"was killed by {failure.signal_name()}"
+        else:
+            # The rank's own sentence (its exception), first line: the rest is traceback.
+            said = str(
+                failure.message.get("message", "")
+                if isinstance(failure.message, dict)
+                else failure.message
+            )
+            how = f"failed: {said.splitlines()[0] if said else f'exit code {failure.exitcode}'}"
+        raise ValueError(f"trainer rank {rank} {how}; the job stopped") from None
+
+
+def join(device: str, threads: int | None) -> torch.device:
+    """Sets up this rank (under ``run_job``) and returns its device: on cuda, the GPU of
+    its local rank."""
+    _die_with_parent()
+    if threads is not None:
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+    local = int(os.environ["LOCAL_RANK"])
+    if torch.device(device).type == "cuda":
+        placed = torch.device("cuda", local)
+        torch.cuda.set_device(placed)
+        backend = "nccl"
+    else:
+        placed, backend = torch.device("cpu"), "gloo"
+        # Loopback only, unless a job spans machines: gloo would otherwise pick the
+        # interface of the host name, which may reach beyond 127.0.0.1.
+        if int(os.environ.get("GROUP_WORLD_SIZE", "1")) == 1:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
+    dist.init_process_group(
+        backend, timeout=COLLECTIVE_TIMEOUT, device_id=placed if backend == "nccl" else None
+    )
+    return placed
+
+
+def leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def loopback_interface() -> str:
+    import socket
+
+    names = {name for _, name in socket.if_nameindex()}
+    return "lo0" if "lo0" in names else "lo"
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the agent that started this rank dies (Linux; elsewhere, nothing)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the agent died before the call above
+        os._exit(1)
