@@ -114,7 +114,6 @@ def run(
 
 
 def _run(settings: Any, headless: bool) -> None:
-    import os
     import sys
 
     from client.node.events import log_event
@@ -136,10 +135,9 @@ def _run(settings: Any, headless: bool) -> None:
             settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
         )
         threads = thread_count(settings)
-        os.environ["RAYON_NUM_THREADS"] = str(threads)
-        import torch
+        from swarmrl.cores import take_threads
 
-        torch.set_num_threads(threads)
+        take_threads(threads)
         terminal = not headless and sys.stdout.isatty()
         # Log lines on stderr would tear through the app's screen: then only the file has them.
         setup_logging(Path(settings.data_dir) / "node.log", stderr=not terminal)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from typing import Any, Generic, TypeVar
 from orchestrator.service.logs import setup_process_logging
 from orchestrator.service.stop import StopFlag, StopSignal
 from swarmrl.chain.errors import ChainError
+from swarmrl.cores import take_threads
 from swarmrl.files import os_error_sentence
 
 log = logging.getLogger("swarmrl.orchestrator")
@@ -169,11 +169,7 @@ def _enter(spec: ChildSpec[Any], stop: StopFlag, why: Connection) -> None:
     failure ends as one logged sentence, handed to the daemon through ``why``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.threads is not None:
-        # Set before the native kernels' rayon pool starts; it reads this once.
-        os.environ["RAYON_NUM_THREADS"] = str(spec.threads)
-        import torch
-
-        torch.set_num_threads(spec.threads)
+        take_threads(spec.threads)
     setup_process_logging(spec.data_dir, spec.name, stderr=spec.log_to_stderr)
     if spec.threads is not None:
         log.info("the %s process: %d thread(s) for torch and rayon", spec.name, spec.threads)

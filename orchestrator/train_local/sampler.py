@@ -23,6 +23,8 @@ from typing import Any
 
 from eth_utils import keccak
 
+from swarmrl.cores import take_threads
+
 # Sequences decoded together: on one CPU thread 128 made 35% more tokens/s than 64, and 256
 # less than 128 (its longest completion keeps more rows waiting).
 GENERATE_BATCH = 128
@@ -71,10 +73,7 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
     """The worker process's body; returns when ``stop`` is set or its parent is gone."""
     # The parent handles Ctrl-C and tells workers through ``stop``.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["RAYON_NUM_THREADS"] = str(config.threads)
-    import torch
-
-    torch.set_num_threads(config.threads)
+    take_threads(config.threads)
 
     from orchestrator.trainer import checkpoint as ckpt
     from orchestrator.trainer.feed import Spool

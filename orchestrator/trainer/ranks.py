@@ -17,7 +17,6 @@ and opens the process group: NCCL on its own GPU, gloo on a CPU.
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import signal
 from collections.abc import Callable
@@ -28,8 +27,7 @@ import torch
 import torch.distributed as dist
 
 from orchestrator.trainer.launch import TrainerLaunch
-
-log = logging.getLogger("swarmrl.trainer")
+from swarmrl.cores import take_threads
 
 # A collective that waits longer than this ends the job: every wait the trainer does
 # (for rollouts, for a checkpoint) is a round of short collectives, never one long one.
@@ -81,8 +79,7 @@ def join(device: str, threads: int | None) -> torch.device:
     its local rank."""
     _die_with_parent()
     if threads is not None:
-        os.environ["RAYON_NUM_THREADS"] = str(threads)
-        torch.set_num_threads(threads)
+        take_threads(threads)
     local = int(os.environ["LOCAL_RANK"])
     if torch.device(device).type == "cuda":
         placed = torch.device("cuda", local)
