@@ -8,8 +8,8 @@ appends the step's line to ``metrics.jsonl`` and redraws ``metrics.png``.
 
 With more than one trainer process in the settings (``TrainerLaunch``) this process
 is torchrun's agent instead (``ranks.run_job``): it starts the ranks, which train the
-sharded policy together, and restarts them all from the newest checkpoint when one
-dies; rank 0 writes what the single process writes.
+sharded policy together (rank 0 writes what the single process writes), and fails
+when one of them dies, to be restarted by the daemon from the newest checkpoint.
 """
 
 from __future__ import annotations

@@ -127,9 +127,9 @@ def save_checkpoint(
             policy.lm.save_pretrained(staging, state_dict=_served(policy, weights, dtype))
             tokenizer.save_pretrained(staging)
             torch.save({**state, "step": step}, own / STATE_FILE)
-            for path in (*(own / DCP_DIR).iterdir(), own / DCP_DIR, *own.iterdir(), own):
-                fsync(path)
-            for path in staging.iterdir():
+            # Each rank's DCP files were synced as DCP wrote them (its sync_files); here
+            # every other file and the directories that name them, each once.
+            for path in (*own.iterdir(), *staging.iterdir()):
                 fsync(path)
             staging.rename(final)
             fsync(final.parent)

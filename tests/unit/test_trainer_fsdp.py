@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from orchestrator.trainer.checkpoint import save_checkpoint, step_dir
 from orchestrator.trainer.distributed import data_parallel_step, full_state_dict, shard
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.optim import build_optimizer
+from orchestrator.trainer.ranks import loopback_interface
 from orchestrator.trainer.samples import Sample
 from orchestrator.trainer.step import train_step
 from tests.model_fixtures import random_tiny_model
@@ -113,14 +113,9 @@ def batches(samples: list[Sample]) -> list[tuple[str, list[Sample]]]:
     return out
 
 
-def loopback() -> str:
-    names = {name for _, name in socket.if_nameindex()}
-    return "lo0" if "lo0" in names else "lo"
-
-
 def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None:
     torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = loopback()
+    os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
     dist.init_process_group(
         "gloo",
         init_method=f"file://{out / 'rendezvous'}",
