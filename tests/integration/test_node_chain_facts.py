@@ -9,6 +9,7 @@ from swarmrl import keystore
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.chain.tokens import TOKEN
+from swarmrl.times import duration
 from tests.integration.conftest import NODE_A, PROVIDER_A, RECORDER
 
 PASSWORD = "correct horse"
@@ -27,6 +28,7 @@ def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
     p.stake(150 * TOKEN)
     p.join_pool(node.address)
     contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, bytes(32))
+    recorded_at = w3.eth.get_block("latest")["timestamp"]
     write_deployment(tmp_path / "deployment.json", deployment)
     # Epoch 2 holds only a refused submission: no work of the node's to look up there.
     receipts = [{"epoch": 1, "units": 3}, {"epoch": 3, "units": 2}, {"epoch": 2, "units": 0}]
@@ -37,8 +39,12 @@ def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
     assert (facts.stake, facts.needed, facts.joined) == (150 * TOKEN, 100 * TOKEN, True)
     assert stake_status(facts) == "ok"
     window = deployment.params.invalidation_window
+    # The window runs from the record's block; the app counts down to its end from the
+    # chain's clock, which has moved on by however long the calls above took.
+    assert facts.epochs[0].unlocks_at == recorded_at + window
+    assert recorded_at <= facts.now < facts.epochs[0].unlocks_at
     assert [(w.epoch, epoch_status(w, facts.now)) for w in facts.epochs] == [
-        (1, f"pending — claimable in {window // 60} min"),
+        (1, f"pending — claimable in {duration(recorded_at + window - facts.now)}"),
         (3, "awaiting record"),
     ]
     assert facts.epochs[0].reward == 3 * deployment.params.reward_per_unit
