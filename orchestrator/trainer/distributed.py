@@ -9,8 +9,9 @@ SUMMED across ranks, never averaged, and a step over N ranks is the single-proce
 The same code runs on GPUs (NCCL) and on CPU (gloo), which is how it is tested.
 
 The process group must be initialised (on GPUs, with each rank's device set by
-``torch.cuda.set_device``) and the model moved to its device before ``shard``;
-the optimizer is built after it (``fully_shard`` replaces the parameters).
+``torch.cuda.set_device``) before ``shard``, which takes the weights of rank 0's model
+(the others' may be built on the meta device); the optimizer is built after it
+(``fully_shard`` replaces the parameters).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
@@ -42,20 +47,23 @@ from orchestrator.trainer.step import StepResult, accumulate_gradients
 def shard(
     model: TokenScorer,
     *,
-    device: torch.device | None = None,
+    device: torch.device,
     mixed_precision: bool | None = None,
     offload: bool = False,
 ) -> torch.nn.Module:
     """Shard a Llama-like HF causal LM, in the ``TokenScorer`` the trainer scores tokens
-    with (the root unit), over every rank of the default process group.
+    with (the root unit), over every rank of the default process group, with rank 0's
+    weights: every rank passes the same architecture, and only rank 0's model needs
+    its weights. The others' may be on the meta device (``model_skeleton``): each rank
+    materialises its shards only and fills them from rank 0's, so no rank but rank 0
+    ever holds the whole model.
 
     Each decoder layer is its own FSDP unit, so only one layer's full weights live
     at a time; the root unit keeps the rest (embeddings, final norm, and the output
     head, which the default model ties to the embeddings: both names hold one
-    parameter, so they stay one sharded parameter). The mesh is on ``device`` (default:
-    the model's), so a CPU model shards over gloo even on a machine that has a GPU; a
-    model loaded on the CPU and sharded onto a GPU moves there one unit at a time,
-    never whole.
+    parameter, so they stay one sharded parameter). The mesh is on ``device``, so a
+    CPU model shards over gloo even on a machine that has a GPU; a model loaded on
+    the CPU and sharded onto a GPU moves there one unit at a time, never whole.
 
     ``mixed_precision`` (default: on a GPU) computes in bf16 from the fp32 master
     shards and reduces gradients in fp32, so the sum across ranks loses nothing to
@@ -63,7 +71,9 @@ def shard(
     keeps the shards, their gradients and so the optimizer's state in host memory
     (FSDP2's CPU offload: the optimizer steps on the CPU).
     """
-    device = device or next(model.parameters()).device
+    # Rank 0's weights as loaded, before fully_shard replaces its parameters: what every
+    # rank's shards are filled from below (rank 0 keeps the loaded tensors until then).
+    weights = model.state_dict() if dist.get_rank() == 0 else {}
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     if mixed_precision is None:
         mixed_precision = device.type == "cuda"
@@ -87,7 +97,35 @@ def shard(
             # keeps NCCL's zero-copy reduce-scatter available.
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
+    if dist.get_rank() != 0:
+        # Storage for this rank's shards only (on the CPU where they are offloaded),
+        # uninitialised until rank 0's weights arrive. FSDP2 swaps the sharded
+        # parameters in place, so a tied parameter stays one.
+        model.to_empty(device=torch.device("cpu") if offload else device)
+    # Rank 0 broadcasts one tensor at a time; each rank keeps its slice of it.
+    set_model_state_dict(
+        model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    _broadcast_buffers(model, device)
     return model
+
+
+def _broadcast_buffers(model: torch.nn.Module, device: torch.device) -> None:
+    """Rank 0's buffers on every rank, on ``device`` (where FSDP2 keeps them, offloaded or
+    not). The non-persistent ones, computed when the model is built (a rotary
+    embedding's inverse frequencies), are in no state dict, and a model built on the
+    meta device holds uninitialised memory for them. They are small: sent as objects,
+    with rank 0's shapes and dtypes."""
+    box = [
+        {name: b.cpu() for name, b in model.named_buffers(remove_duplicate=False)}
+        if dist.get_rank() == 0
+        else None
+    ]
+    dist.broadcast_object_list(box, src=0)
+    assert box[0] is not None
+    for name, value in box[0].items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, value.to(device))
 
 
 def data_parallel_step(

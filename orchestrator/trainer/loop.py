@@ -37,7 +37,7 @@ from orchestrator.trainer.recipe import GRPORecipe
 from orchestrator.trainer.samples import staleness
 from orchestrator.trainer.step import StepResult, train_step
 from swarmrl.models.backend import Precision, torch_dtype
-from swarmrl.models.directory import load_tokenizer
+from swarmrl.models.directory import load_tokenizer, model_skeleton
 from swarmrl.tasks import Task
 
 if TYPE_CHECKING:
@@ -178,8 +178,17 @@ class Trainer:
 
     def _policy(self, path: Path, device: str, launch: TrainerLaunch) -> TokenScorer:
         """The fp32 policy at ``path`` on ``device``, sharded over the ranks if there are
-        several (loaded on the CPU and moved one FSDP unit at a time)."""
-        model = _load_model(path, "cpu" if self.sharded else device)
+        several (loaded on the CPU by rank 0 and moved one FSDP unit at a time)."""
+        if not self.sharded:
+            model = _load_model(path, device)
+        elif self.main:
+            model = _load_model(path, "cpu")
+        else:
+            # Rank 0 alone reads the weights: were every rank to load the whole fp32
+            # model, each would hold it in host memory (8 ranks of a 7B policy: 8 x 28
+            # GB). The others build it on the meta device, without storage, and receive
+            # their shards of rank 0's weights in ``shard``.
+            model = model_skeleton(path)
         if launch.activation_checkpointing:
             # Per decoder layer; not reentrant, so it composes with FSDP2's hooks.
             model.gradient_checkpointing_enable({"use_reentrant": False})

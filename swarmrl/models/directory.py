@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # both are imported where used: they take seconds to load
+    import torch
+    from transformers import PreTrainedModel
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -70,20 +74,14 @@ def check_model(model_dir: Path) -> None:
     """ValueError in one sentence unless the checkpoint is whole: every tensor its
     ``config.json`` calls for is present with that shape, nothing else is, and every
     value is finite. Reads each tensor once, one at a time."""
-    import torch
     from safetensors import SafetensorError, safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     model_dir = Path(model_dir)
     files = weight_files(model_dir)
-    try:
-        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
-        with torch.device("meta"):
-            skeleton = AutoModelForCausalLM.from_config(config)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{model_dir}/config.json is not a usable model config ({e})") from None
+    skeleton = model_skeleton(model_dir)
     expected = {name: tuple(t.shape) for name, t in skeleton.state_dict().items()}
-    optional = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    tied = getattr(skeleton.config, "tie_word_embeddings", False)
+    optional = {"lm_head.weight"} if tied else set()
     found: set[str] = set()
     for path in files:
         try:
@@ -106,6 +104,27 @@ def check_model(model_dir: Path) -> None:
         raise ValueError(
             f"{model_dir} lacks {len(missing)} tensors config.json calls for, such as {missing[0]}"
         )
+
+
+def model_skeleton(model_dir: Path, dtype: torch.dtype | None = None) -> PreTrainedModel:
+    """The causal LM that ``model_dir``'s ``config.json`` describes, on the meta device:
+    its parameters and buffers have shapes and dtypes (``dtype``, default float32) but
+    no storage, and nothing but the config is read. Tied weights are one parameter, as
+    in the loaded model; in eval mode, as ``from_pretrained`` returns it. ValueError
+    (one sentence) if the config is not one transformers can build."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    check_model_dir(model_dir)
+    try:
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{model_dir}/config.json is not a usable model config ({e})") from None
+    skeleton: PreTrainedModel = model.eval()
+    return skeleton
 
 
 def load_tokenizer(model_dir: Path) -> Any:

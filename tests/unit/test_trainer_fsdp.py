@@ -6,12 +6,16 @@ advantage (skipped everywhere), an odd-sized batch (one rank does a micro-batch
 fewer and must still join the collectives), and a one-sample batch (one rank has
 nothing to train on at all). Rank 0 writes each step's gathered weights as a
 checkpoint through ``save_checkpoint``, read back here as an HF model directory.
+
+As in the trainer, rank 0 alone loads the weights; rank 1 builds the model on the meta
+device from a directory holding its config alone, and receives its shards from rank 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from orchestrator.trainer.optim import build_optimizer
 from orchestrator.trainer.ranks import loopback_interface
 from orchestrator.trainer.samples import Sample
 from orchestrator.trainer.step import train_step
+from swarmrl.models.directory import model_skeleton
 from tests.model_fixtures import random_tiny_model
 
 # Two fresh interpreters importing torch and transformers take most of the ~20 s.
@@ -76,6 +81,26 @@ def load(model_dir: Path) -> LlamaForCausalLM:
     return LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
 
 
+def rank_model(rank: int, root: Path) -> torch.nn.Module:
+    """The policy as rank ``rank`` of the trainer builds it: rank 0 loads the weights;
+    the others build the model on the meta device from ``config-only/``, which holds
+    no weights to read."""
+    return (
+        load(root / "model") if rank == 0 else model_skeleton(root / "config-only", torch.float64)
+    )
+
+
+def logprobs(model: torch.nn.Module, samples: list[Sample]) -> torch.Tensor:
+    with torch.no_grad():
+        scores, _ = completion_logprobs(
+            model,
+            [s.prompt_ids for s in samples],
+            [s.output_ids for s in samples],
+            SETTINGS["temperature"],
+        )
+    return scores
+
+
 def make_samples(model_dir: Path) -> list[Sample]:
     """Prompts and completions of different lengths, non-trivial advantages, and
     sampler log-probabilities off the model's own so that ratios differ from 1
@@ -113,7 +138,7 @@ def batches(samples: list[Sample]) -> list[tuple[str, list[Sample]]]:
     return out
 
 
-def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None:
+def worker(rank: int, samples: list[Sample], out: Path) -> None:
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
     dist.init_process_group(
@@ -124,9 +149,20 @@ def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None
         timeout=timedelta(seconds=60),
     )
     try:
-        model = shard(TokenScorer(load(model_dir)))
+        cpu = torch.device("cpu")
+        model = shard(TokenScorer(rank_model(rank, out)), device=cpu)
+        # Before any forward pass: FSDP2 leaves the root's parameters unsharded after
+        # one without gradients, and the optimizer must hold the shards.
         optimizer = build_optimizer(model, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # As sharded, before any step: the weights as gathered (rank 0's), this rank's
+        # buffers and the log-probabilities this rank's forward passes compute.
+        loaded = {
+            "weights": {k.removeprefix("lm."): v for k, v in full_state_dict(model).items()},
+            "buffers": {k: v.clone() for k, v in model.lm.named_buffers()},
+            "training": [m.training for m in model.lm.modules()],
+            "logprobs": logprobs(model, samples),
+        }
+        tokenizer = AutoTokenizer.from_pretrained(out / "model")
         results = {}
         for step, (name, batch) in enumerate(batches(samples), start=1):
             loss, options = step_args(name)
@@ -136,9 +172,9 @@ def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None
         tied = model.lm.lm_head.weight is model.lm.model.embed_tokens.weight
         # The first applied step once more, from the start, with every decoder layer's
         # activations recomputed in the backward pass.
-        recomputing = load(model_dir)
+        recomputing = rank_model(rank, out)
         recomputing.gradient_checkpointing_enable({"use_reentrant": False})
-        recomputing = shard(TokenScorer(recomputing))
+        recomputing = shard(TokenScorer(recomputing), device=cpu)
         optimizer = build_optimizer(recomputing, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
         loss, options = step_args(RECOMPUTED)
         result = data_parallel_step(
@@ -147,7 +183,8 @@ def worker(rank: int, model_dir: Path, samples: list[Sample], out: Path) -> None
         results["recomputed"] = dataclasses.asdict(result)
         weights = {k.removeprefix("lm."): v for k, v in full_state_dict(recomputing).items()}
         torch.save(
-            {"tied": tied, "results": results, "recomputed": weights}, out / f"rank{rank}.pt"
+            {"tied": tied, "loaded": loaded, "results": results, "recomputed": weights},
+            out / f"rank{rank}.pt",
         )
     finally:
         dist.destroy_process_group()
@@ -162,13 +199,19 @@ def run(tmp_path_factory):
     """The reference steps in this process, then the same steps on two ranks."""
     root = tmp_path_factory.mktemp("fsdp")
     model_dir = random_tiny_model(root / "model", seed=3)
+    (root / "config-only").mkdir()
+    shutil.copy(model_dir / "config.json", root / "config-only")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         samples = make_samples(model_dir)
         model = load(model_dir)
         optimizer = build_optimizer(model, lr=SETTINGS["lr"], weight_decay=WEIGHT_DECAY)
-        reference = {"initial": weights_of(model)}
+        reference = {
+            "initial": weights_of(model),
+            "buffers": {k: v.clone() for k, v in model.named_buffers()},
+            "logprobs": logprobs(model, samples),
+        }
         for name, batch in batches(samples):
             loss, options = step_args(name)
             result = train_step(model, optimizer, batch, loss, **options)
@@ -176,7 +219,7 @@ def run(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
 
-    mp.spawn(worker, args=(model_dir, samples, root), nprocs=WORLD, join=True)
+    mp.spawn(worker, args=(samples, root), nprocs=WORLD, join=True)
     ranks = [torch.load(root / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     saved = {
         name: weights_of(load(step_dir(root / "run", step)))
@@ -189,6 +232,20 @@ def assert_same_weights(got: dict, expected: dict, atol: float) -> None:
     assert got.keys() == expected.keys()
     for key, tensor in expected.items():
         torch.testing.assert_close(got[key], tensor, rtol=0, atol=atol, msg=lambda m, k=key: k + m)
+
+
+def test_rank0s_weights_and_buffers_reach_every_rank(run):
+    """Rank 1 built its model without weights or buffers: after sharding, every rank
+    computes with the single-process model's weights and buffers, bit for bit, the
+    rotary frequencies (in no state dict) included, and so gets its log-probabilities."""
+    reference, ranks, _ = run
+    assert_same_weights(ranks[0]["loaded"]["weights"], reference["initial"], atol=0)
+    assert "model.rotary_emb.inv_freq" in reference["buffers"]
+    for r in ranks:
+        loaded = r["loaded"]
+        assert_same_weights(loaded["buffers"], reference["buffers"], atol=0)
+        assert not any(loaded["training"])
+        torch.testing.assert_close(loaded["logprobs"], reference["logprobs"], rtol=0, atol=1e-12)
 
 
 def test_ties_survive_sharding_and_only_rank0_gathers(run):

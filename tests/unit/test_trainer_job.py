@@ -173,6 +173,18 @@ def test_the_job_trains_every_group_once_across_a_killed_rank(job):
     check_model(ckpt.step_dir(run_dir, 3))
 
 
+def test_the_ranks_start_from_the_models_weights(job, model_dirs):
+    """Rank 0 alone read the model's files and rank 1 received its shards: step 0, the
+    policy both ranks' shards make before any step, is the files' weights bit for bit
+    (fp32 serving: the masters)."""
+    run_dir, _, _ = job
+    files = read_state_dict(model_dirs[0])
+    start = read_state_dict(ckpt.step_dir(run_dir, 0))
+    assert start.keys() == files.keys()
+    for name, value in files.items():
+        assert torch.equal(start[name], value), name
+
+
 def test_a_two_rank_checkpoint_resumes_in_one_process(job, model_dirs, backend):
     run_dir, _, _ = job
     recipe = GRPORecipe(**{**dict(RECIPE), "steps": 4})
