@@ -15,10 +15,8 @@ when one of them dies, to be restarted by the daemon from the newest checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import faulthandler
 import logging
 import os
-import signal
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,21 +114,14 @@ def main(config: TrainerProcessConfig, stop: StopSignal) -> None:
 def rank_main(config: TrainerProcessConfig, stop: StopSignal) -> None:
     """One rank of a trainer job: its share of the cores, its device, its log file
     (rank 0's is the trainer's), then the trainer loop."""
-    from orchestrator.trainer.ranks import join, leave
+    from orchestrator.trainer.ranks import joined
 
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack
     rank = int(os.environ["RANK"])
-    threads = None
-    if config.threads is not None:
-        threads = max(1, config.threads // config.launch.nproc_per_node)
     if config.data_dir is not None:
         name = "trainer" if rank == 0 else f"trainer-rank{rank}"
         setup_process_logging(config.data_dir, name, stderr=rank == 0 and config.log_to_stderr)
-    device = join(config.device or "cpu", threads)
-    try:
+    with joined(config.launch, config.device or "cpu", config.threads) as device:
         train(dataclasses.replace(config, device=str(device)), stop)
-    finally:
-        leave()
 
 
 def train(config: TrainerProcessConfig, stop: StopSignal) -> None:

@@ -1,8 +1,9 @@
 """`swarmrl train local`: asynchronous GRPO on one machine.
 
 The recipe's options (``--group-size``, ``--lr``, ...) are made from the fields of
-``GRPORecipe``: each option's name, type, default, bounds and help are the field's,
-so the command line, ``orchestrator.toml`` and the README cannot disagree.
+``GRPORecipe``, and the trainer's process options (``--nproc-per-node``, ...) from
+those of ``TrainerLaunch``: each option's name, type, default, bounds and help are the
+field's, so the command line, ``orchestrator.toml`` and the README cannot disagree.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import typer
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.cli_options import BackendName, Device, ModelDir, TasksFile, quiet_transformers
 from swarmrl.files import check_output_dir
@@ -25,20 +27,21 @@ from swarmrl.settings_toml import SettingError, problem
 train_app = typer.Typer(help="Train a policy with asynchronous GRPO.", no_args_is_help=True)
 
 
-def recipe_flag(name: str) -> str:
-    """The option of the recipe's field ``name``: ``--group-size`` for group_size."""
+def field_flag(name: str) -> str:
+    """The option of a model's field ``name``: ``--group-size`` for group_size."""
     return "--" + name.replace("_", "-")
 
 
 def recipe_argv(recipe: GRPORecipe) -> list[str]:
     """The options that give `train local` the recipe ``recipe``, every field spelt out."""
-    return [arg for name, value in recipe for arg in (recipe_flag(name), str(value))]
+    return [arg for name, value in recipe for arg in (field_flag(name), str(value))]
 
 
-def _recipe_option(name: str, field: FieldInfo) -> inspect.Parameter:
+def _field_option(name: str, field: FieldInfo) -> inspect.Parameter:
     """The typer option of one field. Closed bounds become click's range (it refuses what
     is outside and shows the range in the help); open ones are said in the help and
-    checked by the model."""
+    checked by the model. A bool field is a pair of flags (``--x/--no-x``), so either
+    default can be turned over."""
     low: float | None = None
     high: float | None = None
     said = []
@@ -55,51 +58,63 @@ def _recipe_option(name: str, field: FieldInfo) -> inspect.Parameter:
     if said:
         words = ", ".join(said)
         text = f"{text} {words[:1].upper()}{words[1:]}."
-    option = typer.Option(field.default, recipe_flag(name), min=low, max=high, help=text)
+    flag = field_flag(name)
+    if field.annotation is bool:
+        flag = f"{flag}/--no-{flag[2:]}"
+    option = typer.Option(field.default, flag, min=low, max=high, help=text)
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=field.annotation
     )
 
 
-def _recipe(values: dict[str, Any]) -> GRPORecipe:
-    """The recipe of the options' values; what the model refuses (an open bound, a rule
+def _model(cls: type[BaseModel], values: dict[str, Any]) -> BaseModel:
+    """The model of the options' values; what the model refuses (an open bound, a rule
     between fields) is a bad option value, as click's own range checks are."""
     try:
-        return GRPORecipe(**values)
+        return cls(**values)
     except ValidationError as e:
         error = e.errors(include_url=False)[0]
         ctx = error.get("ctx") or {}
         cause = ctx.get("error")
         if isinstance(cause, SettingError):
-            hint = [recipe_flag(key) for key in cause.keys]
+            hint = [field_flag(key) for key in cause.keys]
             raise typer.BadParameter(str(cause), param_hint=hint) from None
         message = f"{problem(error, ctx)}, got {error['input']!r}"
-        raise typer.BadParameter(message, param_hint=[recipe_flag(str(error["loc"][0]))]) from None
+        raise typer.BadParameter(message, param_hint=[field_flag(str(error["loc"][0]))]) from None
 
 
-def with_recipe_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` (its parameters keyword-only) with its ``recipe`` parameter replaced,
-    where it stands, by one option per field of GRPORecipe; the options' values reach
-    ``command`` as one recipe. typer reads the options from the signature."""
-    fields = GRPORecipe.model_fields
-    params: list[inspect.Parameter] = []
-    for param in inspect.signature(command, eval_str=True).parameters.values():
-        if param.name == "recipe":
-            params += [_recipe_option(name, field) for name, field in fields.items()]
-        else:
-            params.append(param)
+def with_model_options(
+    **models: type[BaseModel],
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator: ``command`` (its parameters keyword-only) with each parameter named in
+    ``models`` replaced, where it stands, by one option per field of its model; the
+    options' values reach ``command`` as one model each. typer reads the options from
+    the signature, so the models' field names must differ from each other and from the
+    command's own parameters."""
 
-    def with_recipe(**values: Any) -> None:
-        recipe = _recipe({name: values.pop(name) for name in fields})
-        command(**values, recipe=recipe)
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        params: list[inspect.Parameter] = []
+        for param in inspect.signature(command, eval_str=True).parameters.values():
+            if param.name in models:
+                fields = models[param.name].model_fields
+                params += [_field_option(name, field) for name, field in fields.items()]
+            else:
+                params.append(param)
 
-    with_recipe.__doc__ = command.__doc__
-    with_recipe.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    return with_recipe
+        def with_models(**values: Any) -> None:
+            for param, cls in models.items():
+                values[param] = _model(cls, {name: values.pop(name) for name in cls.model_fields})
+            command(**values)
+
+        with_models.__doc__ = command.__doc__
+        with_models.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        return with_models
+
+    return decorate
 
 
 @train_app.command("local")
-@with_recipe_options
+@with_model_options(recipe=GRPORecipe, launch=TrainerLaunch)
 def train_local_command(
     *,
     model: Path = ModelDir,
@@ -122,14 +137,24 @@ def train_local_command(
         help="Inference worker processes (default: half the cores, at least 2).",
     ),
     recipe: GRPORecipe,  # one option per field
+    launch: TrainerLaunch,  # one option per field
     backend: str = BackendName,
     device: str = Device,
 ) -> None:
     """Train MODEL on TASKS: inference workers sample while the trainer trains.
 
     Checkpoints go to OUT/checkpoints/step_<n>/, one JSON line per step to
-    OUT/metrics.jsonl and the curves to OUT/metrics.png.
+    OUT/metrics.jsonl and the curves to OUT/metrics.png. With --nproc-per-node N the
+    trainer is a torchrun job of N processes sharding the policy (FSDP2).
     """
+    if launch.nnodes > 1:
+        # Its workers, spool and run directory are this machine's; a trainer spanning
+        # machines is the orchestrator's (nnodes in orchestrator.toml).
+        raise typer.BadParameter(
+            "train local trains on this machine only; a trainer on several machines is "
+            "`swarmrl orchestrator run`'s (nnodes in orchestrator.toml)",
+            param_hint=[field_flag("nnodes")],
+        )
     check_output_dir(out)
     from orchestrator.train_local.run import LocalRun, train_local
 
@@ -139,6 +164,7 @@ def train_local_command(
         tasks=tasks,
         out=out,
         recipe=recipe,
+        launch=launch,
         minutes=minutes,
         workers=workers,
         backend=backend,

@@ -6,29 +6,43 @@ all when it stops (at the last step, at the time limit, on Ctrl-C, or on an
 error). Each process gets its share of the cores (ARCHITECTURE.md): left at
 torch's default, processes on one machine slow each other down several times.
 
-Run again with the same ``--out`` to continue a stopped or killed run.
+With more than one trainer process (``--nproc-per-node``) the trainer is a torchrun
+job instead (``orchestrator.trainer.ranks``), run from a thread of this process, which
+stays the run's parent: it keeps the workers, and tells the ranks to stop after the
+step in hand (Ctrl-C, SIGTERM, the time limit, a worker that keeps dying). Rank 0
+reads the spool and prints and writes what the single trainer does.
+
+Run again with the same ``--out`` to continue a stopped or killed run, on any number
+of trainer processes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from orchestrator.service.stop import StopFlag, StopSignal
 from orchestrator.train_local.sampler import SamplerConfig, run_sampler, stats_path
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
+from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.loop import StepReport, Trainer
 from orchestrator.trainer.metrics import MetricsLog, plot_metrics, read_metrics
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.files import write_atomically
-from swarmrl.tasks import read_tasks
+from swarmrl.tasks import Task, read_tasks
 
 RUN_FILE = "run.json"
 # Restarts of a worker that died before the run gives up.
@@ -55,6 +69,10 @@ class Placement:
         trainer = max(1, cores // (workers + 1))
         return cls(workers, max(1, (cores - trainer) // workers), trainer)
 
+    @property
+    def worker_names(self) -> tuple[str, ...]:
+        return tuple(f"w{i}" for i in range(self.workers))
+
 
 @dataclasses.dataclass(frozen=True)
 class LocalRun:
@@ -67,6 +85,7 @@ class LocalRun:
     workers: int | None = None
     backend: str = "torch"
     device: str | None = None
+    launch: TrainerLaunch = dataclasses.field(default_factory=TrainerLaunch)  # nnodes 1
 
 
 def check_run_dir(run: LocalRun) -> None:
@@ -89,7 +108,8 @@ def check_run_dir(run: LocalRun) -> None:
 
 
 def _run_identity(run: LocalRun) -> dict[str, Any]:
-    # steps and the time limit may change between sessions of one run; the recipe may not.
+    # steps, the time limit and the trainer's processes (a checkpoint resumes on any
+    # number) may change between sessions of one run; the recipe may not.
     return {
         "model": str(run.model.resolve()),
         "tasks": str(run.tasks.resolve()),
@@ -113,42 +133,184 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
     check_run_dir(run)
     place = Placement.for_machine(run.workers)
     torch.set_num_threads(place.trainer_threads)
+    trainer_threads = str(place.trainer_threads)
+    if run.launch.distributed:
+        each = run.launch.threads_per_process(place.trainer_threads)
+        trainer_threads = f"{run.launch.nproc_per_node} process(es) x {each}"
     say(
-        f"threads: trainer {place.trainer_threads}, {place.workers} worker(s) x "
+        f"threads: trainer {trainer_threads}, {place.workers} worker(s) x "
         f"{place.worker_threads}, on {len(os.sched_getaffinity(0))} cores"
     )
-    trainer = Trainer(run.out, run.model, tasks, run.recipe, run=run.run, device=device)
-    start_step = trainer.step
-    if start_step:
-        say(f"continuing {run.out} from step {start_step}")
-    metrics = MetricsLog(run.out / "metrics.jsonl", resume_step=start_step)
     deadline = None if run.minutes is None else time.monotonic() + run.minutes * 60
-    pool = _Workers(run, place, trainer.feed.highest_counter)
     stop = _StopOnSignal()
-    progress = _Progress(run, pool, say)
+
+    def stopping() -> bool:
+        return stop.requested or (deadline is not None and time.monotonic() >= deadline)
+
+    try:
+        if run.launch.distributed:
+            step = _train_job(run, place, device, stopping)
+        else:
+            step = _train_here(run, tasks, place, device, stopping, say)
+    finally:
+        stop.restore()
+    _plot(run)
+    if stop.requested:
+        say(f"stopped at step {step} (interrupted); run again to continue")
+    last = ckpt.step_dir(run.out, step)
+    say(f"step {step}: {last}")
+    return last
+
+
+def _train_here(
+    run: LocalRun,
+    tasks: list[Task],
+    place: Placement,
+    device: str,
+    stopping: Callable[[], bool],
+    say: Callable[[str], None],
+) -> int:
+    """The trainer in this process, beside its workers, until it trained the last step or
+    ``stopping`` said so; returns the step it stopped at."""
+    trainer = Trainer(run.out, run.model, tasks, run.recipe, run=run.run, device=device)
+    pool = _Workers(run, place, trainer.feed.highest_counter)
     try:
         pool.start()
 
         def should_stop() -> bool:
             pool.check()
-            return stop.requested or (deadline is not None and time.monotonic() >= deadline)
+            return stopping()
 
-        def on_step(report: StepReport) -> None:
-            row = progress.row(report)
-            metrics.append(row)
-            if report.step % PLOT_EVERY == 0:
-                _plot(run)
-
-        trainer.train(should_stop=should_stop, on_step=on_step)
+        _train(trainer, run, place.worker_names, should_stop, say)
     finally:
         pool.stop()
-        stop.restore()
-    _plot(run)
-    if stop.requested:
-        say(f"stopped at step {trainer.step} (interrupted); run again to continue")
-    last = ckpt.step_dir(run.out, trainer.step)
-    say(f"step {trainer.step}: {last}")
-    return last
+    return trainer.step
+
+
+def _train(
+    trainer: Trainer,
+    run: LocalRun,
+    workers: tuple[str, ...],
+    should_stop: Callable[[], bool],
+    say: Callable[[str], None],
+) -> None:
+    """The trainer's loop, with the line printed and the row written per step: in the
+    single trainer, or on every rank of a job (rank 0 prints and writes)."""
+    if not trainer.main:  # rank 0 reports the steps
+        trainer.train(should_stop=should_stop, on_step=lambda report: None)
+        return
+    if trainer.step:
+        say(f"continuing {run.out} from step {trainer.step}")
+    metrics = MetricsLog(run.out / "metrics.jsonl", resume_step=trainer.step)
+    progress = _Progress(run, workers, say)
+
+    def on_step(report: StepReport) -> None:
+        metrics.append(progress.row(report))
+        if report.step % PLOT_EVERY == 0:
+            _plot(run)
+
+    trainer.train(should_stop=should_stop, on_step=on_step)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RankJob:
+    """What each rank of the trainer job is given (with the stop flag)."""
+
+    run: LocalRun
+    device: str
+    threads: int  # the trainer's, shared by this machine's ranks
+    workers: tuple[str, ...]
+
+
+def _train_job(run: LocalRun, place: Placement, device: str, stopping: Callable[[], bool]) -> int:
+    """The trainer as a torchrun job of ``run.launch``'s processes, beside this process's
+    workers, until it trained the last step or ``stopping`` (asked here) said so; returns
+    the step it stopped at. A rank that fails ends the run with run_job's sentence."""
+    from orchestrator.trainer.ranks import run_job
+
+    flag = StopFlag(multiprocessing.get_context("spawn"))
+    given = _RankJob(run, device, place.trainer_threads, place.worker_names)
+    failed: list[Exception] = []
+
+    def job() -> None:
+        # The ranks start from this thread and so with its signal mask: the terminal's
+        # Ctrl-C, sent to the whole process group, never reaches them. This process
+        # decides, and tells them through ``flag``: they stop after the step in hand.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            run_job(run.launch, "train-local", _rank_main, given, flag)
+        except Exception as e:  # the main thread raises it
+            failed.append(e)
+
+    # torch's agent registers its signal handlers only in the main thread: from this
+    # one it would only say so, on every start.
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
+        lambda entry: "child thread" not in entry.getMessage()
+    )
+    # A daemon: at a second Ctrl-C this process exits without waiting for the job, and
+    # the ranks die with the thread that started them (``ranks``: their parent-death
+    # signal).
+    thread = threading.Thread(target=job, name="trainer-job", daemon=True)
+    pool = _Workers(run, place, _counters_read(run.out))
+    thread.start()
+    try:
+        pool.start()
+        while thread.is_alive():
+            try:
+                pool.check()
+            except ValueError:
+                flag.set()
+                thread.join()
+                raise
+            if stopping():
+                flag.set()
+            thread.join(0.2)
+    finally:
+        pool.stop()
+    if failed:
+        raise failed[0]
+    step = ckpt.latest_step(run.out)
+    assert step is not None  # every rank 0 writes step 0 or resumes from a checkpoint
+    return step
+
+
+@record  # a rank's exception reaches the agent, and so this run's error, as its sentence
+def _rank_main(job: _RankJob, stop: StopSignal) -> None:
+    """One rank of the trainer job: its share of the threads, its device, the loop."""
+    from orchestrator.trainer.ranks import joined
+    from swarmrl.cli_options import quiet_transformers
+
+    quiet_transformers()
+    run = job.run
+    with joined(run.launch, job.device, job.threads) as device:
+        trainer = Trainer(
+            run.out,
+            run.model,
+            read_tasks(run.tasks),
+            run.recipe,
+            run=run.run,
+            device=str(device),
+            launch=run.launch,
+        )
+        _train(trainer, run, job.workers, stop.is_set, _say)
+
+
+def _say(text: str) -> None:
+    """A rank's ``say``: the parent's (typer's echo to stderr) does not cross processes."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _counters_read(run_dir: Path) -> dict[str, int]:
+    """Per worker, the highest counter of its files the trainer had read at its newest
+    checkpoint (where the trainer is a job, its feed is in another process)."""
+    step = ckpt.latest_step(run_dir)
+    if step is None:
+        return {}
+    try:
+        state = ckpt.load_state(run_dir, step)
+    except ValueError:  # the trainer goes back to an older one; the workers' stats say
+        return {}
+    return dict(state.get("feed", {}).get("highest_counter", {}))
 
 
 def _plot(run: LocalRun) -> None:
@@ -180,7 +342,9 @@ class _Workers:
     """The sampler processes: started, watched (a dead one is restarted a few times),
     and stopped, politely and then not."""
 
-    def __init__(self, run: LocalRun, place: Placement, counters: dict[str, int]) -> None:
+    def __init__(self, run: LocalRun, place: Placement, counters: Mapping[str, int]) -> None:
+        """``counters``: per worker, the highest counter of its files the trainer has read
+        (the feed's, live, or as its newest checkpoint says)."""
         self.run, self.place, self.counters = run, place, counters
         self.context = multiprocessing.get_context("spawn")
         self.stop_event = self.context.Event()
@@ -202,7 +366,7 @@ class _Workers:
                 top_p=r.top_p,
                 target_len=r.target_len,
                 seed=r.seed,
-                start_counter=self.spool.next_counter(name, counters.get(name, -1)),
+                start_counter=self._next_counter(name),
                 # Two unread batches each, plus the one in the making: with most groups
                 # filtered out a step reads about three batches, and workers that paused
                 # behind one kept the trainer waiting a quarter of its time.
@@ -212,7 +376,7 @@ class _Workers:
                 device=run.device,
                 parent_pid=os.getpid(),
             )
-            for name in (f"w{i}" for i in range(place.workers))
+            for name in place.worker_names
         }
 
     def start(self) -> None:
@@ -236,20 +400,15 @@ class _Workers:
                     f"{self.restarts + 1} times; see its error above"
                 )
             self.restarts += 1
-            counter = self.spool.next_counter(name, self.counters.get(name, -1))
+            counter = self._next_counter(name)
             self.configs[name] = dataclasses.replace(self.configs[name], start_counter=counter)
             self._spawn(name)
 
-    def tokens_and_seconds(self) -> tuple[int, float]:
-        tokens, seconds = 0, 0.0
-        for name in self.configs:
-            try:
-                stats = json.loads(stats_path(self.run.out, name).read_text())
-            except (OSError, ValueError):
-                continue
-            tokens += int(stats.get("tokens", 0))
-            seconds += float(stats.get("seconds_generating", 0.0))
-        return tokens, seconds
+    def _next_counter(self, name: str) -> int:
+        """Past every batch the worker wrote, in any session: its files still on disk, the
+        ones the trainer read (and deleted once used), and its own count."""
+        used = max(self.counters.get(name, -1), int(_stats(self.run.out, name).get("counter", -1)))
+        return self.spool.next_counter(name, used)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -262,16 +421,26 @@ class _Workers:
 
 
 class _Progress:
-    """The line printed per step, and the row written for it."""
+    """The line printed per step, and the row written for it; the workers' token counts
+    come from their stats files, so a rank of a job keeps them too."""
 
-    def __init__(self, run: LocalRun, pool: _Workers, say: Callable[[str], None]) -> None:
-        self.run, self.pool, self.say = run, pool, say
+    def __init__(self, run: LocalRun, workers: tuple[str, ...], say: Callable[[str], None]) -> None:
+        self.run, self.workers, self.say = run, workers, say
         self.began = self.last = time.monotonic()
-        self.tokens, self.generating = pool.tokens_and_seconds()
+        self.tokens, self.generating = self._generated()
+
+    def _generated(self) -> tuple[int, float]:
+        """Tokens the workers generated, and the seconds it took them, all told."""
+        tokens, seconds = 0, 0.0
+        for name in self.workers:
+            stats = _stats(self.run.out, name)
+            tokens += int(stats.get("tokens", 0))
+            seconds += float(stats.get("seconds_generating", 0.0))
+        return tokens, seconds
 
     def row(self, report: StepReport) -> dict[str, Any]:
         now = time.monotonic()
-        tokens, generating = self.pool.tokens_and_seconds()
+        tokens, generating = self._generated()
         rate = (tokens - self.tokens) / max(now - self.last, 1e-9)
         row = {
             **report.as_dict(),
@@ -289,3 +458,12 @@ class _Progress:
             f"train {report.seconds_training:4.1f}s{skipped}"
         )
         return row
+
+
+def _stats(run_dir: Path, worker: str) -> dict[str, Any]:
+    """What a worker says of itself (``sampler.stats_path``); nothing before its first batch."""
+    try:
+        stats: dict[str, Any] = json.loads(stats_path(run_dir, worker).read_text())
+        return stats
+    except (OSError, ValueError):
+        return {}

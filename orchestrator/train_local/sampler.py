@@ -52,7 +52,8 @@ class SamplerConfig:
 
 
 def stats_path(run_dir: Path, name: str) -> Path:
-    """Where a worker says how much it has generated (read for tokens/s)."""
+    """Where a worker says how much it has generated (read for tokens/s), and the counter
+    of its newest batch (a restarted worker goes on past it)."""
     return Path(run_dir) / "samplers" / f"{name}.json"
 
 
@@ -131,6 +132,7 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
         stats["tokens"] += sum(len(r.output_ids) for r in records)
         stats["batches"] += 1
         stats["policy_step"] = step
+        stats["counter"] = counter
         spool.put(config.name, counter, records)
         write_atomically(stats_file, json.dumps(stats).encode())
         counter += 1
@@ -138,7 +140,13 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
 
 def _previous_stats(path: Path) -> dict[str, Any]:
     """A restarted worker's totals go on from its predecessor's, so rates stay right."""
-    stats: dict[str, Any] = {"policy_step": 0, "batches": 0, "tokens": 0, "seconds_generating": 0.0}
+    stats: dict[str, Any] = {
+        "policy_step": 0,
+        "batches": 0,
+        "tokens": 0,
+        "seconds_generating": 0.0,
+        "counter": -1,
+    }
     with contextlib.suppress(OSError, ValueError):
         stats.update(json.loads(path.read_text()))
     return stats

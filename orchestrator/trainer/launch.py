@@ -79,6 +79,10 @@ class TrainerLaunch(BaseModel):
         """Whether the trainer runs as a torch.distributed job (FSDP2)."""
         return self.world_size > 1
 
+    def threads_per_process(self, threads: int) -> int:
+        """Each of this machine's trainer processes' share of ``threads`` (at least 1)."""
+        return max(1, threads // self.nproc_per_node)
+
     def launch_fields(self) -> TrainerLaunch:
         """These settings on their own (from a model that composes them with others)."""
         return TrainerLaunch(**{name: getattr(self, name) for name in TrainerLaunch.model_fields})

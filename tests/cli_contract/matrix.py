@@ -73,6 +73,7 @@ STR_ROLES = {
     "bootstrap": "multiaddr",
     "run": "run-name",
     "model": "model-name",
+    "rdzv_endpoint": "host-port",
 }
 
 STR_BAD_VALUES = {
@@ -98,6 +99,7 @@ STR_BAD_VALUES = {
     "multiaddr": ["", "garbage", "/ip4/999.0.0.1/tcp/1", "/ip4/127.0.0.1/tcp/99999"],
     "run-name": [""],
     "model-name": [""],
+    "host-port": ["", "no-port", "127.0.0.1:0", "127.0.0.1:99999", "ünïcode\u202e:1"],
 }
 
 

@@ -1,5 +1,6 @@
 """`swarmrl train local` as a user runs it: bad input refused before anything starts,
-kill -9 survived, Ctrl-C stopping every process, and the default model learning."""
+kill -9 survived, Ctrl-C stopping every process, the trainer as two processes, and the
+default model learning."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.trainer.metrics import read_metrics
 from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
 from tests.model_fixtures import random_tiny_model
@@ -141,6 +143,37 @@ def test_ctrl_c_stops_the_trainer_and_every_worker(default_model, train_tasks, t
     assert "(interrupted); run again to continue" in stderr
     assert "Traceback" not in stderr
     _wait_for(lambda: _gone(workers), None, "the workers' exit", limit=60)
+
+
+@pytest.mark.slow
+def test_two_trainer_processes_stop_on_ctrl_c_and_one_continues(
+    default_model, train_tasks, tmp_path
+):
+    """`--nproc-per-node 2`: the trainer is a torchrun job of two ranks beside the
+    workers, reporting each step as one process does; Ctrl-C stops it after the step
+    in hand, and the same run continues on one process from there."""
+    out = tmp_path / "run"
+    job = _start(default_model, train_tasks, out, "--steps", "50", "--nproc-per-node", "2")
+    _wait_for(lambda: (ckpt.latest_step(out) or 0) >= 2, job, "step 2")
+    os.killpg(job.pid, signal.SIGINT)  # the ranks too: the parent alone decides
+    _, stderr = job.communicate(timeout=120)
+    assert job.returncode == 0, stderr
+    assert "threads: trainer 2 process(es)" in stderr
+    stopped = ckpt.latest_step(out)
+    assert f"stopped at step {stopped} (interrupted); run again to continue" in stderr
+    assert "Traceback" not in stderr
+    lines = [line.split()[1] for line in stderr.splitlines() if line.startswith("step ")]
+    assert lines[:-1] == [f"{step}/50" for step in range(1, stopped + 1)]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [row["step"] for row in rows] == list(range(1, stopped + 1))
+    assert rows[-1]["tokens_per_second"] > 0  # the workers' stats, read by rank 0
+
+    again = swarmrl("train", "local", "--model", default_model, "--tasks", train_tasks,
+                    "--out", out, *SMALL, "--steps", stopped + 1)  # fmt: skip
+    assert f"continuing {out} from step {stopped}" in again.stderr
+    assert again.stdout.strip() == str(ckpt.step_dir(out, stopped + 1))
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [row["step"] for row in rows] == list(range(1, stopped + 2))
 
 
 @pytest.mark.slow

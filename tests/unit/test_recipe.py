@@ -1,5 +1,6 @@
-"""The training recipe is declared once: `train local`'s options are its fields, with
-their defaults and bounds, and what the model refuses is a bad option value."""
+"""The training recipe and the trainer's process settings are declared once: `train
+local`'s options are their fields, with their defaults and bounds, and what the models
+refuse is a bad option value."""
 
 import json
 import math
@@ -12,7 +13,8 @@ import typer
 from annotated_types import Ge, Le
 from typer.testing import CliRunner
 
-from orchestrator.train_local.cli import recipe_argv, recipe_flag
+from orchestrator.train_local.cli import field_flag, recipe_argv
+from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.cli import app
 
@@ -23,11 +25,14 @@ def _train_local() -> typer.core.TyperCommand:
     return typer.main.get_command(app).commands["train"].commands["local"]
 
 
-def test_train_local_has_an_option_per_field_with_its_default_and_bounds():
+@pytest.mark.parametrize("model", [GRPORecipe, TrainerLaunch])
+def test_train_local_has_an_option_per_field_with_its_default_and_bounds(model):
     options = {p.name: p for p in _train_local().params}
-    for name, field in GRPORecipe.model_fields.items():
+    for name, field in model.model_fields.items():
         option = options[name]
-        assert option.opts == [recipe_flag(name)]
+        assert option.opts == [field_flag(name)]
+        if field.annotation is bool:  # a flag, and its opposite
+            assert option.secondary_opts == ["--no-" + field_flag(name)[2:]]
         assert option.default == field.default, name
         low = next((r.ge for r in field.metadata if isinstance(r, Ge)), None)
         high = next((r.le for r in field.metadata if isinstance(r, Le)), None)
@@ -59,9 +64,20 @@ def test_train_local_has_an_option_per_field_with_its_default_and_bounds():
         (["--tis-cap", "0.5"], "Invalid value for '--tis-cap': must be 0 (off) or at least 1"),
         (["--icepop-low", "1"], "Invalid value for '--icepop-low': must be less than 1"),
         (["--icepop-high", "1"], "Invalid value for '--icepop-high': must be 0 (none) or more"),
+        (["--nproc-per-node", "0"], "Invalid value for '--nproc-per-node'"),
+        (
+            ["--rdzv-endpoint", "nohost"],
+            "Invalid value for '--rdzv-endpoint': must be host:port, like 127.0.0.1:29400, "
+            "got 'nohost'",
+        ),
+        (
+            ["--nnodes", "2"],
+            "Invalid value for '--nnodes': train local trains on this machine only; a trainer "
+            "on several machines is `swarmrl orchestrator run`'s",
+        ),
     ],
 )
-def test_what_the_recipe_refuses_is_a_bad_option_value(tmp_path, options, sentence):
+def test_what_the_recipe_and_launch_refuse_is_a_bad_option_value(tmp_path, options, sentence):
     paths = ["--model", tmp_path / "m", "--tasks", tmp_path / "t.jsonl", "--out", tmp_path / "r"]
     out = CliRunner().invoke(app, ["train", "local", *map(str, paths), *options])
     assert out.exit_code == 2
