@@ -63,7 +63,7 @@ from pathlib import Path
 
 from benchmarks import broadcast_sim, delta_codec
 from benchmarks.broadcast_sim import MIB
-from orchestrator.local_swarm import LEARNING_RECIPE
+from benchmarks.learner_settings import DEMO_RECIPE
 from orchestrator.pretrain import build_default_model
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.train_local.sampler import GENERATE_BATCH, draw_tasks, node_address
@@ -97,10 +97,6 @@ SMOLLM2_RECIPE = GRPORecipe(
     prompts_per_step=2,
     max_tokens=32,
     target_len=32,
-)
-# The demo's orchestrator settings hold more than the recipe (epochs, backlog): its keys.
-DEMO_RECIPE = GRPORecipe.model_validate(
-    {k: v for k, v in LEARNING_RECIPE.items() if k in GRPORecipe.model_fields}
 )
 
 Score = Callable[[Task, str], float]

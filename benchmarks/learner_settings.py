@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.local_swarm import LEARNING_RECIPE
 from orchestrator.trainer.recipe import GRPORecipe
 
 # The thinking budget every prompt states, in the benchmark and the held-out eval alike.
@@ -22,6 +23,11 @@ TARGET_LEN = 128
 # arguments): train local's, but lr 3e-4 (its default 1e-4 is slower to rise, further in
 # 10 minutes), and steps without end: the wall time ends both runs.
 RECIPE = GRPORecipe(lr=3e-4, steps=1_000_000, target_len=TARGET_LEN)
+# The recipe the demo's swarm learns by (benchmarks delta and offpolicy train with it): the
+# demo's orchestrator settings hold more than the recipe (epochs, backlog), so its keys.
+DEMO_RECIPE = GRPORecipe.model_validate(
+    {k: v for k, v in LEARNING_RECIPE.items() if k in GRPORecipe.model_fields}
+)
 
 
 @dataclass(frozen=True)

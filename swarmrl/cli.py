@@ -72,6 +72,8 @@ BENCHMARKS = (
     "learner",
     "swarm",
     "trust",
+    "trainer",
+    "offpolicy",
 )
 
 
@@ -209,6 +211,27 @@ def bench_trust(
     the validator), what hostile bytes do to every decoder, and what kill -9 of a
     node, the orchestrator, the trainer or anvil loses (CPU)."""
     _run_benchmark("trust", scale, long)
+
+
+@bench_app.command("trainer")
+def bench_trainer(
+    steps: int = typer.Option(3, "--steps", min=1, max=1000, help="Timed steps per figure."),
+    skip_smollm2: bool = typer.Option(False, "--skip-smollm2", help="Leave out SmolLM2-135M."),
+) -> None:
+    """The trainer's step time and peak memory per rank, 1 and 2 ranks (FSDP2, gloo),
+    with and without activation checkpointing, on the default model and SmolLM2-135M;
+    the output head's memory, chunked vs. whole logits, at a 152k vocabulary (CPU)."""
+    _run_benchmark("trainer", steps, skip_smollm2)
+
+
+@bench_app.command("offpolicy")
+def bench_offpolicy(
+    steps: int = typer.Option(40, "--steps", min=2, max=10_000, help="Training steps per arm."),
+) -> None:
+    """The off-policy corrections, ablated: `train local` with none, truncated importance
+    sampling and IcePop, same seed; held-out reward before and after and the
+    sampler/trainer mismatch of each (CPU)."""
+    _run_benchmark("offpolicy", steps)
 
 
 @bench_app.command("all")

@@ -3,22 +3,25 @@ and are those of the whole logits without ever holding them."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch import Tensor
-from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+from benchmarks.trainer import (
+    head_pass,
+    large_vocabulary_model,
+    peak_allocated,
+    whole_logits_reference,
+)
 from orchestrator.trainer.batch import (
     TokenScorer,
     completion_logprobs,
     completion_logprobs_and_entropy,
 )
-from swarmrl.models.backend import SamplingParams, token_logprobs
+from swarmrl.models.backend import SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -67,37 +70,6 @@ def test_gradients_reach_the_weights(policy):
 def test_bad_batches_are_refused(policy, prompts, outputs):
     with pytest.raises(ValueError, match=r"non-empty|must not be empty"):
         completion_logprobs(policy, prompts, outputs, 1.0)
-
-
-def whole_logits_reference(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    outputs: Sequence[Sequence[int]],
-    temperature: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """What the trainer computed before chunking: the LM's logits [B, W, V] for every
-    position, the completion positions' gathered, then log-probabilities and entropy."""
-    lengths = [len(p) + len(o) for p, o in zip(prompts, outputs, strict=True)]
-    width, steps = max(lengths), max(len(o) for o in outputs)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    index = torch.zeros(len(prompts), steps, dtype=torch.long)
-    targets = torch.zeros_like(index)
-    mask = torch.zeros(len(prompts), steps, dtype=torch.bool)
-    for b, (p, o) in enumerate(zip(prompts, outputs, strict=True)):
-        ids[b, : lengths[b]] = torch.tensor([*p, *o])
-        attention[b, : lengths[b]] = 1
-        index[b, : len(o)] = torch.arange(len(p) - 1, len(p) - 1 + len(o))
-        targets[b, : len(o)] = torch.tensor(o)
-        mask[b, : len(o)] = True
-    logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits
-    picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))
-    vocab = picked.shape[-1]
-    flat = token_logprobs(picked.reshape(-1, vocab), targets.reshape(-1), temperature)
-    logprobs = flat.reshape(targets.shape).masked_fill(~mask, 0.0)
-    scaled = torch.log_softmax(picked.float() / (temperature or 1.0), dim=-1)
-    entropy = -(scaled.exp() * scaled).sum(-1).masked_fill(~mask, 0.0)
-    return logprobs, mask, entropy
 
 
 @pytest.fixture(scope="module")
@@ -167,50 +139,23 @@ def test_models_that_rescale_their_logits_are_refused(model_dirs):
         TokenScorer(LlamaForCausalLM(config))
 
 
-def peak_allocated(run: Callable[[], None], trace: Path) -> int:
-    """The most bytes the CPU allocator held at once, beyond what it held when ``run``
-    started: the profiler reports the allocator's running total at each allocation
-    and free (allocator-level, so malloc keeping freed pages does not blur it)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    prof.export_chrome_trace(str(trace))
-    events = json.loads(trace.read_text())["traceEvents"]
-    memory = [e["args"] for e in events if e.get("name") == "[memory]"]
-    # The running total carries what earlier profiling left counted: start from it.
-    start = memory[0]["Total Allocated"] - memory[0]["Bytes"]
-    return max(e["Total Allocated"] for e in memory) - start
-
-
-def test_a_large_vocabulary_never_holds_the_whole_logits(tmp_path):
+def test_a_large_vocabulary_never_holds_the_whole_logits():
     """A 150k vocabulary, 2 x 128 completion tokens: the chunked forward and backward
     peak below one whole fp32 copy of the [B, W, V] logits (151 MiB), which the
-    whole-logits forward alone exceeds several times over."""
+    whole-logits forward and backward exceed several times over."""
     vocab, rows, prompt, completion = 150_000, 2, 4, 128
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    model = large_vocabulary_model(vocab)
     tokens = torch.randint(vocab, (rows, prompt + completion)).tolist()
     prompts, outputs = [t[:prompt] for t in tokens], [t[prompt:] for t in tokens]
     whole = rows * (prompt + completion) * vocab * 4
 
     def chunked() -> None:
-        logprobs, _, entropy = completion_logprobs_and_entropy(
-            model, prompts, outputs, 0.7, chunk_tokens=16
-        )
-        (logprobs.sum() + 0.1 * entropy.sum()).backward()
+        head_pass(model, prompts, outputs, whole=False, entropy=True, chunk_tokens=16)
 
     def unchunked() -> None:
-        whole_logits_reference(model, prompts, outputs, 0.7)
+        head_pass(model, prompts, outputs, whole=True, entropy=True)
 
     # The chunked peak is a few chunks' logits (16 x 150k x 4 B = 9.6 MB each) and the
     # tied head's weight gradients (150k x 32 x 4 B = 19 MB each): about 74 MiB.
-    assert peak_allocated(chunked, tmp_path / "chunked.json") < whole / 1.5
-    assert peak_allocated(unchunked, tmp_path / "whole.json") > 2 * whole
+    assert peak_allocated(chunked) < whole / 1.5
+    assert peak_allocated(unchunked) > 2 * whole
