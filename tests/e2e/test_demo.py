@@ -35,6 +35,10 @@ def caller(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, caller):
+    # The orchestrator's trainer as a two-rank FSDP2 job, set as a coordinator with two
+    # GPUs would set it: the swarm must learn as it does with one trainer process, by the
+    # same rule (`make demo` runs one; so does the make-demo test below).
+    env = {**_env(default_model), "SWARMRL_NPROC_PER_NODE": "2"}
     run = subprocess.run(
         # Twice the evaluation's standard error, checked every 10 steps up to 40: a demo
         # run here rose 0.030 by step 10.
@@ -43,7 +47,7 @@ def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, 
         text=True,
         timeout=1500,
         cwd=caller,
-        env=_env(default_model),
+        env=env,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = caller / "demo"  # the default --out, beside the caller
@@ -66,6 +70,10 @@ def test_the_demo_trains_slashes_the_cheater_and_pays_the_honest(default_model, 
         assert node["accepted"] > 0, node
         assert node["claimed"] > 0, node
     assert (out / "reward.png").read_bytes().startswith(b"\x89PNG")
+    logs = out / "run" / "orchestrator" / "logs"
+    assert "starting 2 trainer process(es) here" in (logs / "trainer.log").read_text()
+    assert "step 1 " in (logs / "trainer.log").read_text()  # rank 0 trained and wrote
+    assert (logs / "trainer-rank1.log").is_file()
     assert "slashing transaction: 0x" in run.stdout
     assert "every process exited" in run.stdout
 
