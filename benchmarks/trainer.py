@@ -264,10 +264,9 @@ def rank_main(setup: Setup, out: Path) -> None:
     """One rank of ``measure``'s job: load, shard (with 2 ranks or more), train, measure;
     rank 0 writes every rank's figures to ``out`` as JSON."""
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
 
-    from orchestrator.trainer.batch import TokenScorer
-    from orchestrator.trainer.distributed import barrier, data_parallel_step, shard
+    from orchestrator.trainer.distributed import barrier, data_parallel_step
+    from orchestrator.trainer.loop import load_policy
     from orchestrator.trainer.optim import build_optimizer
     from orchestrator.trainer.ranks import joined
     from orchestrator.trainer.step import train_step
@@ -275,18 +274,11 @@ def rank_main(setup: Setup, out: Path) -> None:
 
     quiet_transformers()
     with joined(setup.launch(), "cpu", setup.threads) as device:
-        # As the trainer builds its policy (``Trainer._policy``).
-        lm = AutoModelForCausalLM.from_pretrained(
-            setup.model, dtype=torch.float32, local_files_only=True
-        )
-        if setup.checkpointing:
-            lm.gradient_checkpointing_enable({"use_reentrant": False})
-        policy = TokenScorer(lm)
-        if setup.ranks > 1:
-            shard(policy, device=device)  # in place, as FSDP2 shards
+        # As the trainer builds it: one rank is a job of one here, and trains unsharded.
+        policy = load_policy(setup.model, str(device), setup.launch(), sharded=setup.ranks > 1)
         recipe = GRPORecipe()
         optimizer = build_optimizer(policy, lr=recipe.lr, weight_decay=recipe.weight_decay)
-        samples = synthetic_batch(lm.config.vocab_size, setup.batch)
+        samples = synthetic_batch(policy.lm.config.vocab_size, setup.batch)
         step = data_parallel_step if setup.ranks > 1 else train_step
         with torch.no_grad():
             # from_pretrained maps the safetensors file, whose pages are resident only

@@ -132,12 +132,14 @@ class Trainer:
         source = base_model if resume_step is None else ckpt.step_dir(self.run_dir, resume_step)
         self.tokenizer = load_tokenizer(source)
         # What is trained: the LM (``model``) inside the module that scores tokens with it.
-        self.policy = self._policy(base_model, device, launch)
+        self.policy = load_policy(base_model, device, launch, sharded=self.sharded)
         self.model = self.policy.lm
         # The KL term measures against the weights the run started from, frozen.
         self.reference = None
         if recipe.kl_coef > 0:
-            self.reference = self._policy(base_model, device, launch).requires_grad_(False)
+            self.reference = load_policy(
+                base_model, device, launch, sharded=self.sharded
+            ).requires_grad_(False)
         self.optimizer = build_optimizer(
             self.policy, lr=recipe.lr, weight_decay=recipe.weight_decay
         )
@@ -175,30 +177,6 @@ class Trainer:
         if self._feed is None:
             raise RuntimeError("only rank 0 reads the spool")
         return self._feed
-
-    def _policy(self, path: Path, device: str, launch: TrainerLaunch) -> TokenScorer:
-        """The fp32 policy at ``path`` on ``device``, sharded over the ranks if there are
-        several (loaded on the CPU by rank 0 and moved one FSDP unit at a time)."""
-        if not self.sharded:
-            model = _load_model(path, device)
-        elif self.main:
-            model = _load_model(path, "cpu")
-        else:
-            # Rank 0 alone reads the weights: were every rank to load the whole fp32
-            # model, each would hold it in host memory (8 ranks of a 7B policy: 8 x 28
-            # GB). The others build it on the meta device, without storage, and receive
-            # their shards of rank 0's weights in ``shard``.
-            model = model_skeleton(path)
-        if launch.activation_checkpointing:
-            # Per decoder layer; not reentrant, so it composes with FSDP2's hooks.
-            model.gradient_checkpointing_enable({"use_reentrant": False})
-        policy = TokenScorer(model)
-        if self.sharded:
-            placed = torch.device(device)
-            if placed.type == "cuda":
-                placed = torch.device("cuda", torch.cuda.current_device())
-            shard(policy, device=placed, offload=launch.optimizer_offload)
-        return policy
 
     def train(
         self,
@@ -347,6 +325,32 @@ def _from_main(value: T) -> T:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def load_policy(path: Path, device: str, launch: TrainerLaunch, *, sharded: bool) -> TokenScorer:
+    """The fp32 policy at ``path`` on ``device``, in the module that scores tokens with
+    it; ``sharded``: over every rank of the process group (loaded on the CPU by rank 0
+    and moved one FSDP unit at a time)."""
+    if not sharded:
+        model = _load_model(path, device)
+    elif is_main():
+        model = _load_model(path, "cpu")
+    else:
+        # Rank 0 alone reads the weights: were every rank to load the whole fp32
+        # model, each would hold it in host memory (8 ranks of a 7B policy: 8 x 28
+        # GB). The others build it on the meta device, without storage, and receive
+        # their shards of rank 0's weights in ``shard``.
+        model = model_skeleton(path)
+    if launch.activation_checkpointing:
+        # Per decoder layer; not reentrant, so it composes with FSDP2's hooks.
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    policy = TokenScorer(model)
+    if sharded:
+        placed = torch.device(device)
+        if placed.type == "cuda":
+            placed = torch.device("cuda", torch.cuda.current_device())
+        shard(policy, device=placed, offload=launch.optimizer_offload)
+    return policy
 
 
 def _load_model(path: Path, device: str) -> PreTrainedModel:
