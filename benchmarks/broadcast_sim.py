@@ -65,7 +65,11 @@ modules where they are constants):
   one round takes POLL_INTERVAL plus one call (two round trips) per
   POLL_THREADS peers; everyone else only through gossiped adverts, which the
   code sends when a download starts and finishes and every ADVERT_INTERVAL,
-  not per shard.
+  not per shard. A holder part way through the version is polled every round
+  (the advertiser's PollSchedule backs off only from a peer with no shard of
+  it left to get, such as the origin or a peer done); so its backoff costs no
+  shard seen later here, and what it is for, the origin's load (2,000 swaps a
+  second from 1,000 downloading nodes without it), is not in the model.
 
 `POLICIES` also names the policy as it was "before 2026-11-27", when the
 what-ifs of this simulation went into the code: a server slot was a connection

@@ -234,6 +234,58 @@ def bench_offpolicy(
     _run_benchmark("offpolicy", steps)
 
 
+@bench_app.command("load")
+def bench_load(
+    nodes: int = typer.Option(200, "--nodes", min=1, max=100_000, help="Simulated nodes."),
+    minutes: float = typer.Option(
+        2.0, "--minutes", min=0.1, max=600.0, help="Measured time, after the nodes joined."
+    ),
+    processes: int = typer.Option(
+        2, "--processes", min=1, max=256, help="Worker processes the nodes are spread over."
+    ),
+    rate: float | None = typer.Option(
+        None,
+        "--rate",
+        min=0.01,
+        max=1e6,
+        help="Submissions/s offered by all nodes together (default: as fast as orders allow).",
+    ),
+    flood_heartbeats: float = typer.Option(
+        0.0,
+        "--flood-heartbeats",
+        min=0.0,
+        max=1e6,
+        help="Also a phase where one joined peer sends this many heartbeat requests/s.",
+    ),
+    slow_uploads: bool = typer.Option(
+        False,
+        "--slow-uploads",
+        help="Also a phase where one joined peer holds as many uploads open as it can, "
+        "trickling their bytes.",
+    ),
+    json_out: str | None = typer.Option(None, "--json", help="Write every figure here too."),
+    profile: str | None = typer.Option(
+        None, "--profile", help="py-spy's raw samples of the orchestrator, written here."
+    ),
+) -> None:
+    """The control plane under load: N simulated nodes (real keys, joins, heartbeats,
+    orders, signed uploads, receipts) against a real orchestrator's intake on loopback;
+    submissions/s, a probe node's latencies, the orchestrator's CPU and memory, and
+    every receipt checked against the ledger (CPU)."""
+    argv = ["--nodes", str(nodes), "--minutes", str(minutes), "--processes", str(processes)]
+    if rate is not None:
+        argv += ["--rate", str(rate)]
+    if flood_heartbeats > 0:
+        argv += ["--flood-heartbeats", str(flood_heartbeats)]
+    if slow_uploads:
+        argv.append("--slow-uploads")
+    if json_out is not None:
+        argv += ["--json", json_out]
+    if profile is not None:
+        argv += ["--profile", profile]
+    _run_benchmark("load", argv)
+
+
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after the other, with default settings."""

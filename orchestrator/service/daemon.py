@@ -36,12 +36,11 @@ from eth_account.signers.local import LocalAccount
 from orchestrator.service import recorder, trainer_process, validator
 from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger.home import ledger_path, open_for_daemon
-from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.service.work_server import ChainView, RunContext, WorkServer
 from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.chain.deploy import Deployment
-from swarmrl.work.states import NodeState, SubmissionStatus
+from swarmrl.work.states import SubmissionStatus
 
 if TYPE_CHECKING:
     from swarmrl.p2p.host import Host
@@ -49,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("swarmrl.orchestrator")
 
 SUPERVISE_SECONDS = 1.0
+# Every node keeps a connection to the orchestrator (work, receipts, the weights'
+# origin): room for a few thousand, where a node's host keeps a few hundred.
+ORIGIN_CONNECTIONS = 4096
 RUN_DIR = trainer_process.RUN_DIR
 WEIGHTS_DIR = trainer_process.WEIGHTS_DIR
 TRAINER = trainer_process.TRAINER
@@ -129,6 +131,7 @@ class Orchestrator:
         # The process's one libp2p host: the weight swarm and intake share it.
         self.host: Host | None = None
         self.swarm: Any = None
+        self.work_server: WorkServer | None = None
         self.metrics: Any = None
 
     # ---- pieces -------------------------------------------------------------------
@@ -256,7 +259,10 @@ class Orchestrator:
         store = WeightStore(self.data_dir / WEIGHTS_DIR, keep=s.async_level + 1)
         peer_key = load_or_create_peer_key(self.data_dir / "peer.key")
         self.host = host = Host(
-            peer_key, listen=s.listen, topics=swarm_topics(self.deployment.run_id)
+            peer_key,
+            listen=s.listen,
+            topics=swarm_topics(self.deployment.run_id),
+            max_connections=ORIGIN_CONNECTIONS,
         )
         self.swarm = SwarmNode(
             host,
@@ -270,7 +276,7 @@ class Orchestrator:
         )
         latest = store.latest()
         self.published = latest.step if latest is not None else None
-        work_server = WorkServer(
+        self.work_server = work_server = WorkServer(
             s,
             self.context,
             self.ledger,
@@ -306,20 +312,6 @@ class Orchestrator:
         )
         self.published = step
         log.info("published policy step %d (%.2f s)", step, time.perf_counter() - began)
-
-    def _sweep_nodes(self, now: float) -> None:
-        s = self.settings
-        silent, gone = NodeState.SILENT, NodeState.GONE
-        for expired in self.ledger.orders.expire(now):
-            log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
-        for node in self.ledger.nodes.all():
-            # Quiet makes a node silent, then gone; the transition table says from which
-            # states (a banned node stays banned).
-            quiet = now - (node.last_seen or node.joined_at)
-            if quiet > s.silent_after * s.heartbeat_seconds and allowed(node.state, silent):
-                self.ledger.nodes.set_state(node.address, silent, "missed heartbeats", now)
-            elif quiet > s.gone_after and allowed(node.state, gone):
-                self.ledger.nodes.set_state(node.address, gone, f"silent for {quiet:.0f} s", now)
 
     # ---- the loop -------------------------------------------------------------------
 
@@ -363,12 +355,12 @@ class Orchestrator:
         )
         publisher.start()
         seen = self.published
+        assert self.work_server is not None  # the host, and intake on it, started first
         try:
             while not self._stopping.is_set():
                 if failed:
                     raise failed[0]
-                now = time.time()
-                self._sweep_nodes(now)
+                self.work_server.sweep(time.time())
                 new_step, seen = self.published != seen, self.published
                 for child in self.children:
                     if child.name == TRAINER and new_step:
@@ -403,6 +395,8 @@ class Orchestrator:
             self.swarm.close()
         if self.host is not None:
             self.host.close()
+        if self.work_server is not None:
+            self.work_server.close()  # after the host: no heartbeat comes in after it
         if self.metrics is not None:
             self.metrics.close()
         self.ledger.close()

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.home import ledger_path
-from orchestrator.service.status import RUN_DIR, summarize
+from orchestrator.service.status import RUN_DIR, order_cell, summarize
 from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
@@ -122,7 +122,7 @@ def _nodes(nodes: list[dict[str, Any]]) -> RenderableType:
     table.add_column("node")
     table.add_column("state")
     table.add_column("backend")
-    for name in ("tok/s", "accepted", "rejected", "units"):
+    for name in ("tok/s", "order", "accepted", "rejected", "units"):
         table.add_column(name, justify="right")
     for n in nodes:
         speed = n["tokens_per_second"]
@@ -131,6 +131,7 @@ def _nodes(nodes: list[dict[str, Any]]) -> RenderableType:
             Text(n["state"], style=_STATE_STYLES.get(n["state"], "")),
             n["backend"],
             "-" if speed is None else f"{speed:.0f}",
+            order_cell(n),
             str(n["accepted"]),
             str(n["rejected"]),
             str(n["units"]),

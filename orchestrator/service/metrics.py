@@ -58,7 +58,7 @@ class OrchestratorMetrics:
             self.trainer_step.set(rows[-1].get("step", 0))
             self.reward.set(rows[-1].get("task_reward", 0.0))
             self.staleness.set(rows[-1].get("staleness_mean", 0.0))
-        states = Counter(n.state for n in ledger.nodes.all())
+        states = ledger.nodes.by_state()
         for state in NodeState:
             self.nodes.labels(state).set(states.get(state, 0))
         tally = ledger.submissions.tally()

@@ -5,11 +5,12 @@ step, counter): a node cannot steer what it is given, and anyone holding the
 task set can redraw an order and see that it was fair. The one exception is
 an order that expired unanswered: its tasks go to the next order of another
 node (seed and budgets still that order's own), so a node that drops work
-cannot make the run skip its tasks. Budgets follow the
-node's measured speed, as INTELLECT-2's do: the run's budget for a node fast
-enough to meet the deadline with it, shorter ones for a slow node (or one that
-lies low), so every order fits its deadline while the task distribution stays
-the run's.
+cannot make the run skip its tasks. An order's size and budgets follow the node's
+measured speed, as INTELLECT-2's do: more prompts for a node faster than the swarm's
+median, fewer for a slower one, so each order takes its node about as long and every
+node stays busy, whoever asks first; the run's budget for a node fast enough to meet
+the deadline with it, shorter ones for a slow node (or one that lies low), so every
+order fits its deadline while the task distribution stays the run's.
 
 A node that takes orders and leaves them to expire holds their tasks hostage until
 each deadline: after ``abandon_limit`` in a row it gets no new order for a
@@ -21,6 +22,7 @@ working.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +37,10 @@ from swarmrl.work.assign import Slot
 BUDGETS = (64, 128, 256, 512)
 # An order should take at most this share of its deadline at the node's speed.
 DEADLINE_SHARE = 0.5
+# The most prompts a fast node's order holds, in multiples of the run's prompts per
+# order: a GPU thirty times a laptop's speed gets eight times its prompts, not thirty,
+# so one node's lost order costs the run a bounded share of a step.
+MAX_ORDER_SCALE = 8
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,20 @@ def draw_order(
     rng = random.Random(key)
     chosen = rng.sample(list(tasks), prompts) if prompts <= len(tasks) else tasks
     return Draw([Slot(problem_id=t.problem_id, budget=budget) for t in chosen], seed)
+
+
+def prompts_for(speed: float | None, median: float | None, *, base: int) -> int:
+    """Prompts in a node's next order: the run's ``base`` for a node of about the swarm's
+    median speed (or one not measured yet), doubled for each doubling of its speed above
+    the median and halved for each halving below it, from 1 to ``MAX_ORDER_SCALE`` x
+    ``base``. So every order takes its node about as long as the median node's, and a
+    fast node is kept as busy as a slow one. Rounded in powers of two, so nodes within
+    about 1.4x of the median, a measurement's noise, all get ``base``."""
+    if speed is None or median is None or speed <= 0 or median <= 0:
+        return base
+    doublings = round(math.log2(speed / median))
+    scaled = base << doublings if doublings >= 0 else base >> -doublings
+    return max(1, min(MAX_ORDER_SCALE * base, scaled))
 
 
 def budget_for(

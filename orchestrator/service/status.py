@@ -61,16 +61,20 @@ def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
     """The run as `orchestrator status --json` shows it, from an open ledger (the live view
     keeps one open rather than open the file every second)."""
     tally = ledger.submissions.tally()
+    sizes = ledger.orders.latest_sizes()
     nodes = []
     for n in ledger.nodes.all():
         accepted = tally.per_node.get((n.address, SubmissionStatus.ACCEPTED), (0, 0))
         rejected = tally.per_node.get((n.address, SubmissionStatus.REJECTED), (0, 0))
+        prompts, budget = sizes.get(n.address, (None, None))
         nodes.append(
             {
                 "address": n.address,
                 "state": n.state,
                 "backend": n.backend,
                 "tokens_per_second": n.speed,
+                "order_prompts": prompts,  # its newest order's size: follows its speed
+                "order_budget": budget,
                 "accepted": accepted[0],
                 "rejected": rejected[0],
                 "units": accepted[1],
@@ -112,16 +116,24 @@ def render_status(summary: dict[str, Any]) -> str:
         "submissions: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summary["submissions"].items())) or "none"),
         "",
-        f"{'node':<44} {'state':<8} {'tok/s':>7} {'acc':>5} {'rej':>5} {'units':>6}",
+        f"{'node':<44} {'state':<8} {'tok/s':>7} {'order':>9} {'acc':>5} {'rej':>5} {'units':>6}",
     ]
     for n in summary["nodes"]:
         speed = n["tokens_per_second"]
+        order = order_cell(n)
         lines.append(
             f"{n['address']:<44} {n['state']:<8} {'-' if speed is None else f'{speed:.0f}':>7} "
-            f"{n['accepted']:>5} {n['rejected']:>5} {n['units']:>6}"
+            f"{order:>9} {n['accepted']:>5} {n['rejected']:>5} {n['units']:>6}"
         )
     lines.append("")
     lines.append(f"epochs recorded on chain: {len(summary['epochs_recorded'])}")
     for s in summary["slashes"]:
         lines.append(f"slashed {s['node']} for epoch {s['epoch']}: {s['tx']}")
     return "\n".join(lines)
+
+
+def order_cell(node: dict[str, Any]) -> str:
+    """A node's newest order's size as the tables show it: prompts x thinking budget."""
+    if node["order_prompts"] is None:
+        return "-"
+    return f"{node['order_prompts']}x{node['order_budget']}"

@@ -8,12 +8,19 @@ written to the ledger (and its file to the data dir) before the receipt goes
 out, so an acknowledged submission survives any crash, and a resend is
 recognised by its digest and answered with the same receipt. What costs model
 time (prefill, rewards) is the validator process's work, later.
+
+Sized for a thousand nodes: heartbeats are gathered in memory and written by the
+daemon's once-a-second sweep in one transaction (state changes are still written at
+once); a submission body gets an upload slot only once its header shows an open
+order's answer, one upload at a time per peer, at a minimum pace (the host's
+``serve_upload``); and an order's size follows its node's speed (``scheduler``).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,10 +31,11 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger import Ledger
-from orchestrator.service.ledger.nodes import NodeRow
-from orchestrator.service.ledger.submissions import SubmissionRow
+from orchestrator.service.ledger.nodes import NodeRow, Seen
+from orchestrator.service.ledger.orders import OrderRow
+from orchestrator.service.ledger.submissions import OrderNotOpenError, SubmissionRow
 from orchestrator.service.ledger.transitions import allowed
-from orchestrator.service.scheduler import budget_for, cooldown, draw_order
+from orchestrator.service.scheduler import budget_for, cooldown, draw_order, prompts_for
 from orchestrator.service.settings import OrchestratorSettings
 from swarmrl.chain.eip712 import Domain
 from swarmrl.files import fsync
@@ -47,6 +55,9 @@ log = logging.getLogger("swarmrl.orchestrator")
 # Requests per peer and second, sustained, and the burst allowed above it.
 RATE_PER_SECOND = 5.0
 RATE_BURST = 20.0
+# Submission bodies taken at once. Each is one node's (one upload at a time per peer),
+# arrives at the submit spec's pace or is cut, and is at most its body limit on disk.
+UPLOAD_SLOTS = 32
 
 
 class ChainView:
@@ -126,8 +137,16 @@ class WorkServer:
         self.limiter = RateLimiter()
         self.submissions_dir = Path(settings.data_dir) / "submissions"
         self.submissions_dir.mkdir(parents=True, exist_ok=True)
-        self._order_lock = threading.Lock()
-        self._submit_lock = threading.Lock()
+        self._node_locks: dict[str, threading.Lock] = {}  # one per node that asked for work
+        self._node_locks_lock = threading.Lock()
+        self._orphan_lock = threading.Lock()
+        # Heartbeats since the last sweep, by node: a thousand nodes' every few seconds
+        # would otherwise be as many ledger transactions.
+        self._seen: dict[str, Seen] = {}
+        self._seen_lock = threading.Lock()
+        # The active nodes' median speed, as of the last sweep: what order sizes are
+        # measured against (None until a node reports one).
+        self._median_speed: float | None = None
 
     def serve(self, host: Server, spool_dir: Path) -> None:
         """Serves the four protocols on `host`, every request admitted by the rate limit
@@ -135,7 +154,13 @@ class WorkServer:
         host.serve(JOIN, self.join, admit=self.admit)
         host.serve(HEARTBEAT, self.heartbeat, admit=self.admit)
         host.serve(WORK, self.work, admit=self.admit)
-        host.serve_upload(SUBMIT, _Submissions(self), spool_dir=spool_dir, admit=self.admit)
+        host.serve_upload(
+            SUBMIT,
+            _Submissions(self),
+            spool_dir=spool_dir,
+            admit=self.admit_upload,
+            max_uploads=UPLOAD_SLOTS,
+        )
 
     # ---- helpers -----------------------------------------------------------------
 
@@ -144,6 +169,13 @@ class WorkServer:
         (the admit gate of every protocol intake serves)."""
         if not self.limiter.allow(peer):
             raise wire.Refusal("too many requests from this peer; slow down")
+
+    def admit_upload(self, peer: str) -> None:
+        """The admit gate of submit: the rate limit, then only a joined node's peer, before
+        a byte of its header is read. (The host gives a peer one upload at a time, and a
+        body slot only once `check_submission` wants the body: an open order's answer.)"""
+        self.admit(peer)
+        self._node(peer)
 
     def _node(self, peer: str) -> NodeRow:
         node = self.ledger.nodes.by_peer(peer)
@@ -202,14 +234,20 @@ class WorkServer:
     ) -> heartbeat.HeartbeatResponse:
         node = self._node(peer)
         now = self.clock()
-        self.ledger.nodes.touch(node.address, now, request.tokens_per_second)
-        if allowed(node.state, NodeState.ACTIVE):
-            self.ledger.nodes.set_state(node.address, NodeState.ACTIVE, "heartbeat", now)
+        with self._seen_lock:  # written with the others' by the next sweep
+            earlier = self._seen.get(node.address)
+            speed = request.tokens_per_second
+            if speed is None and earlier is not None:
+                speed = earlier.speed
+            self._seen[node.address] = Seen(now, speed)
+        state = node.state
+        if allowed(state, NodeState.ACTIVE) and self.ledger.nodes.set_state(
+            node.address, NodeState.ACTIVE, "heartbeat", now
+        ):
+            state = NodeState.ACTIVE
         recent = self.ledger.submissions.latest(node.address, heartbeat.MAX_OUTCOMES)
-        current = self.ledger.nodes.get(node.address)
-        assert current is not None  # found by _node above, and nodes are never deleted
         return heartbeat.HeartbeatResponse(
-            state=current.state,
+            state=state,
             policy_step=self.published_step(),
             epoch=self.ledger.epochs.at(now, self.settings.epoch_seconds),
             outcomes=[
@@ -220,13 +258,53 @@ class WorkServer:
             ],
         )
 
+    def sweep(self, now: float) -> None:
+        """The daemon's once-a-second round: the heartbeats gathered since the last one
+        written to the ledger in one transaction, the active nodes' median speed taken
+        (order sizes follow it), orders past their deadline expired,
+        and nodes quiet too long made silent, then gone (the transition table says from
+        which states: a banned node stays banned)."""
+        self.flush()
+        speeds = self.ledger.nodes.speeds(NodeState.ACTIVE)
+        self._median_speed = statistics.median(speeds) if speeds else None
+        for expired in self.ledger.orders.expire(now):
+            log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
+        s = self.settings
+        silent_after = s.silent_after * s.heartbeat_seconds
+        for address, state, last_seen in self.ledger.nodes.quiet(
+            now - min(silent_after, s.gone_after)
+        ):
+            with self._seen_lock:  # a heartbeat that came after the flush above
+                if address in self._seen:
+                    continue
+            quiet = now - last_seen
+            if quiet > silent_after and allowed(state, NodeState.SILENT):
+                self.ledger.nodes.set_state(address, NodeState.SILENT, "missed heartbeats", now)
+            elif quiet > s.gone_after and allowed(state, NodeState.GONE):
+                self.ledger.nodes.set_state(
+                    address, NodeState.GONE, f"silent for {quiet:.0f} s", now
+                )
+
+    def flush(self) -> None:
+        """Writes the heartbeats gathered in memory to the ledger, in one transaction. A
+        heartbeat is not acknowledged work: what a crash loses of them is at most one
+        sweep's worth (a second), far inside the silence a node is allowed."""
+        with self._seen_lock:
+            seen, self._seen = self._seen, {}
+        if seen:
+            self.ledger.nodes.touch(seen)
+
+    def close(self) -> None:
+        """Writes what is still in memory; the ledger stays open (its owner closes it)."""
+        self.flush()
+
     # ---- work ------------------------------------------------------------------------
 
     def work(self, peer: str, request: assign.WorkRequest) -> assign.WorkResponse:
         node = self._node(peer)
         if node.state not in (NodeState.ACTIVE, NodeState.JOINED):
             raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
-        with self._order_lock:
+        with self._lock_of(node.address):  # one order at a time per node, nodes side by side
             now = self.clock()
             # An open order first: a node whose reply was lost gets it again, whatever
             # else has changed, rather than have it expire against its standing.
@@ -245,6 +323,10 @@ class WorkServer:
                 return _no_work(2.0, "the validator and trainer are catching up")
             order = self._new_order(node, step, now)
         return assign.WorkResponse(order=order)
+
+    def _lock_of(self, address: str) -> threading.Lock:
+        with self._node_locks_lock:
+            return self._node_locks.setdefault(address, threading.Lock())
 
     def _held_back(self, node: NodeRow, now: float) -> assign.WorkResponse | None:
         """No work, and why, for a node in its cooldown for abandoning orders (see
@@ -267,30 +349,54 @@ class WorkServer:
     def _new_order(self, node: NodeRow, step: int, now: float) -> WorkOrder:
         s = self.settings
         counter = self.ledger.orders.next_counter(node.address)
-        sequences = s.prompts_per_assignment * s.group_size
+        with self._seen_lock:  # the newest speed, before the sweep writes it
+            seen = self._seen.get(node.address)
+        speed = node.speed if seen is None or seen.speed is None else seen.speed
+        prompts = prompts_for(speed, self._median_speed, base=s.prompts_per_assignment)
         budget = budget_for(
-            node.speed,
+            speed,
             base=s.target_len,
             max_tokens=s.max_tokens,
-            sequences=sequences,
+            sequences=prompts * s.group_size,
             seconds=s.assignment_seconds,
         )
-        # Tasks a node left unanswered go to another node first.
-        orphan = self.ledger.orders.orphaned(excluding=node.address)
-        if orphan is not None and any(s.problem_id not in self.tasks for s in orphan.order.tasks):
-            log.info("expired order %s names tasks no longer in the task set; dropped",
-                     orphan.order_id[:12])  # fmt: skip
-            self.ledger.orders.set_state(orphan.order_id, OrderState.DROPPED)
-            orphan = None
+        # Tasks a node left unanswered go to another node first. Looked at without a
+        # lock (there rarely are any), then again under one, so that of two nodes only
+        # one takes them over.
+        if self.ledger.orders.orphaned(excluding=node.address) is None:
+            return self._issue(node, step, now, counter, prompts, budget, None)
+        with self._orphan_lock:
+            orphan = self.ledger.orders.orphaned(excluding=node.address)
+            if orphan is not None and any(
+                t.problem_id not in self.tasks for t in orphan.order.tasks
+            ):
+                log.info("expired order %s names tasks no longer in the task set; dropped",
+                         orphan.order_id[:12])  # fmt: skip
+                self.ledger.orders.set_state(orphan.order_id, OrderState.DROPPED)
+                orphan = None
+            return self._issue(node, step, now, counter, prompts, budget, orphan)
+
+    def _issue(
+        self,
+        node: NodeRow,
+        step: int,
+        now: float,
+        counter: int,
+        prompts: int,
+        budget: int,
+        orphan: OrderRow | None,
+    ) -> WorkOrder:
+        """The node's order `counter`, drawn (or `orphan`'s tasks), signed and stored."""
+        s = self.settings
         drawn = draw_order(
             self.task_list,
             run=self.context.run,
             node=node.address,
             step=step,
             counter=counter,
-            prompts=s.prompts_per_assignment,
+            prompts=prompts,
             budget=budget,
-            taken_over=None if orphan is None else [s.problem_id for s in orphan.order.tasks],
+            taken_over=None if orphan is None else [t.problem_id for t in orphan.order.tasks],
         )
         order = WorkOrder(
             run=self.context.run,
@@ -361,16 +467,13 @@ class WorkServer:
         issued = self.ledger.orders.get(header.order_id)
         assert issued is not None  # checked from the header
         units, reason, slashable = self._answers(issued.order, header, path)
-        # One answer per order: of two submissions racing for it, the second is refused.
-        with self._submit_lock:
-            if (stored := self.ledger.submissions.get(digest)) is not None:
-                return _receipt_reply(stored)
-            issued = self.ledger.orders.get(header.order_id)
-            if issued is None or issued.state is not OrderState.OPEN:
-                return _refuse(
-                    node, header, f"work order {header.order_id[:12]} is already answered"
-                )
+        # One answer per order: of two submissions racing for it, the second is refused,
+        # by the transaction that records the first (no lock: intake's handlers record
+        # side by side, each waiting only for the ledger's writer).
+        try:
             row = self._record(node, header, digest, path, units, reason, slashable)
+        except OrderNotOpenError as e:
+            return _refuse(node, header, str(e))
         outcome = f"{units} units" if units else f"rejected: {reason}"
         log.info("submission %s from %s: %s", digest[:12], node.address, outcome)
         return _receipt_reply(row)
@@ -385,9 +488,13 @@ class WorkServer:
         reason: str,
         slashable: bool,
     ) -> SubmissionRow:
-        """The file kept and the submission in the ledger, before any receipt leaves."""
+        """The file kept and the submission in the ledger, before any receipt leaves;
+        `OrderNotOpenError` (and the file gone again) if another submission answered the
+        order first."""
         now = self.clock()
         epoch = self.ledger.epochs.at(now, self.settings.epoch_seconds)
+        # On disk before the row that names it. A resend of the same submission racing
+        # this one moves the same bytes (its sha256 is in the digest) onto the same name.
         kept = self.submissions_dir / f"{digest}.parquet"
         shutil.move(path, kept)
         fsync(self.submissions_dir)
@@ -399,30 +506,33 @@ class WorkServer:
             units=units,
             reason=reason,
         ).signed_by(self.context.signer, self.context.swarm_domain)
-        row, _ = self.ledger.submissions.record(
-            SubmissionRow(
-                digest=digest,
-                node=node.address,
-                order_id=header.order_id,
-                epoch=epoch,
-                step=header.step,
-                file=str(kept),
-                file_sha256=header.file_sha256,
-                rollout_digest=header.rollout_digest().hex(),
-                signature=header.signature,
-                received_at=now,
-                units=0,
-                status=SubmissionStatus.RECEIVED if units else SubmissionStatus.REJECTED,
-                reason=reason,
-                slashable=slashable,
-                prefilled=False,
-                receipt=receipt.model_dump_json(),
-                validated_at=None if units else now,
-            )
+        row = SubmissionRow(
+            digest=digest,
+            node=node.address,
+            order_id=header.order_id,
+            epoch=epoch,
+            step=header.step,
+            file=str(kept),
+            file_sha256=header.file_sha256,
+            rollout_digest=header.rollout_digest().hex(),
+            signature=header.signature,
+            received_at=now,
+            units=0,
+            status=SubmissionStatus.RECEIVED if units else SubmissionStatus.REJECTED,
+            reason=reason,
+            slashable=slashable,
+            prefilled=False,
+            receipt=receipt.model_dump_json(),
+            validated_at=None if units else now,
         )
+        try:
+            stored, _ = self.ledger.submissions.record(row)
+        except OrderNotOpenError:
+            kept.unlink(missing_ok=True)  # no row names it: this digest lost the race
+            raise
         if slashable:
             self.ledger.nodes.set_state(node.address, NodeState.BANNED, f"evidence: {reason}", now)
-        return row
+        return stored
 
     def _answers(
         self, order: WorkOrder, header: submit.SubmitHeader, path: Path

@@ -58,13 +58,18 @@ class DirectServer:
         *,
         spool_dir: Path,
         admit: Admit | None = None,
+        max_uploads: int = 8,
     ) -> None:
+        """As the host serves it, one upload at a time (in the caller's thread), so
+        `max_uploads` bounds nothing here."""
         spool_dir.mkdir(parents=True, exist_ok=True)
         self.uploads[spec.id] = (ServedUpload(spec, handler, admit), spool_dir)
 
     def answer(self, spec: RequestResponse[Any, Any], peer: str, body: bytes) -> list[bytes]:
         """What this peer answers a request frame `body` of `spec` from `peer`."""
-        return self.protocols[spec.id].answer(peer, body)
+        served = self.protocols[spec.id]
+        served.admit_peer(peer)
+        return served.answer(peer, body)
 
     def caller(self, peer_id: str) -> DirectCaller:
         """A peer `peer_id` (as Noise would have authenticated it) that calls this one."""
@@ -99,6 +104,7 @@ class DirectCaller:
         if path.stat().st_size > spec.body_limit:
             raise wire.WireError(f"the upload is over its {spec.body_limit}-byte limit")
         served, spool = self.server.uploads[spec.id]
+        served.admit_peer(self._peer_id)
         checked, answered = served.check(self._peer_id, body)
         if answered is not None:  # answered from the header alone: no body is sent
             _within(answered, spec.response_limit)

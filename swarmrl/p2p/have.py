@@ -1,9 +1,11 @@
 """``/swarmrl/have/1.0.0``: a peer's current advert, asked for with the asker's own.
 
-A downloading node polls the peers it is connected to twice a second this way,
-which is how it learns, shard by shard, that other nodes can serve it; both
-sides learn each other's signed record, data endpoint and holdings. The advert
-is the one peers also gossip (:class:`~swarmrl.p2p.messages.Advert`).
+A downloading node polls the peers it is connected to this way, which is how
+it learns, shard by shard, that other nodes can serve it: each peer twice a
+second while its advert keeps changing, less often while it does not
+(:class:`~swarmrl.p2p.swarm.advertiser.PollSchedule`); both sides learn each
+other's signed record, data endpoint and holdings. The advert is the one peers
+also gossip (:class:`~swarmrl.p2p.messages.Advert`).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar, TypeVarTuple, runtime_checkable
 
@@ -45,6 +45,8 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.rcmgr import ResourceLimits, ResourceManager, new_resource_manager
+from libp2p.rcmgr.connection_limits import ConnectionLimits
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
@@ -63,6 +65,9 @@ log = logging.getLogger("swarmrl.p2p")
 
 GOSSIPSUB_ID = TProtocol("/meshsub/1.1.0")
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
+# Open connections a host keeps unless told otherwise: a node's few dozen peers and
+# room to spare (see Host).
+MAX_CONNECTIONS = 256
 # A request handler runs in a worker thread; this many at once per host.
 MAX_CONCURRENT_HANDLERS = 16
 ERROR_KEY = "error"
@@ -100,8 +105,10 @@ class _Spooled:
     served: ServedUpload[Any, Any]
     spool_dir: Path
     # Bounds the memory (chunk buffers) and spool disk (body_limit each) that
-    # uploads in flight can hold at once; more are refused, not queued.
+    # bodies in flight can hold at once; more are refused, not queued.
     slots: trio.Semaphore
+    # The peers with an upload of this protocol in flight (trio thread only).
+    uploading: set[str] = field(default_factory=set)
 
 
 class Host:
@@ -114,7 +121,11 @@ class Host:
         listen: str | None = DEFAULT_LISTEN,
         topics: Sequence[str] = (),
         start_timeout: float = 30.0,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        """`max_connections`: open connections this host keeps, in and out; past three
+        quarters of it libp2p closes the least useful ones (a node keeps a few dozen
+        peers; the orchestrator, whom every node dials, is given room for all of them)."""
         if listen is not None:
             ports.check_free(listen)  # before libp2p, which would share the port or go on without
         self._key_pair = key_pair
@@ -124,6 +135,7 @@ class Host:
         # reach it over the connections it opened.
         self._listen = [] if listen is None else [multiaddr.Multiaddr(listen)]
         self._topics = frozenset(topics)
+        self._max_connections = max_connections
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -166,8 +178,12 @@ class Host:
             # The swarm chooses its peers itself (bootstrap, peer exchange); left to
             # its defaults, libp2p would keep dialling every address it has heard of.
             connection_config=ConnectionConfig(
-                max_connections=256, min_connections=0, low_watermark=0, high_watermark=192
+                max_connections=self._max_connections,
+                min_connections=0,
+                low_watermark=0,
+                high_watermark=self._max_connections * 3 // 4,
             ),
+            resource_manager=_resource_manager(self._max_connections),
         )
         self._gossip = GossipSub(
             protocols=[GOSSIPSUB_ID],
@@ -221,6 +237,7 @@ class Host:
         spec, name = served.spec, served.spec.id
         try:
             with trio.fail_after(spec.deadline):
+                served.admit_peer(peer)  # here, not in a worker: a flood costs no thread
                 request = await wire.read_frame(stream, spec.request_limit)
                 frames = await self._in_worker(
                     served.answer,
@@ -246,28 +263,34 @@ class Host:
         peer = str(stream.muxed_conn.peer_id)
         served, spec = spooling.served, spooling.served.spec
         name = spec.id
+        began = trio.current_time()
         spooled: Path | None = None
+        slot = False
         # Set by the worker that runs receive: from then on that worker, not this
         # side, deletes the spooled file, so an abandoned receive never finds it gone.
         claimed = threading.Event()
-        try:
-            spooling.slots.acquire_nowait()
-        except trio.WouldBlock:
-            log.info("refused a %s upload from %s: all upload slots are busy", name, peer)
-            await _try_write_error(stream, "the serving peer is busy with other uploads")
+        if peer in spooling.uploading:
+            # One at a time per peer: a peer's parallel streams would each hold a slot.
+            await _try_write_error(stream, "this peer has an upload in progress; one at a time")
             await _close_quietly(stream)
             return
+        spooling.uploading.add(peer)
         try:
             with trio.fail_after(spec.deadline):
-                head = await wire.read_frame(stream, spec.header_limit)
-                header, frames = await self._in_worker(
-                    served.check,
-                    peer,
-                    head,
-                )
+                await self._in_worker(served.admit_peer, peer)
+                head = await _paced(wire.read_frame(stream, spec.header_limit), began, spec, 0)
+                header, frames = await self._in_worker(served.check, peer, head)
                 if frames is None:  # not answered from the header alone: take the body
+                    # A slot only now: what holds one is a body the handler wants.
+                    try:
+                        spooling.slots.acquire_nowait()
+                    except trio.WouldBlock:
+                        log.info("refused a %s upload from %s: all upload slots are busy",
+                                 name, peer)  # fmt: skip
+                        raise wire.Refusal("the serving peer is busy with other uploads") from None
+                    slot = True
                     spooled = _new_spool_file(spooling.spool_dir)
-                    await _spool_body(stream, spec, spooled)
+                    await _spool_body(stream, spec, spooled, began)
                     frames = await self._in_worker(
                         _receive_then_clean,
                         served,
@@ -292,7 +315,9 @@ class Host:
         finally:
             if spooled is not None and not claimed.is_set():
                 spooled.unlink(missing_ok=True)
-            spooling.slots.release()
+            if slot:
+                spooling.slots.release()
+            spooling.uploading.discard(peer)
             await _close_quietly(stream)
 
     async def _in_worker(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
@@ -448,7 +473,8 @@ class Host:
         """Serves `spec`: `handler(peer, request)` runs in a worker thread on the
         decoded request and returns the response; a WireError or Refusal it raises
         (or the decoder does) goes back as the error reply. `admit(peer)`, if
-        given, runs first and may refuse the peer before its request is decoded."""
+        given, runs first, on the event loop (so it must be quick), and may refuse the
+        peer before its request is read."""
         served = Served(spec, handler, admit)
 
         async def on_stream(stream: INetStream) -> None:
@@ -467,9 +493,11 @@ class Host:
     ) -> None:
         """Serves uploads of `spec` (see :class:`~swarmrl.p2p.protocol.UploadHandler`):
         each body spooled into a new file in `spool_dir`, the whole upload, receive
-        included, within the spec's deadline. `admit(peer)`, if given, runs before
-        the header is decoded. At most `max_uploads` at once; more are refused with
-        an error reply."""
+        included, within the spec's deadline, and at the spec's pace (``Upload.due``).
+        `admit(peer)`, if given, runs before the header is read. A peer has one upload
+        in flight at a time, and at most `max_uploads` bodies are taken at once (a
+        slot is held only by a body the handler wants); more are refused with an
+        error reply, not queued."""
         if max_uploads < 1:
             raise ValueError(f"max_uploads must be at least 1, got {max_uploads}")
         spool_dir.mkdir(parents=True, exist_ok=True)
@@ -565,6 +593,25 @@ class Host:
         self.close()
 
 
+def _resource_manager(max_connections: int) -> ResourceManager:
+    """py-libp2p's resource manager with its connection limits at `max_connections`:
+    the one `new_host` makes by default admits 256 established inbound connections
+    whatever ConnectionConfig says, and refused every node past the 255th that dialled
+    an orchestrator (``swarmrl bench load --nodes 1000``)."""
+    return new_resource_manager(
+        limits=ResourceLimits(max_connections=max_connections, max_streams=16 * max_connections),
+        connection_limits=ConnectionLimits(
+            # Nodes that start together dial together: let a tenth wait in handshakes.
+            max_pending_inbound=max(64, max_connections // 10),
+            max_pending_outbound=64,
+            max_established_inbound=max_connections,
+            max_established_outbound=max_connections,
+            max_established_per_peer=8,
+            max_established_total=max_connections,
+        ),
+    )
+
+
 async def _sync_async(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     return fn(*args)
 
@@ -603,19 +650,33 @@ def _new_spool_file(spool_dir: Path) -> Path:
     return Path(name)
 
 
-async def _spool_body(stream: INetStream, spec: Upload[Any, Any], path: Path) -> None:
+async def _paced(read: Awaitable[T], began: float, spec: Upload[Any, Any], received: int) -> T:
+    """`read`, cut with a WireError unless it ends by the time the spec's pace allows for
+    `received` body bytes (the header: `received` 0) in an upload that began at `began`."""
+    with trio.move_on_at(began + spec.due(received)) as scope:
+        return await read
+    assert scope.cancelled_caught  # the only way here: the read did not end in time
+    if received == 0:
+        raise wire.WireError(f"no upload header within {spec.grace:.0f} s")
+    raise wire.WireError(f"the upload came slower than {spec.min_rate / 1024:.0f} KiB/s; cut off")
+
+
+async def _spool_body(stream: INetStream, spec: Upload[Any, Any], path: Path, began: float) -> None:
     """Appends body frames to `path` until the empty frame, refusing each frame by
-    its length prefix (chunk limit, then running total) before reading it."""
+    its length prefix (chunk limit, then running total) before reading it, and the
+    upload as soon as its bytes come slower than the spec's pace."""
     total = 0
     async with await trio.open_file(path, "wb") as out:
-        while length := await wire.read_length(stream):
+        while length := await _paced(wire.read_length(stream), began, spec, total):
             if length > spec.chunk_limit:
                 raise wire.WireError(
                     f"a {length}-byte upload chunk is over the {spec.chunk_limit}-byte limit"
                 )
             if total + length > spec.body_limit:
                 raise wire.WireError(f"the upload is over the {spec.body_limit}-byte limit")
-            await out.write(await wire.read_exactly(stream, length))
+            await out.write(
+                await _paced(wire.read_exactly(stream, length), began, spec, total + length)
+            )
             total += length
         await out.flush()
         await trio.to_thread.run_sync(os.fsync, out.fileno())

@@ -42,9 +42,12 @@ H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
 Resp_co = TypeVar("Resp_co", covariant=True)
 
-MiB = 1024 * 1024
+KiB = 1024
+MiB = 1024 * KiB
 
-# Refuses a peer before anything it sent is decoded: raises wire.Refusal, or returns.
+# Refuses a peer before anything it sent is read: raises wire.Refusal, or returns. A
+# request-response protocol's runs on the host's event loop, so it must be quick (a
+# rate limit); an upload's runs in a worker thread and may read a database.
 Admit = Callable[[str], None]
 
 
@@ -122,11 +125,17 @@ class Served(Generic[Req, Resp]):
     handler: Callable[[str, Req], Resp]
     admit: Admit | None = None
 
-    def answer(self, peer: str, body: bytes) -> list[bytes]:
-        """The response frames to one request frame from `peer`: admitted, decoded,
-        handled, encoded. A WireError or Refusal raised on the way is the error reply."""
+    def admit_peer(self, peer: str) -> None:
+        """Refuses `peer` (wire.Refusal) before its request is read, if `admit` says. The
+        host asks on its event loop, so a flood is refused without a thread's hop: an
+        `admit` here must be quick and never block (a rate limit)."""
         if self.admit is not None:
             self.admit(peer)
+
+    def answer(self, peer: str, body: bytes) -> list[bytes]:
+        """The response frames to one request frame from `peer` (admitted already):
+        decoded, handled, encoded. A WireError or Refusal raised on the way is the error
+        reply."""
         request = self.spec.request.decode([body])
         return self.spec.response.encode(self.handler(peer, request))
 
@@ -146,6 +155,16 @@ class Upload(Generic[H, Resp]):
     deadline: float
     # The largest body frame the serving side reads, and the size the sender cuts.
     chunk_limit: int = MiB
+    # The serving side waits `grace` seconds for the header, and for the body's bytes no
+    # longer than `min_rate` bytes a second after that: a peer that trickles holds its
+    # upload slot for seconds, not for the whole deadline.
+    grace: float = 10.0
+    min_rate: int = 64 * KiB
+
+    def due(self, received: int) -> float:
+        """Seconds after the upload began by which its first `received` body bytes
+        must have arrived."""
+        return self.grace + received / self.min_rate
 
     def __post_init__(self) -> None:
         _positive(
@@ -153,6 +172,8 @@ class Upload(Generic[H, Resp]):
             body_limit=self.body_limit,
             response_limit=self.response_limit,
             chunk_limit=self.chunk_limit,
+            grace=self.grace,
+            min_rate=self.min_rate,
         )
         _one_frame(header=self.header, response=self.response)
 
@@ -182,11 +203,14 @@ class ServedUpload(Generic[H, Resp]):
     handler: UploadHandler[H, Resp]
     admit: Admit | None = None
 
-    def check(self, peer: str, body: bytes) -> tuple[H, list[bytes] | None]:
-        """The header frame from `peer`, admitted, decoded and accepted by the handler;
-        with it the response frame if the handler answered from the header alone."""
+    def admit_peer(self, peer: str) -> None:
+        """Refuses `peer` (wire.Refusal) before its header is even read, if `admit` says."""
         if self.admit is not None:
             self.admit(peer)
+
+    def check(self, peer: str, body: bytes) -> tuple[H, list[bytes] | None]:
+        """The header frame from `peer` (admitted already), decoded and accepted by the
+        handler; with it the response frame if the handler answered from the header alone."""
         header = self.spec.header.decode([body])
         answer = self.handler.check(peer, header)
         return header, None if answer is None else self.spec.response.encode(answer)
@@ -225,4 +249,5 @@ class Server(Protocol):
         *,
         spool_dir: Path,
         admit: Admit | None = None,
+        max_uploads: int = 8,
     ) -> None: ...

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
 
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host, RemoteError
@@ -316,8 +317,10 @@ def test_uploads_past_the_slot_limit_are_refused_not_queued(hosts, serve, tmp_pa
     fifo.write(b"a" * CHUNK)
     wait_until(lambda: len(spooled(spool)) == 1, "the first upload to start spooling")
 
-    with pytest.raises(RemoteError, match="busy with other uploads"):
-        upload(client, server, random_file(tmp_path / "second.bin", 100))
+    with Host(create_new_key_pair()) as other:  # another peer: the first one's is in use
+        other.connect(server.addrs[0])
+        with pytest.raises(RemoteError, match="busy with other uploads"):
+            upload(other, server, random_file(tmp_path / "second.bin", 100))
 
     fifo.write(b"b" * 10)
     fifo.close()  # ends the first body; it completes normally
@@ -325,6 +328,92 @@ def test_uploads_past_the_slot_limit_are_refused_not_queued(hosts, serve, tmp_pa
     assert first.error is None
     assert (intake.store / sha256_of_bytes(b"a" * CHUNK + b"b" * 10)).exists()
     assert spooled(spool) == []
+
+
+def test_a_peer_has_one_upload_at_a_time_and_others_are_served_meanwhile(hosts, serve, tmp_path):
+    server, client = hosts
+    intake = Intake(tmp_path / "store")
+    serve(intake)
+    fifo = Fifo(tmp_path / "held.fifo")
+    first = Background(lambda: upload(client, server, fifo.path))
+    fifo.open()
+    fifo.write(b"a" * CHUNK)
+    wait_until(lambda: len(intake.checked) == 1, "the first upload's header to be checked")
+
+    with pytest.raises(RemoteError, match=r"^this peer has an upload in progress; one at a time$"):
+        upload(client, server, random_file(tmp_path / "second.bin", 100))
+    with Host(create_new_key_pair()) as other:
+        other.connect(server.addrs[0])
+        source = random_file(tmp_path / "other.bin", 100)
+        assert upload(other, server, source) == f"stored {sha256_of(source)}".encode()
+
+    fifo.close()
+    first.join()
+    assert first.error is None  # and once it is through, the peer may upload again
+    source = random_file(tmp_path / "third.bin", 100)
+    assert upload(client, server, source) == f"stored {sha256_of(source)}".encode()
+
+
+def test_a_body_that_trickles_below_the_pace_is_cut_and_frees_its_slot(hosts, serve, tmp_path):
+    server, client = hosts
+    intake = Intake(tmp_path / "store")
+    # One slot, a second's grace, then 64 KiB/s: a whole chunk sent and then nothing is
+    # due within 1 + 4 s; the trickler is cut then, not at the 30 s deadline.
+    spool = serve(intake, max_uploads=1, grace=1, min_rate=64 * KiB)
+    fifo = Fifo(tmp_path / "trickle.fifo")
+    trickler = Background(lambda: upload(client, server, fifo.path))
+    fifo.open()
+    fifo.write(b"a" * CHUNK)
+    wait_until(lambda: len(spooled(spool)) == 1, "the trickle to start spooling")
+    wait_until(lambda: spooled(spool) == [], "the server to cut the trickle")
+    fifo.close()
+    trickler.join()
+    assert isinstance(trickler.error, RemoteError)
+    assert str(trickler.error) == "the upload came slower than 64 KiB/s; cut off"
+    assert intake.received == []
+    source = random_file(tmp_path / "next.bin", 100)  # the one slot is free again
+    assert upload(client, server, source) == f"stored {sha256_of(source)}".encode()
+
+
+def test_a_stream_that_sends_no_header_is_cut_after_the_grace(hosts, serve, tmp_path):
+    server, client = hosts
+    intake = Intake(tmp_path / "store")
+    serve(intake, grace=1)
+
+    async def silent() -> bytes:
+        # The client's side of the stream, holding it open without a byte.
+        stream = await client._host.new_stream(ID.from_base58(server.peer_id), [PROTOCOL])
+        try:
+            return await wire.read_frame(stream, 1024)
+        finally:
+            await stream.close()
+
+    reply = client._call(silent)
+    assert reply == b'{"error":"no upload header within 1 s"}'
+    assert intake.checked == []
+
+
+def test_a_refused_peer_is_answered_before_its_header_is_read(hosts, tmp_path):
+    server, client = hosts
+    intake = Intake(tmp_path / "store")
+    asked: list[str] = []
+
+    def admit(peer: str) -> None:
+        asked.append(peer)
+        raise wire.Refusal("this peer has not joined")
+
+    server.serve_upload(SPEC, intake, spool_dir=tmp_path / "spool", admit=admit)
+
+    async def headerless() -> bytes:
+        stream = await client._host.new_stream(ID.from_base58(server.peer_id), [PROTOCOL])
+        try:
+            return await wire.read_frame(stream, 1024)  # nothing sent: the refusal comes anyway
+        finally:
+            await stream.close()
+
+    assert client._call(headerless) == b'{"error":"this peer has not joined"}'
+    assert asked == [client.peer_id]
+    assert intake.checked == []
 
 
 def sha256_of_bytes(data: bytes) -> str:
@@ -337,6 +426,7 @@ CLIENT_SCRIPT = """
 import sys
 from pathlib import Path
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.protocol import Upload
 from tests.codecs import Raw
@@ -478,3 +568,23 @@ def test_a_large_upload_is_never_held_in_memory(hosts, serve, tmp_path):
     # most), a bound that does not grow with the file.
     used = f"{peak / MiB:.1f} MiB for a {size // MiB} MiB file"
     assert peak < size // 2, f"the upload peaked at {used}"
+
+
+def test_a_host_takes_no_more_connections_than_its_limit():
+    """The limit reaches py-libp2p's resource manager, whose own default (256 inbound)
+    held an orchestrator to 255 nodes whatever its ConnectionConfig said."""
+    with Host(create_new_key_pair(), max_connections=2) as server:
+        clients = [Host(create_new_key_pair()) for _ in range(4)]
+        try:
+            reached = 0
+            for client in clients:
+                try:
+                    client.connect(server.addrs[0], timeout=5)
+                    reached += 1
+                except ConnectionError:
+                    pass
+            assert 1 <= reached <= 2
+            assert len(server.peers()) <= 2
+        finally:
+            for client in clients:
+                client.close()

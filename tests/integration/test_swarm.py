@@ -11,6 +11,7 @@ import logging
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -24,13 +25,23 @@ from swarmrl.p2p import deltas, wire
 from swarmrl.p2p.datapath import BAD_REQUEST, MAGIC
 from swarmrl.p2p.dialback import DIALBACK, DialbackRequest
 from swarmrl.p2p.events import SwarmEventKind
-from swarmrl.p2p.have import HAVE
+from swarmrl.p2p.fetch import PeerBook
+from swarmrl.p2p.have import HAVE, HaveRequest
 from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
-from swarmrl.p2p.messages import MAX_ADVERT_BYTES, checkpoints_topic, peers_topic, swarm_topics
+from swarmrl.p2p.messages import (
+    MAX_ADVERT_BYTES,
+    Advert,
+    Holding,
+    checkpoints_topic,
+    peers_topic,
+    swarm_topics,
+)
 from swarmrl.p2p.store import WeightStore
 from swarmrl.p2p.swarm import SwarmNode
+from swarmrl.p2p.swarm.advertiser import MAX_POLL_INTERVAL, POLL_INTERVAL, Advertiser
 from tests.codecs import raw
+from tests.unit.test_p2p_store import make_checkpoint
 
 SHARD = 256 * 1024
 DOMAIN = swarm_domain(31337, "0x" + "44" * 20)
@@ -702,3 +713,126 @@ def test_a_lagging_node_catches_up_by_a_chain_of_deltas_within_the_window(
     assert ready == [1, 2, 3, 4]
     assert "step 4 announced; fetching step 3's delta first, 2 behind" in caplog.messages
     assert origin.server.bytes_served - served < full / 3
+
+
+class _Polled:
+    """A bare host on loopback that answers HAVE with the advert the test sets, noting
+    the poller's clock at each swap; and a poller: an Advertiser on a host of its own
+    whose polling rounds the test drives on a clock it sets."""
+
+    def __init__(self, tmp_path):
+        self.now = 0.0
+        self.swaps: list[float] = []
+        self.peer = Host(create_new_key_pair(), topics=swarm_topics(RUN))
+        self.peer.serve(HAVE, self._have)
+        self.advert = self.advert_holding("ff")
+        self.host = Host(create_new_key_pair(), topics=swarm_topics(RUN))
+        self.poller = Advertiser(
+            self.host,
+            WeightStore(tmp_path / "poller"),
+            PeerBook(),
+            domain=DOMAIN,
+            run=RUN,
+            account=None,
+            reachable=True,  # nobody to ask for a dial-back
+            on_event=lambda event: None,
+            clock=lambda: self.now,
+        )
+        self.pool = ThreadPoolExecutor(4)
+
+    def advert_holding(self, shards):
+        return Advert(
+            addrs=self.peer.addrs,
+            holdings=[Holding(manifest_hash="ab" * 32, step=1, shards=shards)],
+        )
+
+    def _have(self, peer, request):
+        self.swaps.append(self.now)
+        return self.advert
+
+    def meet(self):
+        self.poller.meet(self.host.connect(self.peer.addrs[0]))
+
+    def tick_until(self, until):
+        """Polling rounds every POLL_INTERVAL up to `until`, while fetching; the times
+        of the swaps they made."""
+        first = len(self.swaps)
+        while self.now + POLL_INTERVAL <= until:
+            self.now += POLL_INTERVAL
+            self.poller._poll_once(True, self.pool)
+        return self.swaps[first:]
+
+    def close(self):
+        self.pool.shutdown()
+        self.poller.close()
+        self.host.close()
+        self.peer.close()
+
+
+@pytest.fixture
+def polled(tmp_path):
+    made = _Polled(tmp_path)
+    yield made
+    made.close()
+
+
+def test_a_peer_whose_advert_stays_the_same_is_polled_ever_less_often(polled):
+    """The origin's case: its advert does not change while nodes fetch from it."""
+    polled.meet()
+    assert polled.swaps == [0.0]
+    assert polled.tick_until(100) == [0.5, 1.5, 3.5, 7.5, 15.5, 31.5, 61.5, 91.5]
+    assert polled.poller.schedule.interval_of(polled.peer.peer_id) == MAX_POLL_INTERVAL
+    # What it holds changes: the next poll finds it, and the one after comes 0.5 s later.
+    polled.advert = polled.advert_holding("ffc0")
+    assert polled.tick_until(128) == [121.5, 122, 123, 125]
+    seen = polled.poller.book.get(polled.peer.peer_id)
+    assert seen is not None
+    assert sum(seen.holdings["ab" * 32]) == 10
+
+
+def test_a_peer_part_way_through_the_version_being_fetched_is_polled_every_round(polled, tmp_path):
+    """A slow uplink's peer: its shards come seconds apart, each one this node may fetch
+    from it, so its unchanged advert between two shards is no reason to back off."""
+    ck = make_checkpoint(tmp_path, 1)
+    version = polled.poller.store.begin(ck.announcement, ck.manifest)  # fetching it too
+    assert ck.count == 4
+
+    def holding(shards):
+        return Advert(
+            addrs=polled.peer.addrs,
+            holdings=[Holding(manifest_hash=version.manifest_hash, step=1, shards=shards)],
+        )
+
+    polled.advert = holding("c0")  # two of its four shards
+    polled.meet()
+    assert polled.tick_until(5) == [0.5 * k for k in range(1, 11)]
+    # It has every shard now: nothing more to get from it, so it backs off.
+    polled.advert = holding("f0")
+    assert polled.tick_until(20) == [5.5, 6.0, 7.0, 9.0, 13.0]
+
+
+def test_a_change_the_peer_pushes_brings_its_next_poll_forward(polled):
+    polled.meet()
+    assert polled.tick_until(20)[-1] == 15.5  # next due at 31.5
+    # Its gossiped advert (what the host hands the peers topic's handler) changed.
+    polled.advert = polled.advert_holding("fc")
+    polled.poller._on_advert(polled.peer.peer_id, wire.dump(polled.advert))
+    assert polled.tick_until(24) == [20.5, 21.5, 23.5]
+    # Its own swap, on the wire, carries another change.
+    polled.advert = polled.advert_holding("fe")
+    polled.peer.call(HAVE, polled.host.peer_id, HaveRequest(advert=polled.advert))
+    assert polled.tick_until(30) == [24.5, 25.5, 27.5]
+
+
+def test_a_disconnected_peers_schedule_is_forgotten(polled):
+    polled.meet()
+    polled.tick_until(2)
+    peer = polled.peer.peer_id
+    assert peer in polled.poller.schedule
+    polled.peer.close()
+    deadline = time.monotonic() + WAIT
+    while peer in polled.host.peers():
+        assert time.monotonic() < deadline, "the connection never closed"
+        time.sleep(0.05)
+    polled.poller._poll_once(False, polled.pool)  # not fetching: forgotten all the same
+    assert peer not in polled.poller.schedule

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
 
 from client.node.events import Event, EventKind
 from client.node.journal import Journal
@@ -17,8 +19,10 @@ from client.node.loop import RETRIED, Node
 from client.node.session import Session
 from client.node.settings import NodeSettings
 from orchestrator.service.work_server import RateLimiter
+from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.work.assign import WorkOrder
+from swarmrl.work.submit import SUBMIT
 from tests.unit.test_work_server import (
     NODE,
     OTHER,
@@ -98,6 +102,40 @@ def test_refusals_reach_the_node_as_the_orchestrators_sentence(served):
     with pytest.raises(RemoteError) as refused:
         session.heartbeat(None, None)
     assert str(refused.value) == "too many requests from this peer; slow down"
+
+
+def test_streams_held_open_by_others_take_no_upload_from_an_honest_node(served, tmp_path):
+    """The attack that held intake before: a peer that has not joined opens submit
+    streams and sends nothing. Each is refused at once, before a header is read, and the
+    honest node's submission goes through. (A joined peer's one-upload-at-a-time and its
+    pace are the host's: test_p2p_upload.)"""
+    orchestrator, server, node = served
+    with Host(create_new_key_pair()) as attacker:
+        attacker.connect(server.addrs[0])
+
+        async def hold_streams(count: int) -> list[bytes]:
+            streams = [
+                await attacker._host.new_stream(ID.from_base58(server.peer_id), [SUBMIT.id])
+                for _ in range(count)
+            ]
+            replies = []
+            for stream in streams:
+                with trio.move_on_after(30):  # a hang guard only
+                    replies.append(await wire.read_frame(stream, 1024))
+            for stream in streams:
+                await stream.close()
+            return replies
+
+        refused = b'{"error":"this peer has not joined; send a join request first"}'
+        assert attacker._call(hold_streams, 8) == [refused] * 8
+
+        session = over(node, orchestrator, server)
+        session.join(REPORT)
+        session.heartbeat(None, None)
+        order = session.work().order
+        path = written(rollouts(order, PUBLISHED), tmp_path / "answer.parquet")
+        receipt = session.submit(session.sign(order, PUBLISHED, path), path).receipt
+        assert receipt.units > 0
 
 
 # ---- the node's journal against intake -------------------------------------------------

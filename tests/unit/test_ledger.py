@@ -16,7 +16,9 @@ import pytest
 from eth_utils import to_checksum_address
 
 from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.nodes import Seen
 from orchestrator.service.ledger.orders import Abandoned, OrderRow
+from orchestrator.service.ledger.schema import SCHEMA_VERSION
 from orchestrator.service.ledger.submissions import Lease, SubmissionRow
 from orchestrator.service.ledger.transitions import TRANSITIONS
 from swarmrl.chain.anvil import dev_accounts
@@ -84,7 +86,7 @@ def test_everything_written_reads_back_after_a_reopen(tmp_path):
     with Ledger(path) as ledger:
         genesis = ledger.epochs.genesis()
         ledger.nodes.join(NODE, PROVIDER, "12D3peer", "torch", {"device": "cpu", "gib": 8}, 10.0)
-        ledger.nodes.touch(NODE, 20.0, 123.5)
+        ledger.nodes.touch({NODE: Seen(20.0, 123.5)})
         issued = add_order(ledger, 1)
         ledger.submissions.record(submission(1))
         ledger.submissions.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 30.0)
@@ -392,7 +394,7 @@ def test_the_file_is_wal_with_full_sync_and_a_schema_version(tmp_path):
     Ledger(path).close()  # opening again creates nothing twice
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.close()
 
 
@@ -411,8 +413,8 @@ def test_a_file_that_is_not_a_ledger_is_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="newer swarmrl") as caught:
         Ledger(newer)
     assert str(caught.value) == (
-        f"{newer} was written by a newer swarmrl (ledger schema 99, this version reads 4); "
-        "upgrade swarmrl"
+        f"{newer} was written by a newer swarmrl (ledger schema 99, "
+        f"this version reads {SCHEMA_VERSION}); upgrade swarmrl"
     )
 
 
@@ -512,7 +514,7 @@ def test_a_ledger_of_schema_1_is_upgraded_to_the_signed_orders_it_issued(tmp_pat
     with Ledger(path) as ledger:  # upgraded once; from now on it opens as any other
         assert [o.order_id for o in ledger.orders.expire(501.0)] == [order_id]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "assignments" not in tables
     assert "leases" in tables
@@ -526,6 +528,7 @@ def test_a_ledger_of_schema_2_is_upgraded_to_colder_sampling_sums_per_node(tmp_p
         ledger.nodes.add_trust(NODE)
     # Schema 2 is schema 4 without the nodes' sums and the leases.
     db = sqlite3.connect(path)
+    as_schema_4(db)
     for column in ("excess", "variance", "submissions"):
         db.execute(f"ALTER TABLE nodes DROP COLUMN temperature_{column}")
     db.execute("DROP TABLE leases")
@@ -536,7 +539,7 @@ def test_a_ledger_of_schema_2_is_upgraded_to_colder_sampling_sums_per_node(tmp_p
         node = ledger.nodes.get(NODE)
         assert (node.trusted, node.temperature) == (1, NO_SUMS)
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.close()
 
 
@@ -548,6 +551,7 @@ def test_a_ledger_of_schema_3_is_upgraded_to_leases_and_its_waiting_submissions_
         ledger.submissions.record(submission(1))
     # Schema 3 is schema 4 without the leases.
     db = sqlite3.connect(path)
+    as_schema_4(db)
     db.execute("DROP TABLE leases")
     db.execute("PRAGMA user_version = 3")
     db.commit()
@@ -556,8 +560,56 @@ def test_a_ledger_of_schema_3_is_upgraded_to_leases_and_its_waiting_submissions_
         claimed = ledger.submissions.claim(Lease("validator", "a"), 4, 10.0, 60.0)
         assert [s.digest for s in claimed] == [f"{1:064x}"]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.close()
+
+
+def as_schema_4(db: sqlite3.Connection) -> None:
+    """Takes away what schema 5 added to a ledger: the tallies, their triggers and the
+    submissions' index by node."""
+    for trigger in ("tally_new", "tally_verdict"):
+        db.execute(f"DROP TRIGGER {trigger}")
+    db.execute("DROP TABLE tallies")
+    db.execute("DROP INDEX submissions_by_node")
+    db.execute("PRAGMA user_version = 4")
+    db.commit()
+
+
+def test_a_ledger_of_schema_4_gets_tallies_counted_from_its_submissions(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        for n in (1, 2, 3):
+            ledger.submissions.record(submission(n))
+        ledger.submissions.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 20.0)
+        before = ledger.submissions.tally()
+    db = sqlite3.connect(path)
+    as_schema_4(db)
+    db.close()
+    with Ledger(path) as ledger:
+        assert ledger.submissions.tally() == before
+        assert (before.count("received"), before.units()) == (2, 8)
+        ledger.submissions.record(submission(4))  # and from now on the triggers keep them
+        assert ledger.submissions.tally().count("received") == 3
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def test_the_tallies_are_the_counts_of_the_rows_after_any_verdicts(tmp_path):
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        for n in range(1, 7):
+            ledger.submissions.record(submission(n, node=NODE if n % 2 else OTHER))
+        ledger.submissions.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 20.0)
+        ledger.submissions.set_outcome(f"{2:064x}", "rejected", 0, "bad", True, True, 20.0)
+        ledger.submissions.set_outcome(f"{3:064x}", "accepted", 5, "", False, False, 20.0)
+        ledger.submissions.set_outcome(f"{3:064x}", "rejected", 0, "again", False, False, 21.0)
+        tally = ledger.submissions.tally()
+        counted: dict[tuple[str, str], tuple[int, int]] = {}
+        for row in ledger.submissions.all():
+            n, units = counted.get((row.node, row.status), (0, 0))
+            counted[(row.node, row.status)] = (n + 1, units + row.units)
+        assert {k: v for k, v in tally.per_node.items() if v[0]} == counted
+        assert tally.units() == sum(r.units for r in ledger.submissions.all())
 
 
 def test_a_verdict_adds_its_colder_sampling_sums_to_its_node_once(tmp_path):
@@ -823,3 +875,38 @@ def test_processes_opening_a_new_ledger_at_once_all_open_it(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
+
+
+def test_the_quiet_nodes_are_those_quiet_can_still_move(ledger):
+    for address, seen in ((NODE, 10.0), (OTHER, 10.0)):
+        ledger.nodes.join(address, PROVIDER, f"peer-{address}", "torch", {}, seen)
+    ledger.nodes.touch({OTHER: Seen(50.0, None)})
+    assert [q[0] for q in ledger.nodes.quiet(40.0)] == [NODE_CHECKSUM]
+    ledger.nodes.set_state(NODE, "banned", "evidence", 20.0)  # quiet, but stays banned
+    assert ledger.nodes.quiet(40.0) == []
+
+
+def test_a_read_goes_on_beside_a_write_in_flight_and_sees_the_last_commit(ledger):
+    ledger.nodes.join(NODE, PROVIDER, "peer-a", "torch", {}, 10.0)
+    entered, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with ledger._connection.write() as db:
+            db.execute("UPDATE nodes SET state = 'active' WHERE address = ?", (NODE_CHECKSUM,))
+            entered.set()
+            release.wait(30)  # a hang guard only
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert entered.wait(30)
+        read: list[str] = []
+        reader = threading.Thread(target=lambda: read.append(ledger.nodes.get(NODE).state))
+        reader.start()
+        reader.join(30)  # a hang guard only: it used to wait for the writer's lock
+        assert read == ["joined"]  # done while the write is still open, without it
+        assert not release.is_set()
+    finally:
+        release.set()
+        writer.join()
+    assert ledger.nodes.get(NODE).state == "active"

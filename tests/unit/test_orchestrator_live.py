@@ -12,6 +12,7 @@ import math
 from rich.console import Console
 
 from orchestrator.service.ledger import Ledger
+from orchestrator.service.ledger.nodes import Seen
 from orchestrator.service.live import (
     BLOCKS,
     TAIL_BYTES,
@@ -21,6 +22,7 @@ from orchestrator.service.live import (
     sparkline,
 )
 from orchestrator.service.status import read_status, summarize
+from swarmrl.work.assign import Slot, WorkOrder
 from tests.unit.test_ledger import NODE, NODE_CHECKSUM, OTHER, OTHER_CHECKSUM, PROVIDER, submission
 
 RUN = "0x" + "77" * 32
@@ -64,9 +66,11 @@ def summary(**changes):
         "rollouts_accepted": 320,
         "nodes": [
             {"address": NODE_CHECKSUM, "state": "active", "backend": "vllm",
-             "tokens_per_second": 1234.4, "accepted": 40, "rejected": 1, "units": 320},
+             "tokens_per_second": 1234.4, "order_prompts": 16, "order_budget": 512,
+             "accepted": 40, "rejected": 1, "units": 320},
             {"address": OTHER_CHECKSUM, "state": "silent", "backend": "torch",
-             "tokens_per_second": None, "accepted": 0, "rejected": 1, "units": 0},
+             "tokens_per_second": None, "order_prompts": None, "order_budget": None,
+             "accepted": 0, "rejected": 1, "units": 0},
         ],
         "epochs_recorded": [
             {"epoch": 3, "node": NODE_CHECKSUM, "units": 320, "tx": TX_EPOCH, "at": 10.0},
@@ -91,6 +95,7 @@ def test_a_frame_shows_the_step_rate_nodes_queue_and_transactions():
     assert "▁▃█ 0.412" in text.replace("  ", " ")
     node_rows = [line for line in text.splitlines() if NODE_CHECKSUM[:6] in line]
     assert any("active" in r and "vllm" in r and "1234" in r and "320" in r for r in node_rows)
+    assert any("16x512" in r for r in node_rows)  # its newest order: 16 prompts, budget 512
     assert any(OTHER_CHECKSUM[:6] in line and "silent" in line for line in text.splitlines())
     chain = [line for line in text.splitlines() if " tx " in line]
     # Newest last; the epoch without work sent nothing and is not a transaction.
@@ -138,7 +143,9 @@ def data_dir_with_a_run(tmp_path):
     ledger.nodes.join(NODE, PROVIDER, "peer-a", "vllm", {}, now=1.0)
     ledger.nodes.join(OTHER, PROVIDER, "peer-b", "torch", {}, now=2.0)
     ledger.nodes.set_state(NODE, "active", "heartbeat", now=3.0)
-    ledger.nodes.touch(NODE, now=3.0, speed=250.0)
+    ledger.nodes.touch({NODE: Seen(at=3.0, speed=250.0)})
+    for counter, prompts in ((0, 4), (1, 8)):  # the newest order is the one shown
+        ledger.orders.add(f"{counter:064x}", sized_order(counter, prompts), 3.0)
     for n in range(4):
         ledger.submissions.record(submission(n, node=NODE if n < 3 else OTHER))
     ledger.submissions.set_outcome(submission(0).digest, "accepted", 8, "", False, True, now=4.0)
@@ -162,6 +169,23 @@ def data_dir_with_a_run(tmp_path):
     return tmp_path
 
 
+def sized_order(counter: int, prompts: int) -> WorkOrder:
+    return WorkOrder(
+        run="0x" + "5a" * 32,
+        node=NODE,
+        counter=counter,
+        min_step=0,
+        seed=1,
+        group_size=8,
+        max_tokens=128,
+        temperature=1.0,
+        top_p=1.0,
+        tasks=[Slot(problem_id=f"p{i}", budget=128) for i in range(prompts)],
+        deadline=100,
+        signature="22" * 65,
+    )
+
+
 def test_the_summary_reads_the_ledger_and_the_metrics(tmp_path):
     data_dir = data_dir_with_a_run(tmp_path)
     with Ledger(data_dir / "ledger.sqlite3") as ledger:
@@ -178,6 +202,7 @@ def test_the_summary_reads_the_ledger_and_the_metrics(tmp_path):
         "active",
         250.0,
     )
+    assert [(n["order_prompts"], n["order_budget"]) for n in s["nodes"]] == [(8, 128), (None, None)]
     assert [(n["accepted"], n["rejected"], n["units"]) for n in s["nodes"]] == [
         (2, 0, 16),
         (0, 1, 0),

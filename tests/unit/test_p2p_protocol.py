@@ -83,12 +83,12 @@ def test_the_admit_gate_refuses_before_anything_is_decoded():
     gate = Gate(allowed=2)
     served = Served(SPEC, double, gate)
     for _ in range(2):
+        served.admit_peer("flood")
         with pytest.raises(wire.WireError):
             served.answer("flood", b"not json")
-    with pytest.raises(wire.Refusal, match="too many requests"):
-        served.answer("flood", b"not json")  # refused by the gate, not by the parser
-    with pytest.raises(wire.Refusal, match="too many requests"):
-        served.answer("flood", b'{"n":1}')
+    for _ in range(2):  # refused by the gate: nothing of the request is read
+        with pytest.raises(wire.Refusal, match="too many requests"):
+            served.admit_peer("flood")
     assert gate.asked == ["flood"] * 4
 
 
@@ -110,17 +110,20 @@ class Files:
 def test_a_served_upload_is_admitted_decoded_and_checked_from_its_header(tmp_path):
     files, gate = Files(), Gate(allowed=3)
     served = ServedUpload(UPLOAD, files, gate)
+    served.admit_peer("peer-a")
     header, answered = served.check("peer-a", b'{"n":2}')
     assert (header, answered) == (Ask(n=2), None)
     body = tmp_path / "body"
     body.write_bytes(b"x" * 10)
     assert served.receive("peer-a", header, body) == [b'{"doubled":20}']
+    served.admit_peer("peer-a")
     with pytest.raises(wire.Refusal, match="3 is odd"):
         served.check("peer-a", b'{"n":3}')
+    served.admit_peer("peer-a")
     with pytest.raises(wire.WireError, match="invalid Ask"):
         served.check("peer-a", b'{"n":2,"m":1}')
     with pytest.raises(wire.Refusal, match="too many requests"):
-        served.check("peer-a", b"not json")
+        served.admit_peer("peer-a")
     assert files.checked == [Ask(n=2), Ask(n=3)]
 
 

@@ -9,9 +9,11 @@ from eth_utils import to_checksum_address
 from orchestrator.service.scheduler import (
     BUDGETS,
     DEADLINE_SHARE,
+    MAX_ORDER_SCALE,
     budget_for,
     cooldown,
     draw_order,
+    prompts_for,
 )
 from orchestrator.service.settings import MAX_COOLDOWN_DOUBLINGS
 from swarmrl.tasks import Task
@@ -116,3 +118,29 @@ def test_a_node_abandoning_orders_waits_longer_with_each_one_up_to_a_bound():
     # Below the limit nothing, at it the first cooldown, then doubling up to its bound.
     assert waits[:6] == [0.0, 0.0, 0.0, 600.0, 1200.0, 2400.0]
     assert max(waits) == 600.0 * 2**MAX_COOLDOWN_DOUBLINGS == waits[-1]
+
+
+# prompts_for: a node's order size follows its speed against the swarm's median.
+
+
+@pytest.mark.parametrize(
+    ("speed", "prompts"),
+    [
+        (100.0, 4),  # the median node: the run's size
+        (130.0, 4),  # within the noise of a measurement
+        (75.0, 4),
+        (150.0, 8),  # past about 1.4x: one doubling
+        (400.0, 16),
+        (50.0, 2),
+        (25.0, 1),
+        (1.0, 1),  # never below one prompt
+        (1e9, 4 * MAX_ORDER_SCALE),  # never above the cap
+    ],
+)
+def test_an_order_holds_more_prompts_for_a_faster_node_and_fewer_for_a_slower(speed, prompts):
+    assert prompts_for(speed, 100.0, base=4) == prompts
+
+
+@pytest.mark.parametrize(("speed", "median"), [(None, 100.0), (100.0, None), (0.0, 100.0)])
+def test_a_node_or_swarm_not_measured_yet_gets_the_runs_size(speed, median):
+    assert prompts_for(speed, median, base=4) == 4

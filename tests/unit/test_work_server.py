@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from benchmarks import load_nodes
 from client.node.events import Event, EventKind
 from client.node.loop import Node
 from client.node.session import Identity, Session
@@ -188,6 +189,7 @@ def test_join_then_heartbeat_makes_the_node_active(orchestrator):
 
     beat = session.heartbeat(2, 120.0)
     assert (beat.state, beat.policy_step, beat.outcomes) == ("active", PUBLISHED, [])
+    orchestrator.work_server.sweep(time.time())  # writes the heartbeats gathered
     row = orchestrator.ledger.nodes.get(NODE.address)
     assert (row.state, row.speed) == ("active", 120.0)
     moves = [
@@ -245,6 +247,53 @@ def gone(orchestrator, node=NODE) -> None:
     """The node falls silent, then is gone (the daemon's sweep, at once)."""
     orchestrator.ledger.nodes.set_state(node.address, "silent", "missed heartbeats", time.time())
     orchestrator.ledger.nodes.set_state(node.address, "gone", "silent for 300 s", time.time())
+
+
+def test_heartbeats_wait_in_memory_for_the_sweep_that_writes_them_at_once(orchestrator):
+    session, other = orchestrator.active(), orchestrator.active(OTHER)
+    joined = {a: orchestrator.ledger.nodes.get(a).last_seen for a in (NODE.address, OTHER.address)}
+    orchestrator.at(joined[NODE.address] + 30)
+    session.heartbeat(None, 80.0)
+    other.heartbeat(None, 90.0)
+    session.heartbeat(None, None)  # no speed measured this time: the last one stands
+    assert orchestrator.ledger.nodes.get(NODE.address).last_seen == joined[NODE.address]
+    orchestrator.work_server.sweep(joined[NODE.address] + 31)
+    rows = [orchestrator.ledger.nodes.get(a) for a in (NODE.address, OTHER.address)]
+    assert [(r.last_seen, r.speed) for r in rows] == [
+        (joined[NODE.address] + 30, 80.0),
+        (joined[NODE.address] + 30, 90.0),
+    ]
+
+
+def test_heartbeats_in_memory_are_written_when_the_work_server_closes(orchestrator):
+    session = orchestrator.active()
+    joined = orchestrator.ledger.nodes.get(NODE.address).last_seen
+    orchestrator.at(joined + 7)
+    session.heartbeat(None, 42.0)
+    orchestrator.work_server.close()  # the daemon's stop: nothing waits for a sweep
+    with Ledger(orchestrator.root / "data" / "ledger.sqlite3") as reopened:
+        row = reopened.nodes.get(NODE.address)
+    assert (row.last_seen, row.speed) == (joined + 7, 42.0)
+
+
+def test_the_sweep_makes_a_quiet_node_silent_then_gone_and_a_heartbeat_brings_it_back(
+    orchestrator,
+):
+    s = orchestrator.settings
+    session = orchestrator.active()
+    seen = orchestrator.ledger.nodes.get(NODE.address).last_seen
+    silent_after = s.silent_after * s.heartbeat_seconds
+    orchestrator.work_server.sweep(seen + silent_after)  # not yet
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "active"
+    orchestrator.work_server.sweep(seen + silent_after + 1)
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "silent"
+    orchestrator.work_server.sweep(seen + s.gone_after + 1)
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "gone"
+    orchestrator.at(seen + s.gone_after + 2)
+    assert session.join(REPORT).state == "joined"
+    assert session.heartbeat(None, None).state == "active"
+    moves = [t.to_state for t in orchestrator.ledger.nodes.transitions(NODE.address)]
+    assert moves == ["joined", "active", "silent", "gone", "joined", "active"]
 
 
 def test_a_gone_node_rejoins(orchestrator):
@@ -359,6 +408,35 @@ def test_a_slow_node_gets_shorter_budgets_and_a_fast_one_the_runs(orchestrator):
     assert {slot.budget for slot in order.tasks} == {orchestrator.settings.target_len}
 
 
+def test_order_sizes_follow_each_nodes_speed_against_the_median_of_the_active_ones(
+    orchestrator, tmp_path
+):
+    s = orchestrator.settings
+    third = STRANGER
+    sessions = {a: orchestrator.active(a) for a in (NODE, OTHER)}
+    sessions[third] = orchestrator.session(third, peer="12D3KooWNodeSevenPeerCCCCCCCCCCCCCCCCCCCC")
+    sessions[third].join(REPORT)
+    for account, speed in ((NODE, 100.0), (OTHER, 100.0), (third, 210.0)):
+        sessions[account].heartbeat(None, speed)
+    # Before a sweep has seen any speed, every order is the run's size.
+    first = sessions[third].work().order
+    assert len(first.tasks) == s.prompts_per_assignment
+    answer_with(orchestrator, sessions[third], first, tmp_path)
+    orchestrator.work_server.sweep(time.time())
+    sizes = {a: len(sessions[a].work().order.tasks) for a in (NODE, OTHER, third)}
+    assert sizes == {
+        NODE: s.prompts_per_assignment,
+        OTHER: s.prompts_per_assignment,
+        third: min(2 * s.prompts_per_assignment, len(TASKS)),
+    }
+
+
+def answer_with(orchestrator: Orchestrator, session: Session, order: WorkOrder, tmp_path: Path):
+    """The node hands in an honest answer to `order`."""
+    path = written(rollouts(order, PUBLISHED), tmp_path / f"answer-{order.counter}.parquet")
+    assert session.submit(session.sign(order, PUBLISHED, path), path).receipt.units > 0
+
+
 def test_nodes_get_their_own_orders(orchestrator):
     mine, theirs = orchestrator.active(NODE).work().order, orchestrator.active(OTHER).work().order
     assert (mine.node, theirs.node) == (NODE.address, OTHER.address)
@@ -369,34 +447,9 @@ def test_nodes_get_their_own_orders(orchestrator):
 
 
 def rollouts(order: WorkOrder, step: int) -> list[Rollout]:
-    """Honest records answering `order`, generated at policy step `step`."""
-    return [
-        Rollout(
-            run=order.run,
-            policy_step=step,
-            node=order.node,
-            problem_id=slot.problem_id,
-            task_type="math",
-            prompt=TASKS[slot.problem_id].prompt,
-            verification_info=TASKS[slot.problem_id].row()["verification_info"],
-            seed=order.seed,
-            sample=sample,
-            temperature=order.temperature,
-            top_p=order.top_p,
-            max_tokens=order.max_tokens,
-            target_len=slot.budget,
-            prompt_ids=[1, 2, 3],
-            output_ids=[4, 5, sample + 6],
-            logprobs=[-0.5, -0.25, -1.0],
-            finish_reason="eos",
-            task_reward=1.0,
-            length_penalty=0.0,
-            reward=1.0,
-            proofs=[b"\x01" * 258],
-        ).sealed()
-        for slot in order.tasks
-        for sample in range(order.group_size)
-    ]
+    """Honest records answering `order`, generated at policy step `step` (the load
+    benchmark's nodes send the same)."""
+    return load_nodes.answer(order, TASKS, step)
 
 
 def written(records: list[Rollout], path: Path) -> Path:
@@ -453,6 +506,32 @@ def test_a_resend_gets_the_identical_receipt_and_counts_once(orchestrator, order
     assert again == first
     assert [s.digest for s in orchestrator.ledger.submissions.all()] == [first.submission]
     assert len(list((orchestrator.settings.data_dir / "submissions").iterdir())) == 1
+
+
+def test_of_two_answers_to_one_order_past_its_checks_the_second_is_refused_and_not_kept(
+    orchestrator, ordered, tmp_path
+):
+    """Both headers found the order open; the transaction that records the first closes
+    it for the second (intake holds no lock across the two)."""
+    session, order, path = ordered
+    other = written(rollouts(order, PUBLISHED - 1), tmp_path / "older.parquet")
+    headers = [session.sign(order, PUBLISHED, path), session.sign(order, PUBLISHED - 1, other)]
+    peer = PEERS[NODE.address]
+    work_server = orchestrator.work_server
+    assert [work_server.check_submission(peer, h) for h in headers] == [None, None]
+    spooled = []
+    for header, source in zip(headers, (path, other), strict=True):
+        copy = tmp_path / f"spooled-{len(spooled)}"
+        copy.write_bytes(source.read_bytes())
+        spooled.append(work_server.receive_submission(peer, header, copy))
+    first, second = spooled
+    assert first.receipt is not None
+    assert first.receipt.units > 0
+    assert second.receipt is None
+    assert second.refused == f"work order {headers[1].order_id[:12]} is already answered"
+    kept = sorted(p.name for p in (orchestrator.settings.data_dir / "submissions").iterdir())
+    assert kept == [f"{first.receipt.submission}.parquet"]
+    assert [s.digest for s in orchestrator.ledger.submissions.all()] == [first.receipt.submission]
 
 
 def test_a_file_other_than_the_signed_one_is_refused_and_not_recorded(
@@ -708,7 +787,7 @@ def test_intake_refuses_a_flood_from_one_peer_before_reading_it(orchestrator):
             orchestrator.host.answer(spec, peer, wire.dump(claim()))
     submissions, _ = orchestrator.host.uploads[SUBMIT.id]
     with pytest.raises(wire.Refusal, match="too many requests"):
-        submissions.check(peer, b"{}")
+        submissions.admit_peer(peer)
     # Another peer is not held back by this one.
     orchestrator.host.answer(JOIN, PEERS[OTHER.address], wire.dump(claim(OTHER)))
     assert [n.address for n in orchestrator.ledger.nodes.all()] == [OTHER.address]

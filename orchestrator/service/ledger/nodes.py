@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from eth_utils import to_checksum_address
 
-from orchestrator.service.ledger.connection import Connection
-from orchestrator.service.ledger.transitions import allowed, first, member
+from orchestrator.service.ledger.connection import Connection, marks
+from orchestrator.service.ledger.transitions import allowed, first, member, sources
 from swarmrl.rollouts.tolerances import TemperatureSums
 from swarmrl.work.states import NodeState
 
@@ -34,6 +35,14 @@ class NodeRow:
     # Its prefilled submissions' colder-sampling sums, what the validator judges the next
     # one's sampled tokens with (folded in with each verdict: `fold_temperature`).
     temperature: TemperatureSums
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A node's newest heartbeat: when, and the speed it reported (None: not measured)."""
+
+    at: float
+    speed: float | None
 
 
 @dataclass(frozen=True)
@@ -142,13 +151,39 @@ class Nodes:
             for r in rows
         ]
 
-    def touch(self, address: str, now: float, speed: float | None) -> None:
-        """A heartbeat: the node was seen at `now`, generating at `speed` tokens/s if known."""
+    def touch(self, seen: Mapping[str, Seen]) -> None:
+        """Heartbeats, as many nodes' as the caller gathered, in one transaction: each
+        node was last seen at its `at`, generating at its `speed` tokens/s if known.
+        A time older than the one stored (a batch that lost a race) changes nothing."""
         with self._connection.write() as db:
-            db.execute(
-                "UPDATE nodes SET last_seen = ?, speed = COALESCE(?, speed) WHERE address = ?",
-                (now, speed, to_checksum_address(address)),
+            db.executemany(
+                "UPDATE nodes SET last_seen = MAX(last_seen, ?), speed = COALESCE(?, speed) "
+                "WHERE address = ?",
+                [(s.at, s.speed, to_checksum_address(a)) for a, s in seen.items()],
             )
+
+    def by_state(self) -> dict[NodeState, int]:
+        """How many nodes are in each state (counted by SQLite, not in memory)."""
+        rows = self._connection.rows("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state")
+        return {NodeState(r["state"]): r["n"] for r in rows}
+
+    def speeds(self, state: NodeState) -> list[float]:
+        """The speeds the nodes in `state` reported last (those that reported one)."""
+        rows = self._connection.rows(
+            "SELECT speed FROM nodes WHERE state = ? AND speed IS NOT NULL", (state,)
+        )
+        return [r["speed"] for r in rows]
+
+    def quiet(self, since: float) -> list[tuple[str, NodeState, float]]:
+        """(address, state, last seen) of the nodes not seen since `since` that quiet can
+        still move (to silent or gone: the gone and the banned stay where they are)."""
+        movable = sorted(set(sources(NodeState.SILENT)) | set(sources(NodeState.GONE)))
+        rows = self._connection.rows(
+            f"SELECT address, state, last_seen FROM nodes WHERE last_seen < ? "
+            f"AND state IN ({marks(movable)}) ORDER BY address",
+            (since, *movable),
+        )
+        return [(r["address"], NodeState(r["state"]), r["last_seen"]) for r in rows]
 
     def add_trust(self, address: str) -> None:
         """One more of the node's submissions passed a full prefill check."""

@@ -91,6 +91,17 @@ class Orders:
         assert row is not None  # an aggregate always has its row
         return Abandoned(int(row["count"]), int(row["last"]))
 
+    def latest_sizes(self) -> dict[str, tuple[int, int]]:
+        """Each node's newest order's size: (prompts, thinking budget), read from the
+        signed orders by SQLite (one row per node)."""
+        rows = self._connection.rows(
+            "SELECT o.node, json_array_length(o.signed, '$.tasks') AS prompts, "
+            "json_extract(o.signed, '$.tasks[0].budget') AS budget FROM orders o "
+            "JOIN (SELECT node, MAX(counter) AS counter FROM orders GROUP BY node) newest "
+            "ON o.node = newest.node AND o.counter = newest.counter"
+        )
+        return {r["node"]: (r["prompts"], r["budget"] or 0) for r in rows}
+
     def next_counter(self, node: str) -> int:
         """Reserves the node's next assignment counter: 0, 1, 2 ...; never handed out
         twice, even if the assignment it was reserved for is never stored."""

@@ -18,7 +18,7 @@ from swarmrl.work.assign import Slot, WorkOrder
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # A work order is kept signed, as its node got it (JSON); node, counter and deadline,
 # taken from it, are what it is looked up by.
@@ -29,7 +29,7 @@ CREATE TABLE orders (
     signed TEXT NOT NULL
 );
 CREATE INDEX orders_by_state ON orders (state, deadline);
-CREATE INDEX orders_by_node ON orders (node, state);
+CREATE INDEX orders_by_node ON orders (node, state, counter);
 """
 # A validator worker's hold on a submission it judges (`submissions.Lease`): its worker
 # id and its process's token, until `expires` unless renewed. Only a submission still
@@ -40,6 +40,27 @@ CREATE TABLE leases (
     token TEXT NOT NULL, expires REAL NOT NULL
 );
 CREATE INDEX leases_by_worker ON leases (worker, token);
+"""
+# Submissions and units by node and status, kept by triggers in the transaction that
+# writes the submission, so status and metrics read a row per node, never the whole
+# table, and the counts cannot drift from the rows whichever process writes them.
+# A submission's node never changes; its status and units do (the verdict).
+_TALLIES = """
+CREATE TABLE tallies (
+    node TEXT NOT NULL, status TEXT NOT NULL, n INTEGER NOT NULL, units INTEGER NOT NULL,
+    PRIMARY KEY (node, status)
+);
+CREATE TRIGGER tally_new AFTER INSERT ON submissions BEGIN
+    INSERT INTO tallies (node, status, n, units) VALUES (NEW.node, NEW.status, 1, NEW.units)
+    ON CONFLICT (node, status) DO UPDATE SET n = n + 1, units = units + NEW.units;
+END;
+CREATE TRIGGER tally_verdict AFTER UPDATE OF status, units ON submissions BEGIN
+    UPDATE tallies SET n = n - 1, units = units - OLD.units
+    WHERE node = OLD.node AND status = OLD.status;
+    INSERT INTO tallies (node, status, n, units) VALUES (NEW.node, NEW.status, 1, NEW.units)
+    ON CONFLICT (node, status) DO UPDATE SET n = n + 1, units = units + NEW.units;
+END;
+CREATE INDEX submissions_by_node ON submissions (node, received_at);
 """
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -78,7 +99,7 @@ CREATE TABLE slashes (
     tx_hash TEXT, outcome TEXT NOT NULL, at REAL NOT NULL
 );
 CREATE INDEX slashes_by_epoch ON slashes (epoch, node);
-"""
+{_TALLIES}"""
 
 # Schema 3: each node's colder-sampling sums (swarmrl.rollouts.tolerances.TemperatureSums),
 # empty for the nodes a schema 2 ledger knew.
@@ -90,6 +111,17 @@ ALTER TABLE nodes ADD COLUMN temperature_submissions INTEGER NOT NULL DEFAULT 0;
 # Schema 4: leases, so several validator workers share the submissions; a schema 3
 # ledger's validator held none.
 _UPGRADE_FROM_3 = _LEASES
+# Schema 5: the tallies, counted once from the submissions a schema 4 ledger holds; a
+# node's newest order in a state found in the index, not among all of its orders.
+_UPGRADE_FROM_4 = (
+    _TALLIES
+    + """
+DROP INDEX orders_by_node;
+CREATE INDEX orders_by_node ON orders (node, state, counter);
+INSERT INTO tallies (node, status, n, units)
+    SELECT node, status, COUNT(*), COALESCE(SUM(units), 0) FROM submissions GROUP BY node, status;
+"""
+)
 
 
 def prepare(connection: Connection, run: str | None) -> None:
@@ -125,6 +157,9 @@ def prepare(connection: Connection, run: str | None) -> None:
         if 1 <= version <= 3:
             _execute(db, _UPGRADE_FROM_3)
             log.info("ledger %s upgraded from schema 3 (validator leases)", path)
+        if 1 <= version <= 4:
+            _execute(db, _UPGRADE_FROM_4)
+            log.info("ledger %s upgraded from schema 4 (submission tallies)", path)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -160,7 +195,11 @@ def _upgrade_from_1(db: sqlite3.Connection, connection: Connection, run: str) ->
 
 def _execute(db: sqlite3.Connection, script: str) -> None:
     """Each statement of `script`, inside the caller's transaction (executescript would
-    commit it)."""
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
+    commit it); a trigger's body, semicolons and all, is one statement."""
+    statement = ""
+    for part in script.split(";"):
+        statement += part + ";"
+        if sqlite3.complete_statement(statement):
+            if statement.strip(" \n;"):
+                db.execute(statement)
+            statement = ""

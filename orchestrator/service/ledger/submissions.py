@@ -28,6 +28,10 @@ from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
 from swarmrl.work.states import OrderState, SubmissionStatus
 
 
+class OrderNotOpenError(ValueError):
+    """The order a submission answers is not open (any more); ``str(e)`` says so."""
+
+
 @dataclass(frozen=True)
 class SubmissionRow:
     digest: str
@@ -83,7 +87,10 @@ class Submissions:
         """Stores `s` unless its digest is known, and marks its order answered in the same
         transaction (a crash between the two would hand the order out again); returns
         the stored row and whether it is new. A resend changes nothing and returns the
-        first row (and its receipt)."""
+        first row (and its receipt). An order answers once: `OrderNotOpenError` if it is no
+        longer open (another submission answered it first), and nothing is stored. (An
+        order the ledger does not hold binds nothing: intake records no such submission,
+        having found its order open.)"""
         status = first(member(SubmissionStatus, s.status, "submission status"))
         for name, value in (("epoch", s.epoch), ("step", s.step), ("units", s.units)):
             if not 0 <= value <= MAX_SQLITE_INT:
@@ -114,7 +121,11 @@ class Submissions:
                     s.validated_at,
                 ),
             )
-            orders.move(db, s.order_id, OrderState.ANSWERED)
+            if (
+                not orders.move(db, s.order_id, OrderState.ANSWERED)
+                and db.execute("SELECT 1 FROM orders WHERE order_id = ?", (s.order_id,)).fetchone()
+            ):
+                raise OrderNotOpenError(f"work order {s.order_id[:12]} is already answered")
             stored = db.execute(
                 "SELECT * FROM submissions WHERE digest = ?", (s.digest,)
             ).fetchone()
@@ -244,8 +255,7 @@ class Submissions:
         return bool(changed)
 
     def count(self, status: str) -> int:
-        """Submissions with `status`: an index range, cheap enough for every work request
-        (`tally` scans the whole table)."""
+        """Submissions with `status`: an index range, cheap enough for every work request."""
         status = member(SubmissionStatus, status, "submission status")
         row = self._connection.row(
             "SELECT COUNT(*) AS n FROM submissions WHERE status = ?", (status,)
@@ -256,22 +266,17 @@ class Submissions:
 
     def tally(self) -> Tally:
         """Submissions and units by status, per node, and rejections by reason: what the
-        metrics and `orchestrator status` show, counted by SQLite, not in memory."""
+        metrics and `orchestrator status` show, read from the tallies the schema's
+        triggers keep (a row per node and status), and the rejected rows' reasons."""
         rows = self._connection.rows
-        by_status = {
-            r["status"]: (r["n"], r["units"])
-            for r in rows(
-                "SELECT status, COUNT(*) AS n, COALESCE(SUM(units), 0) AS units "
-                "FROM submissions GROUP BY status"
-            )
-        }
         per_node = {
             (r["node"], r["status"]): (r["n"], r["units"])
-            for r in rows(
-                "SELECT node, status, COUNT(*) AS n, COALESCE(SUM(units), 0) AS units "
-                "FROM submissions GROUP BY node, status"
-            )
+            for r in rows("SELECT node, status, n, units FROM tallies WHERE n > 0")
         }
+        by_status: dict[str, tuple[int, int]] = {}
+        for (_, status), (n, units) in per_node.items():
+            count, total = by_status.get(status, (0, 0))
+            by_status[status] = (count + n, total + units)
         reasons = {
             r["reason"]: r["n"]
             for r in rows(

@@ -14,8 +14,12 @@ It holds this peer's side of the conversation between peers:
 - its own reachability: the data endpoint goes into the advert only once a peer
   dialled it back (or it was started known reachable);
 - the polling thread: while something is being fetched it swaps adverts with
-  every connected peer twice a second, up to POLL_THREADS peers at once, which
-  is how a download learns, shard by shard, who can serve it.
+  the connected peers, up to POLL_THREADS at once, which is how a download
+  learns, shard by shard, who can serve it. Each peer has its own interval
+  (:class:`PollSchedule`): POLL_INTERVAL while its advert keeps changing (a peer
+  fetching the same version gets shards all the time), doubling up to
+  MAX_POLL_INTERVAL while it does not (the origin, which holds the whole
+  version from the start, or a peer that is done).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from eth_account.signers.local import LocalAccount
 
@@ -59,6 +64,10 @@ log = logging.getLogger("swarmrl.p2p")
 
 POLL_INTERVAL = 0.5
 ADVERT_INTERVAL = 30.0
+# A peer whose advert a swap found unchanged is polled next after twice the interval
+# before, up to this (PollSchedule): never later than its periodic gossiped advert
+# would tell the same news.
+MAX_POLL_INTERVAL = ADVERT_INTERVAL
 # How often a peer that no one has dialled back yet asks again.
 DIALBACK_RETRY = 60.0
 MIN_ADVERT_GAP = 2.0
@@ -71,8 +80,122 @@ MAX_PEERS = 32
 POLL_THREADS = MAX_PEERS
 
 
+@dataclass(slots=True)
+class _Polled:
+    content: int | None  # hash of the advert's _content last seen; None: none yet
+    interval: float
+    due: float
+
+
+class PollSchedule:
+    """When to swap adverts next with each connected peer: POLL_INTERVAL after a swap
+    that taught something new (or the first with a peer), then twice the interval
+    before each time a swap teaches nothing new, up to MAX_POLL_INTERVAL; back to
+    POLL_INTERVAL (and due no later than that from now) as soon as the peer's advert
+    changes, whichever way it comes: a poll, its gossiped advert, or its own swap.
+
+    Why: every downloading node polls every peer it is connected to, and every node is
+    connected to the origin. At POLL_INTERVAL for all, 1,000 downloading nodes swap
+    2,000 adverts a second with the origin, each a signature recovery on both sides,
+    while the origin's advert does not change for the whole broadcast. A peer fetching
+    the same version changes its advert with each shard it gets, so it stays near
+    POLL_INTERVAL (`swapped`'s `fetching`: it is kept there while its advert shows it
+    part way through a version this peer fetches, however slowly its shards come).
+    When this peer starts a download, every peer starts afresh at POLL_INTERVAL
+    (`restart`); the origin and peers done back off, and what they gossip (a
+    download of theirs that starts or ends) brings their next poll forward.
+
+    Only connected peers are kept (`due` forgets the others). Times are the caller's
+    clock's; thread-safe: swaps end in the polling pool, adverts arrive in the host's
+    worker threads.
+    """
+
+    def __init__(
+        self, interval: float = POLL_INTERVAL, max_interval: float = MAX_POLL_INTERVAL
+    ) -> None:
+        self.interval = interval
+        self.max_interval = max_interval
+        self._lock = threading.Lock()
+        self._peers: dict[str, _Polled] = {}
+
+    def __contains__(self, peer: object) -> bool:
+        with self._lock:
+            return peer in self._peers
+
+    def interval_of(self, peer: str) -> float | None:
+        """The interval before `peer`'s next swap; None if it is not scheduled."""
+        with self._lock:
+            polled = self._peers.get(peer)
+            return None if polled is None else polled.interval
+
+    def due(self, connected: Iterable[str], now: float) -> list[str]:
+        """The peers of `connected` to swap with at `now` (one never swapped with: at
+        once), in their order; forgets every peer not in `connected`."""
+        connected = list(connected)
+        with self._lock:
+            keep = set(connected)
+            for gone in [p for p in self._peers if p not in keep]:
+                del self._peers[gone]
+            return [p for p in connected if p not in self._peers or self._peers[p].due <= now]
+
+    def swapped(
+        self, peer: str, advert: Advert | None, started: float, *, fetching: bool = False
+    ) -> None:
+        """A swap with `peer`, started at `started`, ended with its `advert` (None: it
+        failed, which taught nothing new either). `fetching`: the advert shows the peer
+        part way through a version this peer fetches too; it gets shards all the time
+        (a 64 MiB one every ten seconds on a home uplink), each one this peer may want
+        from it, so it stays at the shortest interval."""
+        content = None if advert is None else _content(advert)
+        with self._lock:
+            polled = self._peers.get(peer)
+            if polled is None:  # the first swap since it connected
+                self._peers[peer] = _Polled(content, self.interval, started + self.interval)
+                return
+            if fetching or (content is not None and content != polled.content):
+                polled.content, polled.interval = content, self.interval
+            else:
+                polled.interval = min(2 * polled.interval, self.max_interval)
+            polled.due = started + polled.interval
+
+    def heard(self, peer: str, advert: Advert, now: float) -> None:
+        """`peer`'s advert came unasked (gossiped, or with its own swap) at `now`. A peer
+        not scheduled is left so: it is due at once if connected, and gossip reaches
+        this peer from the whole swarm, not only from those it is connected to."""
+        content = _content(advert)
+        with self._lock:
+            polled = self._peers.get(peer)
+            if polled is None or polled.content == content:
+                return
+            polled.content, polled.interval = content, self.interval
+            polled.due = min(polled.due, now + self.interval)
+
+    def forget(self, peer: str) -> None:
+        """`peer` just connected: its first swap starts its schedule afresh."""
+        with self._lock:
+            self._peers.pop(peer, None)
+
+    def restart(self, now: float) -> None:
+        """Every peer due at `now`, at POLL_INTERVAL: a download that starts asks who
+        holds a new version's shards, which a peer quiet for the last one may soon have."""
+        with self._lock:
+            for polled in self._peers.values():
+                polled.interval, polled.due = self.interval, now
+
+
+def _content(advert: Advert) -> int:
+    """What a downloader learns from `advert`: where the peer is and serves, what it
+    holds, whom it knows (its record is signed once per peer and not compared).
+    Hashed: a reachable peer connected to a hundred others keeps an int for each, not
+    an advert of up to MAX_ADVERT_BYTES; a collision would only time one poll wrong
+    (what the advert says is learnt all the same)."""
+    holdings = tuple((h.manifest_hash, h.step, h.shards) for h in advert.holdings)
+    return hash((advert.data, tuple(advert.addrs), holdings, tuple(advert.peers)))
+
+
 class Advertiser:
-    """This peer's advert, what it learns from others', and what it serves."""
+    """This peer's advert, what it learns from others', and what it serves; and, while
+    it fetches, the polls of its peers' adverts on a :class:`PollSchedule`."""
 
     def __init__(
         self,
@@ -85,7 +208,9 @@ class Advertiser:
         account: LocalAccount | None,
         reachable: bool,
         on_event: Callable[[Event], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock`: the seconds the poll schedule counts in."""
         self.host = host
         self.store = store
         self.book = book
@@ -100,6 +225,8 @@ class Advertiser:
         self._last_dialback = -DIALBACK_RETRY
         self._poller: threading.Thread | None = None
         self._polls: ThreadPoolExecutor | None = None
+        self._clock = clock
+        self.schedule = PollSchedule()
         # Outbound only (no listen address): nobody could dial the data path, so none
         # is offered; the peer fetches from others and serves nothing.
         listen = host.listen
@@ -134,7 +261,8 @@ class Advertiser:
 
     def start(self, fetching: Callable[[], bool]) -> None:
         """Starts polling: adverts on schedule, dial-backs retried, and, while
-        `fetching()`, an advert swap with every connected peer each POLL_INTERVAL."""
+        `fetching()`, advert swaps with the connected peers that the schedule has due,
+        checked every POLL_INTERVAL."""
         self._polls = ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="swarmrl-poll")
         self._poller = threading.Thread(
             target=self._poll_loop, args=(fetching, self._polls), name="swarmrl-poll", daemon=True
@@ -167,7 +295,9 @@ class Advertiser:
         )
 
     def changed(self) -> None:
-        """What this peer holds or offers changed: tell the swarm soon."""
+        """What this peer holds or offers changed: tell the swarm soon. The fetcher
+        says so when a download starts, too: every peer is polled afresh then."""
+        self.schedule.restart(self._clock())
         self.send_advert(force=True)
 
     def send_advert(self, *, force: bool = False) -> None:
@@ -188,21 +318,38 @@ class Advertiser:
 
     def meet(self, peer: str) -> None:
         """Swaps adverts with a peer just connected to, and asks it for a dial-back."""
+        self.schedule.forget(peer)
         self._poll_peer(peer)
         self._dial_back(peer)
 
     def _poll_peer(self, peer: str) -> None:
         """Swaps adverts with `peer`, and dials the peers it knows that this one does not."""
+        started = self._clock()
+        learnt: Advert | None = None
         try:
             advert = self.host.call(HAVE, peer, HaveRequest(advert=self.advert()))
             self._learn(peer, advert)
+            learnt = advert
         except (RemoteError, wire.WireError, SignatureError, ValueError) as e:
             log.warning("peer %s sent a bad advert: %s", peer, e)
-            return
         except (ConnectionError, TimeoutError, RuntimeError) as e:
             log.debug("could not poll %s: %s", peer, e)
-            return
-        self._dial_new(advert.peers)
+        finally:
+            fetching = learnt is not None and self._mid_download(learnt)
+            self.schedule.swapped(peer, learnt, started, fetching=fetching)
+        if learnt is not None:
+            self._dial_new(learnt.peers)
+
+    def _mid_download(self, advert: Advert) -> bool:
+        """Whether `advert` (learnt already, so well formed) shows its peer part way
+        through a version that this peer is fetching too."""
+        for h in advert.holdings:
+            version = self.store.get(h.manifest_hash)
+            if version is None or version.complete:
+                continue
+            if not all(bits(bytes.fromhex(h.shards), version.manifest.shard_count)):
+                return True
+        return False
 
     def _dial_new(self, addrs: list[str]) -> None:
         connected = set(self.host.peers())
@@ -214,6 +361,7 @@ class Advertiser:
                 continue
             with contextlib.suppress(ValueError, ConnectionError, TimeoutError, RuntimeError):
                 connected.add(self.host.connect(addr, timeout=5))
+                self.schedule.forget(peer)
                 self._poll_peer(peer)
 
     def _learn(self, peer: str, advert: Advert) -> None:
@@ -236,6 +384,7 @@ class Advertiser:
             self._learn(peer, advert)
         except (SignatureError, ValueError) as e:
             raise wire.WireError(f"bad advert: {e}") from None
+        self.schedule.heard(peer, advert, self._clock())
         self._dial_new([a for a in advert.addrs if a.endswith(f"/p2p/{peer}")][:1])
 
     # ---- reachability ----------------------------------------------------------------
@@ -288,12 +437,17 @@ class Advertiser:
                 log.exception("polling peers failed; trying again in %s s", POLL_INTERVAL)
 
     def _poll_once(self, fetching: bool, polls: ThreadPoolExecutor) -> None:
+        # Every tick, fetching or not: the schedule forgets peers no longer connected.
+        due = self.schedule.due(self.host.peers(), self._clock())
         if fetching:
+            # Only the peers due: at POLL_INTERVAL for every peer, 1,000 downloading
+            # nodes would swap 2,000 adverts a second with the origin, whose advert does
+            # not change during a broadcast (PollSchedule); gossip pushes changes.
             # host.call may come from any thread: each swap waits on the host's event
             # loop, so the swaps of a round overlap and it lasts as long as the slowest.
             swaps = [
                 (peer, polls.submit(self._poll_peer, peer))
-                for peer in self.host.peers()
+                for peer in due
                 if not self.book.is_banned(peer)
             ]
             for peer, poll in swaps:
@@ -320,6 +474,7 @@ class Advertiser:
                 self._learn(peer, request.advert)
             except (SignatureError, ValueError) as e:
                 raise wire.WireError(f"bad advert: {e}") from None
+            self.schedule.heard(peer, request.advert, self._clock())
         return self.advert()
 
 
