@@ -1002,7 +1002,9 @@ def report(result: Result) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """The benchmark with `argv`'s options (none: the defaults, as `swarmrl bench all`
+    runs it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--minutes", type=float, default=2.0)
@@ -1037,4 +1039,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

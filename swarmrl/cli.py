@@ -74,6 +74,7 @@ BENCHMARKS = (
     "trust",
     "trainer",
     "offpolicy",
+    "load",
 )
 
 
