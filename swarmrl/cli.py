@@ -7,6 +7,7 @@ exit: 1 for bad input or a failed check, 2 for a malformed command line.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import typer
 
@@ -264,8 +265,8 @@ def bench_load(
         help="Also a phase where one joined peer holds as many uploads open as it can, "
         "trickling their bytes.",
     ),
-    json_out: str | None = typer.Option(None, "--json", help="Write every figure here too."),
-    profile: str | None = typer.Option(
+    json_out: Path | None = typer.Option(None, "--json", help="Write every figure here too."),
+    profile: Path | None = typer.Option(
         None, "--profile", help="py-spy's raw samples of the orchestrator, written here."
     ),
 ) -> None:
@@ -273,6 +274,11 @@ def bench_load(
     orders, signed uploads, receipts) against a real orchestrator's intake on loopback;
     submissions/s, a probe node's latencies, the orchestrator's CPU and memory, and
     every receipt checked against the ledger (CPU)."""
+    from swarmrl.files import check_output_path
+
+    for out in (json_out, profile):
+        if out is not None:
+            check_output_path(out)  # refused now, not after minutes of measuring
     argv = ["--nodes", str(nodes), "--minutes", str(minutes), "--processes", str(processes)]
     if rate is not None:
         argv += ["--rate", str(rate)]
@@ -281,9 +287,9 @@ def bench_load(
     if slow_uploads:
         argv.append("--slow-uploads")
     if json_out is not None:
-        argv += ["--json", json_out]
+        argv += ["--json", str(json_out)]
     if profile is not None:
-        argv += ["--profile", profile]
+        argv += ["--profile", str(profile)]
     _run_benchmark("load", argv)
 
 

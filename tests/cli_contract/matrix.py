@@ -45,6 +45,8 @@ PATH_ROLES = {
     "model import-smollm2 out": "out-dir",
     "train local out": "out-dir",
     "weights pull out": "out-dir",
+    "bench load json_out": "out-file",
+    "bench load profile": "out-file",
 }
 
 # What a string parameter holds, by name; "<command> <name>" overrides.
@@ -287,9 +289,11 @@ class _Builder:
             r = role(self.command, p)
             long = self.command.shown.startswith(LONG_WHEN_ACCEPTED)
             if r in OUTPUT_ROLES:
-                # A new name: the command writes it there; a long command refuses the
-                # file the case's folder holds.
-                name = "a-file" if long else self.output_name(r)
+                # A new name: the command writes it there; a long command refuses what
+                # the case's folder holds in the output's way (its folder where a file
+                # goes, its file where a folder goes).
+                in_the_way = "taken" if r == "out-file" else "a-file"
+                name = in_the_way if long else self.output_name(r)
                 place, what = (lambda scratch, name=name: scratch / name), f"output {name}"
             else:
                 label = next(k for k in _EXISTING_DAMAGE if k in self.world.damaged[r])
