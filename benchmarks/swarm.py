@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.load import proc_rss_mib
 from orchestrator.local_swarm import (
     SWARMRL,
     Swarm,
@@ -63,13 +64,6 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _process_tree_cpu(root: int) -> float:
@@ -149,12 +143,12 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
         costs_at_start = {key: len(_lines(root / key / "costs.jsonl")) for key in keys}
         checks_at_start = len(_lines(data / "validation.jsonl"))
         units_at_start = _units(data)
-        rss_start = (_rss_mib(orchestrator.pid), _rss_mib(swarm.processes[keys[0]].pid))
+        rss_start = (proc_rss_mib(orchestrator.pid), proc_rss_mib(swarm.processes[keys[0]].pid))
         time.sleep(seconds)
         elapsed = time.monotonic() - began
         cpu = {k: v - cpu_at_start.get(k, 0.0) for k, v in _cpu_by_program(swarm).items()}
         units = _units(data) - units_at_start
-        rss_end = (_rss_mib(orchestrator.pid), _rss_mib(swarm.processes[keys[0]].pid))
+        rss_end = (proc_rss_mib(orchestrator.pid), proc_rss_mib(swarm.processes[keys[0]].pid))
         costs = [c for key in keys for c in _lines(root / key / "costs.jsonl")]
         checks = _lines(data / "validation.jsonl")
         return {
