@@ -46,8 +46,8 @@ RUNS = 3
 STEPS = 8
 FAULTS = len(Target) + 1  # every target, and one of them again
 EPOCH_SECONDS = 20  # the validation grace stays the demo's 30 s
-# Each epoch recorded locks the slash penalty (50 SRL) of its provider's stake for the
-# invalidation window: with this stake and window no closed epoch waits for a lock to end.
+# Each node in the pool bonds the slash penalty (50 SRL) of its provider's stake; this
+# stake covers its nodes with room to spare.
 STAKE, INVALIDATION_WINDOW = 1000, 300
 STEP_LIMIT = 900.0  # seconds a step may take to come before the run counts as stopped
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import typer
 
@@ -28,6 +28,7 @@ from swarmrl.times import date_time, duration
 if TYPE_CHECKING:
     from client.node.view import EpochWork
     from swarmrl.chain.contracts import Contracts
+    from swarmrl.chain.work import LeafRef
 
 app = typer.Typer(
     help="Keys, stake and rewards: stake, unstake and claim from an encrypted keystore.",
@@ -193,8 +194,9 @@ def balance(
         typer.echo(f"gas (ETH)    {format_tokens(chain.eth_balance(account))}")
         typer.echo(f"staked       {format_tokens(chain.stake_of(account))}")
         typer.echo(
-            f"locked       {format_tokens(chain.locked_of(account))} "
-            "(backs recorded work inside its invalidation window)"
+            f"bonded       {format_tokens(chain.bonded_of(account))} "
+            "(your nodes' slash penalties in the pools: held while a node is joined, and after "
+            "it leaves until the work recorded before has passed its invalidation window)"
         )
         typer.echo(
             f"unbonding    {format_tokens(unbonding.total)} "
@@ -234,8 +236,9 @@ def unstake(
 ) -> None:
     """Start unbonding stake; it stays slashable until the unbonding period ends.
 
-    Stake that backs your registered nodes, or is locked by recorded work still
-    inside its invalidation window, stays active until then.
+    Stake that backs your registered nodes, or that the pools bond for your nodes
+    (while joined, and after leaving until the work recorded before has passed its
+    invalidation window), stays active until then.
     """
     units = parse_tokens(amount)
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
@@ -247,18 +250,19 @@ def unstake(
 def _check_unbondable(chain: Contracts, units: int) -> None:
     """One sentence, before any transaction, if `units` cannot leave active stake now."""
     me = chain.address
-    active, locked = chain.stake_of(me), chain.locked_of(me)
+    active, bonded = chain.stake_of(me), chain.bonded_of(me)
     nodes = len(chain.nodes_of(me))
     backing = nodes * chain.min_stake_per_node()
-    free = max(0, active - max(locked, backing))
+    free = max(0, active - max(bonded, backing))
     if units <= free:
         return
     reasons = []
     if backing:
         reasons.append(f"{format_tokens(backing)} backs your {nodes} registered node(s)")
-    if locked:
+    if bonded:
         reasons.append(
-            f"{format_tokens(locked)} is locked by work still in its invalidation window"
+            f"{format_tokens(bonded)} is bonded by your nodes in the pools, joined or with "
+            "work still in its invalidation window"
         )
     why = f" ({'; '.join(reasons)})" if reasons else ""
     raise ValueError(
@@ -322,25 +326,37 @@ def claim(
     given, or without --epoch every one that is claimable (see `wallet claimable`)."""
     _check_address(node, "--node")
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
-        if not epochs:
-            epochs = _claimable_now(chain, chain.address, node)
-        amount = chain.claim(node, epochs)
+        if epochs:
+            amount = chain.claim(node, epochs)
+        else:
+            ready = _claimable_now(chain, chain.address, node)
+            epochs = [found.work.epoch for found in ready]
+            # The refs are at hand already: no second search of the logs.
+            amount = chain.claim_refs([found.ref for found in ready])
         typer.echo(f"claimed {format_tokens(amount)} for epochs {', '.join(map(str, epochs))}")
 
 
-def _claimable_now(chain: Contracts, provider: str, node: str) -> list[int]:
-    """The epochs of `node` that `provider` can claim now; ValueError saying when the
+def _claimable_now(chain: Contracts, provider: str, node: str) -> list[Unclaimed]:
+    """The work of `node` that `provider` can claim now; ValueError saying when the
     first becomes claimable, or that there is none."""
-    from client.node.view import CLAIMABLE, epoch_status
+    from client.node.view import CLAIMABLE, PENDING, epoch_status
 
     now = chain.chain_time()
     unclaimed = _unclaimed(chain, provider, [node])
-    ready = [w.epoch for _, w in unclaimed if epoch_status(w, now) == CLAIMABLE]
+    ready = [found for found in unclaimed if epoch_status(found.work, now) == CLAIMABLE]
     if ready:
         return ready
-    if not unclaimed:
+    pending = [
+        found.work for found in unclaimed if epoch_status(found.work, now).startswith(PENDING)
+    ]
+    if not pending:
+        if unclaimed:
+            raise ValueError(
+                f"nothing to claim: the unclaimed work of node {node} is never to be paid "
+                "(see `wallet claimable`)"
+            )
         raise ValueError(f"nothing to claim: no unclaimed work of node {node} is recorded")
-    first = min(unclaimed, key=lambda found: found[1].unlocks_at)[1]
+    first = min(pending, key=lambda work: work.unlocks_at)
     raise ValueError(
         f"nothing to claim yet: epoch {first.epoch} becomes claimable at "
         f"{date_time(first.unlocks_at)} (in {duration(first.unlocks_at - now)}, by the "
@@ -359,7 +375,7 @@ def claimable(
     rpc_url: str | None = RpcUrl,
 ) -> None:
     """The provider's recorded, unclaimed rewards per node and epoch, claimable now or
-    when (no password needed)."""
+    when, or why they never will be (no password needed)."""
     from client.node.view import CLAIMABLE, epoch_status
 
     if node is not None:
@@ -373,29 +389,46 @@ def claimable(
         typer.echo(f"no unclaimed work is recorded for provider {provider}")
         return
     ready = 0
-    for address, work in unclaimed:
+    for found in unclaimed:
+        work = found.work
         status = epoch_status(work, now)
         ready += work.reward if status == CLAIMABLE else 0
-        typer.echo(f"node {address}  epoch {work.epoch}  {format_tokens(work.reward)}  {status}")
+        typer.echo(f"node {found.node}  epoch {work.epoch}  {format_tokens(work.reward)}  {status}")
     typer.echo(
         f"claimable now: {format_tokens(ready)} tokens "
         f"(`swarmrl wallet claim {name} --node NODE` claims a node's)"
     )
 
 
-def _unclaimed(chain: Contracts, provider: str, nodes: list[str]) -> list[tuple[str, EpochWork]]:
-    """(node, its epoch's work) for every epoch of `nodes` recorded for `provider` that is
-    neither claimed nor invalidated, in order."""
+class Unclaimed(NamedTuple):
+    """A node's recorded work of one epoch, as shown, and the leaf that claims it."""
+
+    node: str
+    work: EpochWork
+    ref: LeafRef
+
+
+def _unclaimed(chain: Contracts, provider: str, nodes: list[str]) -> list[Unclaimed]:
+    """Every epoch's work of `nodes` recorded under a membership of `provider` that is
+    still open (neither claimed, invalidated nor released), in order: payable or not,
+    since a leaf of a slashed membership or of one that had left is shown as such."""
     from eth_utils import to_checksum_address
 
     from client.node.onchain import epoch_work
+    from swarmrl.chain.contracts import Settlement
 
-    found: list[tuple[str, EpochWork]] = []
+    found: list[Unclaimed] = []
     for node in nodes:
         for epoch in chain.recorded_epochs(node):
             work = chain.work_of(epoch, node)
-            if work.provider == provider and not (work.claimed or work.invalidated):
-                found.append((to_checksum_address(node), epoch_work(epoch, work)))
+            if (
+                work is not None
+                and work.membership.provider == provider
+                and work.settlement is Settlement.OPEN
+            ):
+                found.append(
+                    Unclaimed(to_checksum_address(node), epoch_work(epoch, work), work.ref)
+                )
     return found
 
 

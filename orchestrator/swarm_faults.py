@@ -310,8 +310,11 @@ class Faults:
                 rows = ledger.submissions.all(node=row.node, epoch=row.epoch)
                 units = sum(s.units for s in rows if s.status is SubmissionStatus.ACCEPTED)
                 if units == 0 and any(s.slashable for s in rows):
-                    units = 1  # the one unit that commits evidence (recorder._record)
-                on_chain = chain.work_of(row.epoch, row.node).units
+                    units = 1  # the one unit that commits evidence (recorder._units)
+                if row.units == 0 and units and not chain.membership_of(row.node)[1].live:
+                    units = 0  # out of the pool at recording (slashed): never recorded
+                work = chain.work_of(row.epoch, row.node)
+                on_chain = 0 if work is None else work.units
                 if on_chain != units:
                     out.append(
                         f"epoch {row.epoch} of {row.node}: {on_chain} units on chain, "

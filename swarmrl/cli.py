@@ -76,6 +76,7 @@ BENCHMARKS = (
     "trainer",
     "offpolicy",
     "load",
+    "chain",
 )
 
 
@@ -291,6 +292,26 @@ def bench_load(
     if profile is not None:
         argv += ["--profile", str(profile)]
     _run_benchmark("load", argv)
+
+
+@bench_app.command("chain")
+def bench_chain(
+    nodes: str = typer.Option(
+        "10,100,1000", "--nodes", help="Swarm sizes, comma-separated, each 1 to 10,000 nodes."
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="Write every figure here too."),
+) -> None:
+    """Recording an epoch on chain: N nodes set up on a real anvil, epoch 0 written to a
+    real ledger and recorded by the orchestrator's recorder; transactions per epoch, gas
+    per node, a slash vote and one provider's claim (CPU)."""
+    from swarmrl.files import check_output_path
+
+    if json_out is not None:
+        check_output_path(json_out)  # refused now, not after minutes of measuring
+    argv = ["--nodes", nodes]
+    if json_out is not None:
+        argv += ["--json", str(json_out)]
+    _run_benchmark("chain", argv)
 
 
 @bench_app.command("all")

@@ -14,19 +14,32 @@ from client.node.view import ChainFacts, EpochWork
 
 if TYPE_CHECKING:
     from swarmrl.chain.contracts import Contracts, WorkRecord
+    from swarmrl.chain.work import LeafRef
 
 
 def read_facts(
-    chain: Contracts, node: str, epochs: Iterable[int], final: dict[int, EpochWork]
+    chain: Contracts,
+    node: str,
+    epochs: Iterable[int],
+    final: dict[int, EpochWork],
+    refs: dict[int, LeafRef] | None = None,
 ) -> ChainFacts:
     """`node`'s standing now; epochs in `final` are not read again, and epochs that
-    became final are added to it."""
+    became final are added to it. `refs` keeps the leaf of each epoch found recorded, so
+    that later reads of it are three calls rather than searches of the chain's logs."""
     provider = chain.provider_of(node)
     if provider is None:
         raise ValueError(f"node {node} has no provider on chain; run `swarmrl node init`")
+    refs = {} if refs is None else refs
+    wanted = sorted(set(epochs))
+    # One search of the logs for all the epochs awaiting record, then two for each found.
+    unseen = [e for e in wanted if e not in final and e not in refs]
+    recorded = set(chain.recorded_epochs(node)) if unseen else set()
     work = []
-    for epoch in sorted(set(epochs)):
-        known = final.get(epoch) or epoch_work(epoch, chain.work_of(epoch, node))
+    for epoch in wanted:
+        known = final.get(epoch)
+        if known is None:
+            known = epoch_work(epoch, _work_of(chain, node, epoch, refs, recorded))
         if known.final:
             final[epoch] = known
         work.append(known)
@@ -41,8 +54,26 @@ def read_facts(
     )
 
 
-def epoch_work(epoch: int, record: WorkRecord) -> EpochWork:
-    """The chain's record of a node's work in `epoch` as the screen and the wallet show it."""
+def _work_of(
+    chain: Contracts, node: str, epoch: int, refs: dict[int, LeafRef], recorded: set[int]
+) -> WorkRecord | None:
+    """`node`'s work in `epoch`: read by the leaf found before, else searched for if the
+    pool logged it (`recorded`), keeping its leaf in `refs`."""
+    if epoch in refs:
+        return chain.work_at(refs[epoch])
+    if epoch not in recorded:
+        return None
+    record = chain.work_of(epoch, node)
+    if record is not None:
+        refs[epoch] = record.ref
+    return record
+
+
+def epoch_work(epoch: int, record: WorkRecord | None) -> EpochWork:
+    """The chain's record of a node's work in `epoch` as the screen and the wallet show it
+    (None: nothing recorded yet)."""
+    if record is None:
+        return EpochWork(epoch)
     return EpochWork(
         epoch,
         units=record.units,
@@ -50,7 +81,9 @@ def epoch_work(epoch: int, record: WorkRecord) -> EpochWork:
         unlocks_at=record.unlocks_at,
         claimed=record.claimed,
         invalidated=record.invalidated,
-        slashed=record.slashed,
+        # A membership slashed after this epoch was paid took nothing of it.
+        slashed=record.slashed and not record.claimed,
+        backed=record.provider is not None,
     )
 
 
@@ -70,6 +103,7 @@ class ChainReader:
         self.receipts = receipts
         self._chain: Contracts | None = None
         self._final: dict[int, EpochWork] = {}
+        self._refs: dict[int, LeafRef] = {}
 
     def __call__(self) -> ChainFacts:
         if self._chain is None:
@@ -77,7 +111,8 @@ class ChainReader:
             from swarmrl.chain.deploy import load_deployment
 
             self._chain = Contracts.connect(load_deployment(self.deployment))
-        return read_facts(self._chain, self.node, work_epochs(self.receipts()), self._final)
+        epochs = work_epochs(self.receipts())
+        return read_facts(self._chain, self.node, epochs, self._final, self._refs)
 
 
 class ProviderClaimer:

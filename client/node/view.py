@@ -29,12 +29,15 @@ class EpochWork:
     unlocks_at: int = 0
     claimed: bool = False
     invalidated: bool = False  # slashing invalidates too
-    slashed: bool = False
+    slashed: bool = False  # its membership was slashed: what it had not been paid is forfeit
+    # False: recorded under a membership that was not live then (the node had left), so
+    # it is never paid (nor slashed).
+    backed: bool = True
 
     @property
     def final(self) -> bool:
         """Nothing can change it any more, so it need not be read again."""
-        return self.claimed or self.invalidated
+        return self.claimed or self.invalidated or not self.backed
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ def stake_status(facts: ChainFacts) -> str:
 def epoch_status(work: EpochWork, now: int) -> str:
     if not work.units:
         return "awaiting record"
+    if not work.backed:
+        return "never paid: recorded when the node was not in the pool"
     if work.slashed:
         return "slashed"
     if work.invalidated:

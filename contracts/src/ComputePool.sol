@@ -7,6 +7,7 @@ import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
+import {Hashes} from "@openzeppelin/contracts/utils/cryptography/Hashes.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
@@ -16,10 +17,15 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 
 /// @title One training run's pool of nodes, their recorded work and rewards.
 /// @notice See IComputePool. A StakeManager creates pools (its `createPool`,
-/// through its PoolFactory) and lets only those lock and slash stake.
-/// The provider a node had when its work was recorded is the one that claims
-/// the reward and is slashed for it, even if the node later leaves the pool or
-/// the registry.
+/// through its PoolFactory) and lets only those bond and slash stake.
+/// The provider of the membership a leaf names is the one that claims its
+/// reward and is slashed for it, even if the node later leaves the pool or the
+/// registry.
+///
+/// An epoch costs the recorder one transaction per MAX_LEAVES nodes: calldata
+/// and a log per leaf, a hash per tree node, and a fixed number of storage
+/// writes. Per-leaf state (settled, votes) is written only by the rare
+/// transactions that need it: a claim (paid by its provider), a vote.
 ///
 /// A vote counts only while its validator holds the role in the term it voted
 /// in: revoking (or renouncing) the role voids the validator's pending votes,
@@ -43,7 +49,8 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// penalty, revoking a validator) apply at once: none takes stake, and an
 /// invalidation only returns a reward to this pool's budget, which pays
 /// providers alone. A recorder needs no delay either: recording slashes
-/// nothing without the validators' votes.
+/// nothing without the validators' votes, and a leaf whose membership was not
+/// live when it was recorded is never paid.
 contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     using SafeERC20 for IERC20;
 
@@ -60,6 +67,9 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// before it applies: 30 days of the longest window, 30 of the longest
     /// unbonding period and a day to react (see the contract's notice).
     uint256 public constant SLASH_CHANGE_DELAY = 61 days;
+    /// @notice The most leaves in one part: about 7M gas to record (a log and 128
+    /// bytes of calldata per leaf), inside a block and EIP-7825's 16.8M cap per transaction.
+    uint256 public constant MAX_LEAVES = 1024;
 
     /// @inheritdoc IComputePool
     bytes32 public immutable runId;
@@ -67,7 +77,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     IERC20 public immutable token;
     /// @notice The provider registry.
     IProviderRegistry public immutable registry;
-    /// @notice The stake manager that created this pool, which locks and slashes for it.
+    /// @notice The stake manager that created this pool, which bonds and slashes for it.
     IStakeManager public immutable stakeManager;
 
     /// @inheritdoc IComputePool
@@ -85,12 +95,26 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     uint256 public totalFunded;
     /// @notice Every token ever paid by `claim`.
     uint256 public totalPaid;
+    /// @notice The latest end of a window of any part recorded so far: a node
+    /// leaving now has no record that stays slashable past it.
+    uint64 public latestUnlock;
 
-    mapping(address node => address provider) private _joined;
-    mapping(uint64 epoch => mapping(address node => WorkRecord)) private _work;
+    /// @dev The penalties a provider's memberships bond: those joined, and those
+    /// that left while a window was open, until `leavingUntil` (merged: the latest end).
+    struct Bond {
+        uint128 joined;
+        uint128 leaving;
+        uint64 leavingUntil;
+    }
+
+    mapping(address node => uint32) private _memberships;
+    mapping(address node => mapping(uint32 index => Membership)) private _membership;
+    mapping(address provider => Bond) private _bonds;
+    mapping(uint64 epoch => mapping(uint32 part => PartRecord)) private _records;
+    mapping(bytes32 leafKey => Settlement) private _settled;
     /// @dev Bumped on every grant of VALIDATOR_ROLE, so a vote names the term it was cast in.
     mapping(address validator => uint256) private _term;
-    /// @dev One ballot per (epoch, node) for invalidation and per (epoch, node, digest) for slashing.
+    /// @dev One ballot per leaf for invalidation and per (node, membership, digest) for slashing.
     mapping(bytes32 ballot => address[]) private _voters;
     mapping(bytes32 ballot => mapping(address validator => uint256 term)) private _votedIn;
     mapping(bytes32 digest => bool) private _evidenceUsed;
@@ -147,35 +171,51 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// node's provider), AlreadyJoined, StakeTooLow. A membership left by a
     /// provider who has since removed the node from the registry is stale: the
     /// node's new provider replaces it (NodeLeft, then NodeJoined), so a former
-    /// provider cannot keep a node out of the run.
+    /// provider cannot keep a node out of the run; the former provider's bond
+    /// lasts as after any leave.
     function joinPool(address node) external {
         address provider = registry.providerOf(node);
         if (provider == address(0)) revert NodeNotRegistered(node);
         if (provider != msg.sender) revert NotNodeProvider(node, msg.sender);
-        address current = _joined[node];
-        if (current == provider) revert AlreadyJoined(node);
-        if (current != address(0)) emit NodeLeft(node);
-        _requireStakeCoversNodes(provider);
-        _joined[node] = provider;
-        emit NodeJoined(node, provider);
+        uint32 index = _memberships[node];
+        Membership storage current = _membership[node][index];
+        if (index != 0 && current.leftAt == 0) {
+            if (current.provider == provider) revert AlreadyJoined(node);
+            _leave(current, true);
+            emit NodeLeft(node);
+        }
+        index += 1;
+        _memberships[node] = index;
+        uint256 penalty = slashPenalty();
+        _membership[node][index] = Membership({
+            provider: provider,
+            joinedAt: SafeCast.toUint64(block.timestamp),
+            leftAt: 0,
+            slashed: false,
+            penalty: SafeCast.toUint128(penalty)
+        });
+        _bonds[provider].joined += SafeCast.toUint128(penalty);
+        if (
+            !stakeManager.coversNodes(provider, registry.nodesOf(provider).length)
+                || stakeManager.stakeOf(provider) < stakeManager.bondedOf(provider)
+        ) revert StakeTooLow(provider);
+        emit NodeJoined(node, provider, index);
     }
 
     /// @inheritdoc IComputePool
     /// @dev Reverts NotJoined, NotNodeProvider unless the caller is the node
     /// or the provider it joined with.
     function leavePool(address node) external {
-        address provider = _joined[node];
-        if (provider == address(0)) revert NotJoined(node);
-        if (msg.sender != node && msg.sender != provider) revert NotNodeProvider(node, msg.sender);
-        delete _joined[node];
+        Membership storage m = _current(node);
+        if (msg.sender != node && msg.sender != m.provider) revert NotNodeProvider(node, msg.sender);
+        _leave(m, true);
         emit NodeLeft(node);
     }
 
     /// @inheritdoc IComputePool
     /// @dev Only DEFAULT_ADMIN_ROLE. Reverts NotJoined.
     function eject(address node) external onlyRole(DEFAULT_ADMIN_ROLE) {
-        if (_joined[node] == address(0)) revert NotJoined(node);
-        delete _joined[node];
+        _leave(_current(node), true);
         emit NodeEjected(node, msg.sender);
     }
 
@@ -192,112 +232,113 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Only RECORDER_ROLE. Reserves `units * rewardPerUnit` from the
-    /// budget and locks `slashPenalty` of the provider's stake until the window
-    /// ends. Reverts ZeroAmount (no units), NotJoined, NodeNotRegistered (the
-    /// node is no longer its join-time provider's in the registry),
-    /// WorkAlreadyRecorded, StakeTooLow (the provider's stake no longer covers
-    /// its nodes), InsufficientRewards, and the stake manager's FreeStakeTooLow.
-    function submitWork(uint64 epoch, address node, uint128 units, bytes32 commitment)
-        external
-        onlyRole(RECORDER_ROLE)
-    {
-        if (units == 0) revert ZeroAmount();
-        address provider = _joined[node];
-        if (provider == address(0)) revert NotJoined(node);
-        // A node its provider removed from the registry no longer has stake bound to it.
-        if (registry.providerOf(node) != provider) revert NodeNotRegistered(node);
-        WorkRecord storage rec = _work[epoch][node];
-        if (rec.units != 0) revert WorkAlreadyRecorded(epoch, node);
-        _requireStakeCoversNodes(provider);
-        uint256 reward = uint256(units) * rewardPerUnit;
+    /// @dev Only RECORDER_ROLE. Reverts BadLeaves, ZeroAmount (a leaf without
+    /// units), PartAlreadyRecorded, InsufficientRewards. Whether each leaf's
+    /// membership is live is not checked here (that would cost a storage read
+    /// per node): a leaf whose membership was not live is never paid nor
+    /// slashed, and its reward can be released.
+    function recordWork(uint64 epoch, uint32 part, WorkLeaf[] calldata leaves) external onlyRole(RECORDER_ROLE) {
+        uint256 n = leaves.length;
+        if (n == 0 || n > MAX_LEAVES) revert BadLeaves(n);
+        PartRecord storage rec = _records[epoch][part];
+        if (rec.recordedAt != 0) revert PartAlreadyRecorded(epoch, part);
+        bytes32[] memory level = new bytes32[](n);
+        uint256 units;
+        address previous;
+        for (uint256 i; i < n; ++i) {
+            WorkLeaf calldata leaf = leaves[i];
+            // Ascending nodes: one leaf per node in a part, and one canonical order.
+            if (leaf.node <= previous) revert BadLeaves(i);
+            if (leaf.units == 0) revert ZeroAmount();
+            previous = leaf.node;
+            units += leaf.units;
+            level[i] = _leafHash(leaf);
+            emit WorkRecorded(epoch, leaf.node, part, leaf.membership, leaf.units, leaf.commitment);
+        }
+        uint256 perUnit = rewardPerUnit;
+        uint256 reward = units * perUnit;
         uint256 available = availableRewards;
         if (available < reward) revert InsufficientRewards(available, reward);
-
-        uint256 windowEnd = block.timestamp + invalidationWindow;
-        uint256 penalty = slashPenalty();
         availableRewards = available - reward;
         reservedRewards += reward;
-        rec.units = units;
+
+        uint64 unlocks = SafeCast.toUint64(block.timestamp + invalidationWindow);
+        rec.root = _root(level);
+        rec.units = SafeCast.toUint128(units);
+        rec.nodes = uint32(n);
         rec.recordedAt = SafeCast.toUint64(block.timestamp);
-        rec.unlocksAt = SafeCast.toUint64(windowEnd);
-        rec.provider = provider;
-        rec.commitment = commitment;
-        rec.reward = reward;
-        rec.penalty = penalty;
-        emit WorkSubmitted(epoch, node, units, commitment, reward, windowEnd);
-        stakeManager.lock(provider, penalty, windowEnd);
+        rec.unlocksAt = unlocks;
+        rec.rewardPerUnit = SafeCast.toUint128(perUnit);
+        if (unlocks > latestUnlock) latestUnlock = unlocks;
+        emit PartRecorded(epoch, part, rec.root, n, units, reward, unlocks);
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Only VALIDATOR_ROLE. Reverts NoWork, AlreadyInvalidated,
-    /// WindowClosed, AlreadyVoted (one vote per validator term, epoch and node).
-    function invalidate(uint64 epoch, address node) external onlyRole(VALIDATOR_ROLE) {
-        WorkRecord storage rec = _work[epoch][node];
-        if (rec.units == 0) revert NoWork(epoch, node);
-        if (rec.invalidated) revert AlreadyInvalidated(epoch, node);
-        if (block.timestamp >= rec.unlocksAt) revert WindowClosed(epoch, node);
+    /// @dev Only VALIDATOR_ROLE. Reverts NoWork, NotInRecord, WindowClosed,
+    /// AlreadySettled, AlreadyVoted (one vote per validator term and leaf).
+    function invalidate(LeafRef calldata ref) external onlyRole(VALIDATOR_ROLE) {
+        PartRecord storage rec = _proven(ref);
+        if (block.timestamp >= rec.unlocksAt) revert WindowClosed(ref.epoch, ref.part);
+        bytes32 key = _leafKey(ref);
+        if (_settled[key] != Settlement.Open) revert AlreadySettled(ref.epoch, ref.part, ref.leaf.node);
 
-        uint256 votes = _vote(keccak256(abi.encode(epoch, node)));
-        emit InvalidationVoted(epoch, node, msg.sender, votes);
-        if (votes >= quorum()) _invalidate(rec, epoch, node);
+        uint256 votes = _vote(key);
+        emit InvalidationVoted(ref.epoch, ref.leaf.node, msg.sender, votes);
+        if (votes >= quorum()) _settle(key, rec, ref, Settlement.Invalidated);
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Only VALIDATOR_ROLE, within the window. Reverts NoWork (no record
-    /// for `sub.node` at `epoch`), WindowClosed, WrongRun, BadSignature (not
-    /// signed by `sub.node`), NotInCommitment, AlreadySlashed (this epoch of
-    /// the node was slashed already), EvidenceUsed (this submission already
-    /// slashed, in any epoch), AlreadyVoted, SlashVoteTooEarly (a validator
-    /// appointed after deployment, before SLASH_CHANGE_DELAY has passed). Votes
-    /// count per (epoch, node, digest). Slashed stake goes to the stake
-    /// manager's treasury; the caller gets nothing.
-    function slash(uint64 epoch, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof)
+    /// @dev Only VALIDATOR_ROLE, within the window. Reverts NoWork, NotInRecord,
+    /// WindowClosed, NotBacked, WrongRun, BadSignature (not signed by the
+    /// leaf's node), NotInCommitment, AlreadySlashed (the membership was
+    /// slashed already), EvidenceUsed (this submission already slashed),
+    /// AlreadyVoted, SlashVoteTooEarly (a validator appointed after deployment,
+    /// before SLASH_CHANGE_DELAY has passed). Votes count per (node,
+    /// membership, digest). The penalty is the one the membership bonded at
+    /// its join, or the current one if lower. Slashed stake goes to the stake manager's treasury; the caller
+    /// gets nothing.
+    function slash(LeafRef calldata ref, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof)
         external
         onlyRole(VALIDATOR_ROLE)
         nonReentrant
     {
         uint256 votesAt = _slashVotesAt[msg.sender];
         if (block.timestamp < votesAt) revert SlashVoteTooEarly(msg.sender, votesAt);
-        address node = sub.node;
-        WorkRecord storage rec = _work[epoch][node];
-        bytes32 digest = _checkEvidence(epoch, rec, sub, signature, proof);
-        if (rec.slashed) revert AlreadySlashed(epoch, node);
+        PartRecord storage rec = _proven(ref);
+        if (block.timestamp >= rec.unlocksAt) revert WindowClosed(ref.epoch, ref.part);
+        address node = ref.leaf.node;
+        Membership storage m = _backing(ref, rec);
+        bytes32 digest = _checkEvidence(ref.leaf, sub, signature, proof);
+        if (m.slashed) revert AlreadySlashed(node, ref.leaf.membership);
         if (_evidenceUsed[digest]) revert EvidenceUsed(digest);
 
-        uint256 votes = _vote(keccak256(abi.encode(epoch, node, digest)));
-        emit SlashVoted(epoch, node, digest, msg.sender, votes);
+        uint256 votes = _vote(keccak256(abi.encode(node, ref.leaf.membership, digest)));
+        emit SlashVoted(ref.epoch, node, digest, msg.sender, votes);
         if (votes < quorum()) return;
 
-        rec.slashed = true;
-        _evidenceUsed[digest] = true;
-        if (!rec.invalidated) _invalidate(rec, epoch, node);
-        if (_joined[node] != address(0)) {
-            delete _joined[node];
-            emit NodeEjected(node, msg.sender);
-        }
-        address provider = rec.provider;
-        uint256 amount = stakeManager.slash(provider, rec.penalty, digest);
-        emit NodeSlashed(epoch, node, provider, digest, amount);
+        _punish(ref, rec, m, digest);
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Reverts NoWork, NotNodeProvider (caller is not the provider
-    /// recorded with the epoch), AlreadyInvalidated, AlreadyClaimed,
-    /// WindowOpen. Pays the caller the sum in one transfer.
-    function claim(address node, uint64[] calldata epochs) external nonReentrant returns (uint256 amount) {
-        uint256 n = epochs.length;
+    /// @dev Reverts NoWork, NotInRecord, WindowOpen, NotBacked,
+    /// NotNodeProvider (the caller was not the membership's provider),
+    /// AlreadySlashed (the membership forfeited its rewards), AlreadySettled.
+    /// Pays the caller the sum in one transfer.
+    function claim(LeafRef[] calldata refs) external nonReentrant returns (uint256 amount) {
+        uint256 n = refs.length;
         for (uint256 i; i < n; ++i) {
-            uint64 epoch = epochs[i];
-            WorkRecord storage rec = _work[epoch][node];
-            if (rec.units == 0) revert NoWork(epoch, node);
-            if (rec.provider != msg.sender) revert NotNodeProvider(node, msg.sender);
-            if (rec.invalidated) revert AlreadyInvalidated(epoch, node);
-            if (rec.claimed) revert AlreadyClaimed(epoch, node);
-            if (block.timestamp < rec.unlocksAt) revert WindowOpen(epoch, node, rec.unlocksAt);
-            rec.claimed = true;
-            amount += rec.reward;
-            emit RewardClaimed(epoch, node, msg.sender, rec.reward);
+            LeafRef calldata ref = refs[i];
+            PartRecord storage rec = _proven(ref);
+            if (block.timestamp < rec.unlocksAt) revert WindowOpen(ref.epoch, ref.part, rec.unlocksAt);
+            Membership storage m = _backing(ref, rec);
+            if (m.provider != msg.sender) revert NotNodeProvider(ref.leaf.node, msg.sender);
+            if (m.slashed) revert AlreadySlashed(ref.leaf.node, ref.leaf.membership);
+            bytes32 key = _leafKey(ref);
+            if (_settled[key] != Settlement.Open) revert AlreadySettled(ref.epoch, ref.part, ref.leaf.node);
+            _settled[key] = Settlement.Claimed;
+            uint256 reward = uint256(ref.leaf.units) * rec.rewardPerUnit;
+            amount += reward;
+            emit RewardClaimed(ref.epoch, ref.leaf.node, msg.sender, reward);
         }
         if (amount == 0) return 0;
         reservedRewards -= amount;
@@ -305,36 +346,109 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         token.safeTransfer(msg.sender, amount);
     }
 
+    /// @inheritdoc IComputePool
+    /// @dev Reverts NoWork, NotInRecord, AlreadySettled, StillPayable.
+    function release(LeafRef calldata ref) external {
+        PartRecord storage rec = _proven(ref);
+        bytes32 key = _leafKey(ref);
+        if (_settled[key] != Settlement.Open) revert AlreadySettled(ref.epoch, ref.part, ref.leaf.node);
+        Membership storage m = _membership[ref.leaf.node][ref.leaf.membership];
+        if (_backs(m, rec) && !m.slashed) revert StillPayable(ref.leaf.node, ref.leaf.membership);
+        _settle(key, rec, ref, Settlement.Released);
+    }
+
     // ---- views ----
 
     /// @inheritdoc IComputePool
-    function workOf(uint64 epoch, address node) external view returns (WorkRecord memory) {
-        return _work[epoch][node];
+    function isJoined(address node) external view returns (bool) {
+        uint32 index = _memberships[node];
+        return index != 0 && _membership[node][index].leftAt == 0;
+    }
+
+    /// @notice The provider `node` is joined with, or zero if not joined.
+    function joinedProviderOf(address node) external view returns (address) {
+        Membership storage m = _membership[node][_memberships[node]];
+        return m.leftAt == 0 ? m.provider : address(0);
     }
 
     /// @inheritdoc IComputePool
-    function isJoined(address node) external view returns (bool) {
-        return _joined[node] != address(0);
+    function membershipOf(address node) external view returns (uint32 index, Membership memory membership) {
+        index = _memberships[node];
+        membership = _membership[node][index];
     }
 
-    /// @notice The provider `node` joined with, or zero if not joined.
-    function joinedProviderOf(address node) external view returns (address) {
-        return _joined[node];
+    /// @inheritdoc IComputePool
+    function membershipsOf(address[] calldata nodes)
+        external
+        view
+        returns (uint32[] memory indexes, Membership[] memory memberships)
+    {
+        uint256 n = nodes.length;
+        indexes = new uint32[](n);
+        memberships = new Membership[](n);
+        for (uint256 i; i < n; ++i) {
+            uint32 index = _memberships[nodes[i]];
+            indexes[i] = index;
+            memberships[i] = _membership[nodes[i]][index];
+        }
     }
 
-    /// @notice Invalidation votes for `node`'s work at `epoch` that count now.
-    function invalidationVotes(uint64 epoch, address node) external view returns (uint256) {
-        return _countVotes(keccak256(abi.encode(epoch, node)));
+    /// @notice `node`'s membership number `index` (1 is its first; empty if none).
+    function membershipAt(address node, uint32 index) external view returns (Membership memory) {
+        return _membership[node][index];
     }
 
-    /// @notice Slash votes with the evidence (epoch, node, digest) that count
-    /// now, and whether `node`'s work at `epoch` has been slashed (by any evidence).
-    function slashVotes(uint64 epoch, address node, bytes32 digest)
+    /// @inheritdoc IComputePool
+    function bondOf(address provider) external view returns (uint256 bonded) {
+        Bond storage b = _bonds[provider];
+        bonded = b.joined;
+        if (block.timestamp < b.leavingUntil) bonded += b.leaving;
+    }
+
+    /// @notice What `provider`'s joined memberships bond, and those that left
+    /// with a window open, until `until`.
+    function bondsOf(address provider) external view returns (uint256 joined, uint256 leaving, uint256 until) {
+        Bond storage b = _bonds[provider];
+        return (b.joined, b.leaving, b.leavingUntil);
+    }
+
+    /// @inheritdoc IComputePool
+    function recordOf(uint64 epoch, uint32 part) external view returns (PartRecord memory) {
+        return _records[epoch][part];
+    }
+
+    /// @inheritdoc IComputePool
+    function settlementOf(uint64 epoch, uint32 part, address node) external view returns (Settlement) {
+        return _settled[keccak256(abi.encode(epoch, part, node))];
+    }
+
+    /// @inheritdoc IComputePool
+    function rootOf(WorkLeaf[] calldata leaves) external pure returns (bytes32) {
+        uint256 n = leaves.length;
+        if (n == 0) revert BadLeaves(0);
+        bytes32[] memory level = new bytes32[](n);
+        for (uint256 i; i < n; ++i) {
+            level[i] = _leafHash(leaves[i]);
+        }
+        return _root(level);
+    }
+
+    /// @notice Invalidation votes for `node`'s leaf in part `part` of `epoch` that count now.
+    function invalidationVotes(uint64 epoch, uint32 part, address node) external view returns (uint256) {
+        return _countVotes(keccak256(abi.encode(epoch, part, node)));
+    }
+
+    /// @notice Slash votes with the evidence (node, membership, digest) that
+    /// count now, and whether the membership has been slashed (by any evidence).
+    function slashVotes(address node, uint32 membershipIndex, bytes32 digest)
         external
         view
         returns (uint256 votes, bool slashed)
     {
-        return (_countVotes(keccak256(abi.encode(epoch, node, digest))), _work[epoch][node].slashed);
+        return (
+            _countVotes(keccak256(abi.encode(node, membershipIndex, digest))),
+            _membership[node][membershipIndex].slashed
+        );
     }
 
     /// @inheritdoc IComputePool
@@ -367,11 +481,6 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         return _evidenceUsed[digest];
     }
 
-    /// @notice When `node`'s work at `epoch` can be claimed (0 if none recorded).
-    function unlocksAt(uint64 epoch, address node) external view returns (uint256) {
-        return _work[epoch][node].unlocksAt;
-    }
-
     /// @inheritdoc IComputePool
     function submissionDigest(Submission calldata sub) external view returns (bytes32) {
         return _submissionDigest(sub);
@@ -401,7 +510,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// @inheritdoc IComputePool
     /// @dev Only DEFAULT_ADMIN_ROLE. Reverts PenaltyTooHigh. A lower (or equal)
     /// penalty applies at once and cancels a higher one still waiting; a higher
-    /// one applies to work recorded from SLASH_CHANGE_DELAY from now on.
+    /// one applies to nodes joining from SLASH_CHANGE_DELAY from now on.
     function setSlashPenalty(uint256 amount) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _setSlashPenalty(amount);
     }
@@ -458,16 +567,102 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         }
     }
 
-    function _invalidate(WorkRecord storage rec, uint64 epoch, address node) private {
-        rec.invalidated = true;
-        uint256 reward = rec.reward;
-        reservedRewards -= reward;
-        availableRewards += reward;
-        emit WorkInvalidated(epoch, node);
+    /// @dev The node's live membership; reverts NotJoined.
+    function _current(address node) private view returns (Membership storage m) {
+        uint32 index = _memberships[node];
+        m = _membership[node][index];
+        if (index == 0 || m.leftAt != 0) revert NotJoined(node);
     }
 
-    function _requireStakeCoversNodes(address provider) private view {
-        if (!stakeManager.coversNodes(provider, registry.nodesOf(provider).length)) revert StakeTooLow(provider);
+    /// @dev Ends a live membership. `bonded`: its penalty stays bonded until the
+    /// windows of every part recorded so far have closed (a slashed one owes nothing more).
+    function _leave(Membership storage m, bool bonded) private {
+        m.leftAt = SafeCast.toUint64(block.timestamp);
+        Bond storage b = _bonds[m.provider];
+        uint128 penalty = m.penalty;
+        b.joined -= penalty;
+        uint64 until = latestUnlock;
+        if (!bonded || until <= block.timestamp) return;
+        if (block.timestamp >= b.leavingUntil) b.leaving = 0;
+        b.leaving += penalty;
+        if (until > b.leavingUntil) b.leavingUntil = until;
+    }
+
+    /// @dev The part `ref` names, after checking the leaf's proof against its root.
+    function _proven(LeafRef calldata ref) private view returns (PartRecord storage rec) {
+        rec = _records[ref.epoch][ref.part];
+        if (rec.recordedAt == 0) revert NoWork(ref.epoch, ref.part);
+        if (!MerkleProof.verifyCalldata(ref.proof, rec.root, _leafHash(ref.leaf))) {
+            revert NotInRecord(ref.epoch, ref.part, ref.leaf.node);
+        }
+    }
+
+    /// @dev The leaf's membership; reverts NotBacked unless it was live when the part was recorded.
+    function _backing(LeafRef calldata ref, PartRecord storage rec) private view returns (Membership storage m) {
+        m = _membership[ref.leaf.node][ref.leaf.membership];
+        if (!_backs(m, rec)) revert NotBacked(ref.leaf.node, ref.leaf.membership);
+    }
+
+    /// @dev Whether `m` existed and had not left when `rec` was recorded. A leave in
+    /// the record's second counts as before it: a leave bonds only the windows open
+    /// when it lands, so a record after it in the same second would be slashable with
+    /// nothing bonded for it, and a slash takes active stake first, another node's.
+    function _backs(Membership storage m, PartRecord storage rec) private view returns (bool) {
+        uint64 at = rec.recordedAt;
+        return m.provider != address(0) && m.joinedAt <= at && (m.leftAt == 0 || m.leftAt > at);
+    }
+
+    /// @dev A slash's quorum is reached: the membership ends, slashed, the leaf is
+    /// invalidated and the provider loses the penalty the membership bonded (the
+    /// current one if lower).
+    function _punish(LeafRef calldata ref, PartRecord storage rec, Membership storage m, bytes32 digest) private {
+        m.slashed = true;
+        _evidenceUsed[digest] = true;
+        bytes32 key = _leafKey(ref);
+        if (_settled[key] == Settlement.Open) _settle(key, rec, ref, Settlement.Invalidated);
+        if (m.leftAt == 0) {
+            // A slashed membership forfeits what it has not been paid, so nothing of it stays bonded.
+            _leave(m, false);
+            emit NodeEjected(ref.leaf.node, msg.sender);
+        }
+        uint256 penalty = m.penalty;
+        uint256 current = slashPenalty();
+        if (current < penalty) penalty = current;
+        address provider = m.provider;
+        uint256 amount = stakeManager.slash(provider, penalty, digest);
+        emit NodeSlashed(ref.epoch, ref.leaf.node, provider, digest, amount);
+    }
+
+    /// @dev Settles an open leaf other than by a claim: its reward returns to the budget.
+    function _settle(bytes32 key, PartRecord storage rec, LeafRef calldata ref, Settlement how) private {
+        _settled[key] = how;
+        uint256 reward = uint256(ref.leaf.units) * rec.rewardPerUnit;
+        reservedRewards -= reward;
+        availableRewards += reward;
+        if (how == Settlement.Invalidated) emit WorkInvalidated(ref.epoch, ref.leaf.node, ref.part);
+        else emit RewardReleased(ref.epoch, ref.leaf.node, ref.part, reward);
+    }
+
+    function _leafKey(LeafRef calldata ref) private pure returns (bytes32) {
+        return keccak256(abi.encode(ref.epoch, ref.part, ref.leaf.node));
+    }
+
+    function _leafHash(WorkLeaf calldata leaf) private pure returns (bytes32) {
+        return keccak256(abi.encode(leaf.node, leaf.membership, leaf.units, leaf.commitment));
+    }
+
+    /// @dev The Merkle root over `level` (overwritten): sorted pairs, an odd node moves up unpaired.
+    function _root(bytes32[] memory level) private pure returns (bytes32) {
+        uint256 n = level.length;
+        while (n > 1) {
+            uint256 half = n / 2;
+            for (uint256 i; i < half; ++i) {
+                level[i] = Hashes.commutativeKeccak256(level[2 * i], level[2 * i + 1]);
+            }
+            if (n % 2 == 1) level[half] = level[n - 1];
+            n = half + n % 2;
+        }
+        return level[0];
     }
 
     function _setQuorum(uint256 quorum_) private {
@@ -529,19 +724,17 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
     /// @dev The evidence checks of `slash`; returns the submission's digest.
     function _checkEvidence(
-        uint64 epoch,
-        WorkRecord storage rec,
+        WorkLeaf calldata leaf,
         Submission calldata sub,
         bytes calldata signature,
         bytes32[] calldata proof
     ) private view returns (bytes32 digest) {
-        if (rec.units == 0) revert NoWork(epoch, sub.node);
-        if (block.timestamp >= rec.unlocksAt) revert WindowClosed(epoch, sub.node);
         if (sub.runId != runId) revert WrongRun(sub.runId);
+        if (sub.node != leaf.node) revert NotInCommitment();
         digest = _submissionDigest(sub);
         (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecoverCalldata(digest, signature);
         if (err != ECDSA.RecoverError.NoError || signer != sub.node) revert BadSignature();
-        if (!MerkleProof.verifyCalldata(proof, rec.commitment, keccak256(abi.encode(digest)))) {
+        if (!MerkleProof.verifyCalldata(proof, leaf.commitment, keccak256(abi.encode(digest)))) {
             revert NotInCommitment();
         }
     }

@@ -10,7 +10,7 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// @notice A separate contract only because a StakeManager carrying
 /// ComputePool's creation code would exceed the 24 KiB code size limit
 /// (EIP-170). The caller becomes the new pool's stake manager. A StakeManager
-/// lets only the pools it created through its own factory lock and slash, so
+/// lets only the pools it created through its own factory bond and slash, so
 /// anyone may call this: a pool created directly is trusted by no stake manager.
 contract PoolFactory is IPoolFactory {
     /// @notice Deploys a pool whose stake manager is the caller; see ComputePool's constructor.

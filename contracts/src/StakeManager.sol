@@ -14,7 +14,7 @@ import {IPoolFactory} from "./interfaces/IPoolFactory.sol";
 import {IProviderRegistry} from "./interfaces/IProviderRegistry.sol";
 import {IStakeManager} from "./interfaces/IStakeManager.sol";
 
-/// @title Provider stake: deposit, unbond, withdraw, locks and slashing.
+/// @title Provider stake: deposit, unbond, withdraw, bonds and slashing.
 /// @notice See IStakeManager. Only registered providers stake. Unbonding moves
 /// active stake into an entry released `unbondingPeriod` after the request;
 /// every entry stays slashable until it is withdrawn. Slashing takes active
@@ -41,10 +41,6 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// beyond it is merged into the newest entry (which then releases at the
     /// later of the two times). Bounds the gas of `withdraw` and `slash`.
     uint256 public constant MAX_UNBONDING_ENTRIES = 32;
-    /// @notice At most this many live locks per provider; a lock beyond it is
-    /// merged into the newest (which then lasts until the later end). Bounds the
-    /// gas of recording work.
-    uint256 public constant MAX_LOCKS = 64;
     /// @notice At most this many pools; bounds the gas of the parameter checks.
     uint256 public constant MAX_POOLS = 16;
     /// @notice The shortest unbonding period, and the shortest invalidation window.
@@ -54,12 +50,6 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
 
     /// @notice Where slashed tokens go if the token cannot burn them.
     address public constant BURN_ADDRESS = 0x000000000000000000000000000000000000dEaD;
-
-    /// @dev Stake locked by recorded work until `until`.
-    struct Lock {
-        uint128 amount;
-        uint64 until;
-    }
 
     /// @inheritdoc IStakeManager
     IERC20 public immutable token;
@@ -87,12 +77,6 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     mapping(address provider => uint256) private _unbondingTotal;
     /// @dev Oldest first; slashing consumes from the end.
     mapping(address provider => Unbonding[]) private _unbonding;
-    /// @dev Ends never decrease from `_lockHead` on, so expired locks form a prefix.
-    mapping(address provider => Lock[]) private _locks;
-    mapping(address provider => uint256) private _lockHead;
-    /// @dev Sum of the locks from the head on, expired ones included until released.
-    mapping(address provider => uint256) private _lockedTotal;
-
     modifier onlyPool() {
         if (!_isPool[msg.sender]) revert NotPool(msg.sender);
         _;
@@ -146,7 +130,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @dev Reverts ZeroAmount, InsufficientStake if `amount` exceeds the
     /// active stake, StakeBacksNodes if what stays active would not cover
     /// `minStakePerNode` for each of the caller's registered nodes,
-    /// StakeBacksWork if it would not cover the caller's locks.
+    /// StakeBacksWork if it would not cover what the pools bond (`bondedOf`).
     function requestUnbond(uint256 amount) external {
         if (amount == 0) revert ZeroAmount();
         uint256 active = _active[msg.sender];
@@ -154,8 +138,8 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         uint256 remaining = active - amount;
         uint256 required = minStakePerNode * registry.nodesOf(msg.sender).length;
         if (remaining < required) revert StakeBacksNodes(remaining, required);
-        uint256 locked = _releaseExpiredLocks(msg.sender);
-        if (remaining < locked) revert StakeBacksWork(remaining, locked);
+        uint256 bonded = bondedOf(msg.sender);
+        if (remaining < bonded) revert StakeBacksWork(remaining, bonded);
 
         _active[msg.sender] = remaining;
         _unbondingTotal[msg.sender] += amount;
@@ -218,35 +202,8 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStakeManager
-    /// @dev Only pools. Reverts FreeStakeTooLow unless the provider's active
-    /// stake covers its live locks plus `amount`. An end earlier than the
-    /// newest lock's is raised to it, which only makes the lock last longer.
-    function lock(address provider, uint256 amount, uint256 until) external onlyPool {
-        uint256 locked = _releaseExpiredLocks(provider);
-        uint256 active = _active[provider];
-        uint256 free = active > locked ? active - locked : 0;
-        if (free < amount) revert FreeStakeTooLow(free, amount);
-        if (amount == 0) return;
-
-        Lock[] storage locks = _locks[provider];
-        uint256 n = locks.length;
-        uint256 live = n - _lockHead[provider];
-        _lockedTotal[provider] = locked + amount;
-        if (live != 0 && until < locks[n - 1].until) until = locks[n - 1].until;
-        if (live < MAX_LOCKS) {
-            locks.push(Lock(SafeCast.toUint128(amount), SafeCast.toUint64(until)));
-        } else {
-            Lock storage last = locks[n - 1];
-            last.amount += SafeCast.toUint128(amount);
-            last.until = SafeCast.toUint64(until);
-        }
-        emit StakeLocked(provider, msg.sender, amount, until);
-    }
-
-    /// @inheritdoc IStakeManager
     /// @dev Only pools. Slashes min(amount, active + unbonding); never reverts
-    /// for lack of stake. Emits Slashed only if something was taken. The lock
-    /// of the slashed work stays until its window ends.
+    /// for lack of stake. Emits Slashed only if something was taken.
     function slash(address provider, uint256 amount, bytes32 reason)
         external
         onlyPool
@@ -315,12 +272,11 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStakeManager
-    function lockedOf(address provider) public view returns (uint256 locked) {
-        locked = _lockedTotal[provider];
-        Lock[] storage locks = _locks[provider];
-        uint256 n = locks.length;
-        for (uint256 i = _lockHead[provider]; i < n && locks[i].until <= block.timestamp; ++i) {
-            locked -= locks[i].amount;
+    /// @dev At most MAX_POOLS calls, one per pool.
+    function bondedOf(address provider) public view returns (uint256 bonded) {
+        uint256 n = _pools.length;
+        for (uint256 i; i < n; ++i) {
+            bonded += IComputePool(_pools[i]).bondOf(provider);
         }
     }
 
@@ -355,7 +311,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @inheritdoc IStakeManager
     /// @dev Only DEFAULT_ADMIN_ROLE. Reverts MinStakeBelowPenalty below any
     /// pool's penalty, also one still waiting to apply. A higher minimum
-    /// applies to later joins, records and unbond requests.
+    /// applies to later joins and unbond requests.
     function setMinStakePerNode(uint256 amount) external onlyRole(DEFAULT_ADMIN_ROLE) {
         uint256 n = _pools.length;
         for (uint256 i; i < n; ++i) {
@@ -396,24 +352,6 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         totalStaked += amount;
         emit Staked(msg.sender, amount);
         token.safeTransferFrom(msg.sender, address(this), amount);
-    }
-
-    /// @dev Drops the provider's expired locks; returns what stays locked.
-    function _releaseExpiredLocks(address provider) private returns (uint256 locked) {
-        Lock[] storage locks = _locks[provider];
-        uint256 n = locks.length;
-        uint256 head = _lockHead[provider];
-        locked = _lockedTotal[provider];
-        uint256 start = head;
-        while (head < n && locks[head].until <= block.timestamp) {
-            locked -= locks[head].amount;
-            delete locks[head];
-            ++head;
-        }
-        if (head != start) {
-            _lockHead[provider] = head;
-            _lockedTotal[provider] = locked;
-        }
     }
 
     /// @dev Reverts unless `period` is within the bounds and covers every pool's window.

@@ -6,13 +6,15 @@ import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol"
 import {ComputePool} from "../src/ComputePool.sol";
 import {IComputePool} from "../src/interfaces/IComputePool.sol";
 import {IStakeManager} from "../src/interfaces/IStakeManager.sol";
-import {MerkleBuilder, ProtocolFixture} from "./utils/Fixtures.sol";
+import {ProtocolFixture} from "./utils/Fixtures.sol";
+import {WorkParts} from "./utils/Merkle.sol";
 
 /// @notice Each attack an outside review found, tried as the attacker would:
-/// a provider dodging its stake, a recorder and quorum colluding, a revoked
-/// validator's key, an admin reopening paid epochs or freezing stake, an admin
-/// making itself treasury, recorder and validator to profit from a slash. Each
-/// test fails if the attack works.
+/// a provider dodging its stake (leaving, unbonding, rejoining), a cheater
+/// leaving before its work is recorded, a recorder and quorum colluding, a
+/// revoked validator's key, an admin reopening paid work or freezing stake,
+/// an admin making itself treasury, recorder and validator to profit from a
+/// slash. Each test fails if the attack works.
 contract AttacksTest is ProtocolFixture {
     uint256 constant FUNDING = 1000 ether;
     address validator3 = address(0x7A13);
@@ -23,120 +25,236 @@ contract AttacksTest is ProtocolFixture {
         onboard(alice, NODE_PK);
     }
 
-    function _submit(uint64 epoch, address n, bytes32 commitment) internal {
-        vm.prank(recorder);
-        pool.submitWork(epoch, n, 10, commitment);
+    function _slash(address v, Evidence memory e) internal {
+        slashWith(pool, v, e);
     }
 
-    function _one(uint64 epoch) internal pure returns (uint64[] memory e) {
-        e = new uint64[](1);
-        e[0] = epoch;
-    }
-
-    /// @dev Node's signed submission whose lone leaf is a whole commitment.
-    function _loneEvidence(uint64 step)
-        internal
-        view
-        returns (IComputePool.Submission memory sub, bytes memory sig, bytes32 root)
-    {
-        return _loneEvidenceIn(pool, step);
-    }
-
-    /// @dev The same in pool `p`'s domain.
-    function _loneEvidenceIn(ComputePool p, uint64 step)
-        internal
-        view
-        returns (IComputePool.Submission memory sub, bytes memory sig, bytes32 root)
-    {
-        sub = submission(node, step, keccak256(abi.encode("rollout", step)));
-        bytes32 digest = p.submissionDigest(sub);
-        sig = signDigest(NODE_PK, digest);
-        root = MerkleBuilder.leaf(digest);
+    function _slashed(ComputePool p, address n, uint32 membership) internal view returns (bool) {
+        return p.membershipAt(n, membership).slashed;
     }
 
     // ---- 1. stake backs work for as long as the work is slashable ----
 
     /// Remove the node, unbond and withdraw everything, re-add the node with a
-    /// fresh consent, keep working: the stake behind recorded work cannot be
-    /// unbonded while that work is slashable, the slash takes the full penalty,
-    /// and no new work is recorded on stake that left.
+    /// fresh consent, keep working: the stake its membership bonds cannot be
+    /// unbonded while joined, the slash takes the full penalty, the stake that
+    /// left backs no new membership, and the slashed membership earns nothing more.
     function test_1_providerCannotWithdrawTheStakeBehindItsWork() public {
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
-
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
+        vm.warp(block.timestamp + 1);
         vm.startPrank(alice);
         registry.removeNode(node);
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, 0, PENALTY));
         manager.requestUnbond(MIN_STAKE);
-        manager.requestUnbond(MIN_STAKE - PENALTY); // only what no work needs
+        manager.requestUnbond(MIN_STAKE - PENALTY); // only what no membership bonds
         vm.stopPrank();
         addNode(alice, NODE_PK); // a fresh consent; the pool still lists the node
         vm.assertTrue(pool.isJoined(node), "membership stayed");
+        addNode(alice, NODE2_PK);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.StakeTooLow.selector, alice));
-        _submit(2, node, root);
+        joinAs(alice, node2); // no new membership on stake that left
 
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        IComputePool.LeafRef memory later = recordOne(2, node, 10, 0); // still bonded: backed
+        vm.warp(block.timestamp + 1);
+        _slash(validator, e);
         vm.assertEq(token.balanceOf(treasury), PENALTY, "the whole penalty");
+        vm.warp(block.timestamp + 1);
+        IComputePool.LeafRef memory afterSlash = recordOne(3, node, 10, 0); // names the ended membership
         vm.warp(block.timestamp + UNBONDING);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadySlashed.selector, node, 1));
+        claimAs(alice, later);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotBacked.selector, node, 1));
+        claimAs(alice, afterSlash);
+        pool.release(later);
+        pool.release(afterSlash);
         vm.prank(alice);
-        vm.assertEq(manager.withdraw(), MIN_STAKE - PENALTY, "only the free part left");
+        vm.assertEq(manager.withdraw(), MIN_STAKE - PENALTY, "only the unbonded part left");
+        vm.assertEq(token.balanceOf(address(pool)), pool.availableRewards(), "no reward owed to alice");
     }
 
-    /// A provider with several nodes needs free stake for every record's penalty.
-    function test_1_eachRecordInItsWindowHasItsOwnPenaltyBacked() public {
+    /// Every membership bonds its own penalty: leaving and rejoining while
+    /// earlier work is slashable needs stake for all of them, and each of them
+    /// can then be slashed in full.
+    function test_1_eachMembershipHasItsOwnPenaltyBacked() public {
         register(bob);
         addNode(bob, NODE2_PK);
         stakeAs(bob, MIN_STAKE + PENALTY);
+        Evidence[] memory es = new Evidence[](3);
+        for (uint256 i; i < 3; ++i) {
+            joinAs(bob, node2);
+            es[i] = recordSigned(uint64(i + 1), NODE2_PK, uint64(i + 1));
+            vm.assertEq(es[i].ref.leaf.membership, i + 1, "membership");
+            vm.warp(block.timestamp + 1);
+            leaveAsNode(node2);
+        }
+        vm.assertEq(pool.bondOf(bob), 3 * PENALTY, "three penalties bonded");
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.StakeTooLow.selector, bob));
+        joinAs(bob, node2); // a fourth needs 200
+        vm.expectRevert(
+            abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, MIN_STAKE + PENALTY - 1, 150 ether)
+        );
         vm.prank(bob);
-        pool.joinPool(node2);
-        _submit(1, node2, bytes32(0));
-        _submit(2, node2, bytes32(0));
-        _submit(3, node2, bytes32(0));
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.FreeStakeTooLow.selector, 0, PENALTY));
-        _submit(4, node2, bytes32(0));
-        vm.assertEq(manager.lockedOf(bob), 3 * PENALTY, "three penalties locked");
+        manager.requestUnbond(1);
+        for (uint256 i; i < 3; ++i) {
+            _slash(validator, es[i]);
+        }
+        vm.assertEq(token.balanceOf(treasury), 3 * PENALTY, "each slashed in full");
+        vm.assertEq(manager.stakeOf(bob), 0, "all of it");
     }
 
-    /// Lengthening the window after work was recorded cannot outlast the lock:
-    /// the record keeps its own window, and its lock ends exactly with it.
+    /// Lengthening the window after work was recorded cannot outlast the bond:
+    /// the record keeps its own window, and a leave's bond ends exactly with it.
     function test_1_lengtheningTheWindowDoesNotStretchOldRecords() public {
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
         uint256 end = block.timestamp + WINDOW;
         vm.prank(admin);
         pool.setInvalidationWindow(UNBONDING);
-        vm.assertEq(pool.unlocksAt(1, node), end, "old record keeps its window");
+        vm.assertEq(pool.recordOf(1, 0).unlocksAt, end, "old record keeps its window");
+        vm.warp(block.timestamp + 1 hours);
+        leaveAsNode(node);
+        (,, uint256 until) = pool.bondsOf(alice);
+        vm.assertEq(until, end, "bonded until the old window ends");
         vm.warp(end);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, node));
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
-        vm.assertEq(manager.lockedOf(alice), 0, "stake free exactly when the work is final");
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, 0));
+        _slash(validator, e);
+        vm.assertEq(pool.bondOf(alice), 0, "stake free exactly when the work is final");
 
-        _submit(2, node, root);
-        vm.assertEq(pool.unlocksAt(2, node), block.timestamp + UNBONDING, "new record, new window");
-        vm.warp(block.timestamp + UNBONDING - 1);
-        vm.assertEq(manager.lockedOf(alice), PENALTY, "locked for its whole window");
+        joinAs(alice, node);
+        recordOne(2, node, 10, 0);
+        vm.assertEq(pool.recordOf(2, 0).unlocksAt, block.timestamp + UNBONDING, "new record, new window");
+        vm.warp(block.timestamp + 1);
+        leaveAsNode(node);
+        vm.warp(block.timestamp + UNBONDING - 2);
+        vm.assertEq(pool.bondOf(alice), PENALTY, "bonded for its whole window");
+        vm.warp(block.timestamp + 1);
+        vm.assertEq(pool.bondOf(alice), 0, "and not longer");
+    }
+
+    /// A cheater leaves right before the part holding its bad work is recorded
+    /// (the recorder names the membership it worked under): it is neither paid
+    /// nor slashed, the part's other nodes are paid, and its reward returns to the budget.
+    function test_1_aCheaterWhoLeavesBeforeItsPartIsRecordedGetsNothing() public {
+        onboard(bob, NODE2_PK);
+        Evidence memory e;
+        bytes32 root;
+        (e.sub, e.sig, root) = signedLeaf(pool, NODE_PK, 1);
+        IComputePool.WorkLeaf[] memory leaves = WorkParts.two(leafOf(node, 10, root), leafOf(node2, 10, 0));
+        leaveAsNode(node);
+        vm.warp(block.timestamp + 1);
+        recordPart(1, 0, leaves);
+        e.ref = WorkParts.refOf(1, 0, leaves, node);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotBacked.selector, node, 1));
+        _slash(validator, e);
+        vm.warp(block.timestamp + WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotBacked.selector, node, 1));
+        claimAs(alice, e.ref);
+        vm.assertEq(claimAs(bob, WorkParts.refOf(1, 0, leaves, node2)), 10 ether, "the honest node is paid");
+        vm.prank(bob);
+        pool.release(e.ref);
+        vm.assertEq(token.balanceOf(alice), 0, "the cheater got nothing");
+        vm.assertEq(pool.availableRewards(), FUNDING - 10 ether, "its reward is back in the budget");
+        vm.assertEq(pool.reservedRewards(), 0, "nothing reserved");
+    }
+
+    /// Memberships are versioned: leaving and rejoining does not shed the work
+    /// recorded under the earlier membership, whose slash still lands.
+    function test_1_rejoiningDoesNotEscapeASlash() public {
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
+        vm.warp(block.timestamp + 1);
+        leaveAsNode(node);
+        joinAs(alice, node); // membership 2; both bonded
+        vm.assertEq(pool.bondOf(alice), 2 * PENALTY, "the old membership stays bonded");
+        IComputePool.LeafRef memory fresh = recordOne(2, node, 5, 0);
+        vm.warp(block.timestamp + 1);
+        _slash(validator, e);
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE - PENALTY, "slashed");
+        vm.assertTrue(_slashed(pool, node, 1), "the old membership");
+        vm.assertFalse(_slashed(pool, node, 2), "not the new one");
+        vm.assertTrue(pool.isJoined(node), "which goes on");
+        // the leaf cannot be passed off as the new membership's either
+        e.ref.leaf.membership = 2;
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotInRecord.selector, 1, 0, node));
+        _slash(validator2, e);
+        vm.warp(block.timestamp + WINDOW);
+        vm.assertEq(claimAs(alice, fresh), 5 ether, "the new membership's work is paid");
+    }
+
+    /// Whatever it unbonds and whenever, and whether its node left or not, a
+    /// provider keeps the penalty of its slashable work; the slash within the
+    /// window always takes it in full.
+    function testFuzz_1_unbondingNeverUncoversWork(uint256 extra, uint256 amount, uint256 wait, bool leave) public {
+        extra = bound(extra, 0, 1e24);
+        if (extra != 0) stakeAs(alice, extra);
+        wait = bound(wait, 1, WINDOW - 1);
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
+        vm.warp(block.timestamp + wait);
+        if (leave) leaveAsNode(node);
+        vm.prank(alice);
+        registry.removeNode(node);
+        uint256 active = manager.stakeOf(alice);
+        amount = bound(amount, 1, active);
+        vm.prank(alice);
+        try manager.requestUnbond(amount) {
+            vm.assertGe(active - amount, PENALTY, "unbonded into the penalty");
+        } catch {
+            vm.assertLt(active - amount, PENALTY, "refused an unbond that kept the penalty");
+        }
+        _slash(validator, e);
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "full penalty");
+    }
+
+    /// Whenever the node leaves, the penalty stays bonded exactly until the
+    /// window of the work recorded before the leave has closed.
+    function testFuzz_1_aLeaveIsBondedUntilTheWindowCloses(uint256 before, uint256 afterwards) public {
+        uint256 t0 = block.timestamp;
+        recordOne(1, node, 10, 0);
+        vm.warp(t0 + bound(before, 1, 2 * WINDOW));
+        leaveAsNode(node);
+        vm.warp(block.timestamp + bound(afterwards, 0, 2 * WINDOW));
+        vm.prank(alice);
+        registry.removeNode(node);
+        vm.prank(alice);
+        try manager.requestUnbond(MIN_STAKE) {
+            vm.assertGe(block.timestamp, t0 + WINDOW, "unbonded while the work was slashable");
+        } catch {
+            vm.assertLt(block.timestamp, t0 + WINDOW, "refused after the window closed");
+        }
     }
 
     // ---- 2. one signed submission is evidence for at most one penalty ----
 
-    /// A recorder puts the same signed leaf into two epochs' commitments; a
-    /// quorum slashes with it once, and not again in the other epoch.
-    function test_2_theSameSignedLeafInTwoEpochsSlashesOnce() public {
+    /// A recorder puts the same signed leaf into the commitments of two
+    /// memberships of the node; a quorum slashes with it once, and not again
+    /// against the other membership.
+    function test_2_theSameSignedLeafInTwoMembershipsSlashesOnce() public {
         stakeAs(alice, MIN_STAKE);
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
-        _submit(2, node, root);
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
-        bytes32 digest = pool.submissionDigest(sub);
+        Evidence memory first = recordSigned(1, NODE_PK, 1);
+        vm.warp(block.timestamp + 1);
+        leaveAsNode(node);
+        joinAs(alice, node);
+        Evidence memory second = recordSigned(2, NODE_PK, 1);
+        vm.assertEq(second.ref.leaf.membership, 2, "the next membership");
+        vm.warp(block.timestamp + 1);
+        _slash(validator, first);
+        bytes32 digest = pool.submissionDigest(first.sub);
         vm.assertTrue(pool.evidenceUsed(digest), "used");
         vm.expectRevert(abi.encodeWithSelector(IComputePool.EvidenceUsed.selector, digest));
-        vm.prank(validator);
-        pool.slash(2, sub, sig, new bytes32[](0));
+        _slash(validator, second);
         vm.assertEq(token.balanceOf(treasury), PENALTY, "one penalty");
         vm.assertEq(manager.stakeOf(alice), 2 * MIN_STAKE - PENALTY, "the rest stays");
+    }
+
+    /// The same signed leaf in two parts of one membership: one penalty, since a
+    /// membership bonds one.
+    function test_2_oneMembershipIsSlashedOnce() public {
+        stakeAs(alice, MIN_STAKE);
+        Evidence memory first = recordSigned(1, NODE_PK, 1);
+        Evidence memory second = recordSigned(2, NODE_PK, 1);
+        vm.warp(block.timestamp + 1);
+        _slash(validator, first);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadySlashed.selector, node, 1));
+        _slash(validator, second);
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "one penalty");
     }
 
     // ---- 3. only current validators count ----
@@ -146,26 +264,23 @@ contract AttacksTest is ProtocolFixture {
         pool.grantRole(pool.VALIDATOR_ROLE(), validator3);
         pool.setQuorum(2);
         vm.stopPrank();
-        _submit(1, node, bytes32(0));
-        vm.prank(validator);
-        pool.invalidate(1, node);
-        vm.assertEq(pool.invalidationVotes(1, node), 1, "one vote");
+        IComputePool.LeafRef memory r = recordOne(1, node, 10, 0);
+        invalidateAs(validator, r);
+        vm.assertEq(pool.invalidationVotes(1, 0, node), 1, "one vote");
 
         bytes32 role = pool.VALIDATOR_ROLE();
         vm.prank(admin);
         pool.revokeRole(role, validator); // the key was compromised
-        vm.assertEq(pool.invalidationVotes(1, node), 0, "its vote died with its role");
-        vm.prank(validator2);
-        pool.invalidate(1, node);
-        vm.assertFalse(pool.workOf(1, node).invalidated, "one live vote is no quorum");
+        vm.assertEq(pool.invalidationVotes(1, 0, node), 0, "its vote died with its role");
+        invalidateAs(validator2, r);
+        vm.assertEq(settlementOf(r), uint256(IComputePool.Settlement.Open), "one live vote is no quorum");
 
         // granted again, the old key is a new term: its old vote stays dead, a new one counts
         vm.prank(admin);
         pool.grantRole(role, validator);
-        vm.assertEq(pool.invalidationVotes(1, node), 1, "old term's vote not revived");
-        vm.prank(validator);
-        pool.invalidate(1, node);
-        vm.assertTrue(pool.workOf(1, node).invalidated, "two live votes");
+        vm.assertEq(pool.invalidationVotes(1, 0, node), 1, "old term's vote not revived");
+        invalidateAs(validator, r);
+        vm.assertEq(settlementOf(r), uint256(IComputePool.Settlement.Invalidated), "two live votes");
     }
 
     function test_3_aRenouncedValidatorsSlashVoteDies() public {
@@ -174,81 +289,90 @@ contract AttacksTest is ProtocolFixture {
         pool.setQuorum(2);
         vm.stopPrank();
         vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY()); // validator3's slash votes count
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
-        bytes32 digest = pool.submissionDigest(sub);
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
+        bytes32 digest = pool.submissionDigest(e.sub);
+        _slash(validator, e);
 
         bytes32 role = pool.VALIDATOR_ROLE();
         vm.prank(validator);
         pool.renounceRole(role, validator);
-        (uint256 votes,) = pool.slashVotes(1, node, digest);
+        (uint256 votes,) = pool.slashVotes(node, 1, digest);
         vm.assertEq(votes, 0, "renounced: its vote died");
-        vm.prank(validator2);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        _slash(validator2, e);
         vm.assertEq(token.balanceOf(treasury), 0, "no quorum of current validators");
-        vm.prank(validator3);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        _slash(validator3, e);
         vm.assertEq(token.balanceOf(treasury), PENALTY, "two current validators");
     }
 
     function test_3_revokedValidatorCannotVote() public {
-        _submit(1, node, bytes32(0));
+        IComputePool.LeafRef memory r = recordOne(1, node, 10, 0);
         bytes32 role = pool.VALIDATOR_ROLE();
         vm.prank(admin);
         pool.revokeRole(role, validator);
         vm.expectRevert(
             abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, validator, role)
         );
-        vm.prank(validator);
-        pool.invalidate(1, node);
+        invalidateAs(validator, r);
     }
 
     // ---- 4. paid work is final ----
 
     /// After a claim, raising the window reopens nothing: no invalidation, no
-    /// slash, no second release of the reward, and later claims are still paid.
-    function test_4_raisingTheWindowDoesNotReopenClaimedEpochs() public {
+    /// slash, no second claim or release of the reward, and later claims are still paid.
+    function test_4_raisingTheWindowDoesNotReopenClaimedWork() public {
         stakeAs(alice, MIN_STAKE);
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
         vm.warp(block.timestamp + WINDOW);
-        vm.prank(alice);
-        pool.claim(node, _one(1));
+        claimAs(alice, e.ref);
         uint256 available = pool.availableRewards();
 
         vm.prank(admin);
         pool.setInvalidationWindow(UNBONDING);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, node));
-        vm.prank(validator);
-        pool.invalidate(1, node);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, node));
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, 0));
+        invalidateAs(validator, e.ref);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, 0));
+        _slash(validator, e);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadySettled.selector, 1, 0, node));
+        claimAs(alice, e.ref);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadySettled.selector, 1, 0, node));
+        pool.release(e.ref);
         vm.assertEq(pool.availableRewards(), available, "no reward released twice");
         vm.assertEq(manager.stakeOf(alice), 2 * MIN_STAKE, "no stake taken");
 
         // a later valid record is still paid in full
-        _submit(2, node, root);
+        IComputePool.LeafRef memory r = recordOne(2, node, 10, e.ref.leaf.commitment);
         vm.warp(block.timestamp + UNBONDING);
-        vm.prank(alice);
-        vm.assertEq(pool.claim(node, _one(2)), 10 ether, "paid");
+        vm.assertEq(claimAs(alice, r), 10 ether, "paid");
         vm.assertEq(
             token.balanceOf(address(pool)), pool.reservedRewards() + pool.availableRewards(), "pool holds its debts"
         );
     }
 
+    /// Any window the admin sets after a claim leaves the claimed work closed.
+    function testFuzz_4_noWindowReopensAClaim(uint256 window, uint256 wait) public {
+        window = bound(window, 60, UNBONDING);
+        IComputePool.LeafRef memory r = recordOne(1, node, 10, 0);
+        vm.warp(block.timestamp + WINDOW + bound(wait, 0, UNBONDING));
+        claimAs(alice, r);
+        vm.prank(admin);
+        pool.setInvalidationWindow(window);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, 0));
+        invalidateAs(validator, r);
+        vm.assertEq(pool.reservedRewards(), 0, "nothing reserved again");
+        vm.assertEq(settlementOf(r), uint256(IComputePool.Settlement.Claimed), "claimed");
+    }
+
     // ---- 5. admin power is bounded and cannot take stake ----
 
     /// The stake manager's admin holds the only role there is on it; with it,
-    /// it can neither slash nor make itself a slasher.
+    /// it can neither slash, nor make itself a slasher, nor bond stake.
     function test_5_theAdminCannotSlash() public {
         vm.startPrank(admin);
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotPool.selector, admin));
         manager.slash(alice, MIN_STAKE, bytes32(0));
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotPool.selector, admin));
-        manager.lock(alice, MIN_STAKE, block.timestamp + 1);
+        (bool locked,) =
+            address(manager).call(abi.encodeWithSignature("lock(address,uint256,uint256)", alice, MIN_STAKE, 1));
+        vm.assertFalse(locked, "no lock to freeze stake with: only the pools' bonds hold it");
         vm.stopPrank();
         vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "untouched");
         vm.assertEq(token.balanceOf(admin), 0, "nothing gained");
@@ -283,8 +407,10 @@ contract AttacksTest is ProtocolFixture {
     /// The longest unbonding period applies only to requests made after the
     /// current period: a provider who disagrees leaves on the old terms.
     function test_5_aLongerUnbondingPeriodWaitsForStakersToLeave() public {
-        vm.prank(alice);
+        vm.startPrank(alice);
+        pool.leavePool(node);
         registry.removeNode(node);
+        vm.stopPrank();
         uint256 longest = manager.MAX_UNBONDING_PERIOD();
         vm.prank(admin);
         manager.setUnbondingPeriod(longest);
@@ -295,16 +421,16 @@ contract AttacksTest is ProtocolFixture {
         vm.assertEq(manager.withdraw(), MIN_STAKE, "out on the old terms");
     }
 
-    /// A penalty raised after work was recorded applies to later work only.
-    function test_5_aHigherPenaltyAppliesToNewRecordsOnly() public {
+    /// A penalty raised after a node joined applies to later joins only: what
+    /// a provider bonded is what it can lose.
+    function test_5_aHigherPenaltyAppliesToNewMembershipsOnly() public {
         stakeAs(alice, MIN_STAKE);
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
         vm.prank(admin);
         pool.setSlashPenalty(MIN_STAKE);
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
-        vm.assertEq(token.balanceOf(treasury), PENALTY, "the penalty of the record");
+        vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY());
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
+        _slash(validator, e);
+        vm.assertEq(token.balanceOf(treasury), PENALTY, "the penalty of the membership");
     }
 
     // ---- 6. no operator profits from a slash ----
@@ -343,8 +469,8 @@ contract AttacksTest is ProtocolFixture {
     }
 
     /// The second half: the admin appoints itself recorder and validator,
-    /// lowers the quorum to one, records an epoch whose commitment holds one of
-    /// the node's honest signed submissions and votes to slash it. Neither its
+    /// lowers the quorum to one, records a part whose leaf commits one of the
+    /// node's honest signed submissions and votes to slash it. Neither its
     /// vote nor the lower quorum counts before SLASH_CHANGE_DELAY.
     function test_6_anAdminAppointedValidatorCannotSlashBeforeTheDelay() public {
         ComputePool p = _poolOfQuorumTwo();
@@ -358,19 +484,13 @@ contract AttacksTest is ProtocolFixture {
         vm.assertEq(p.slashVotesAt(admin), t0 + delay, "the admin's votes wait");
         vm.assertEq(p.slashVotesAt(validator), t0, "the deployment's count at once");
 
-        IComputePool.Submission memory sub = submission(node, 1, keccak256("an honest rollout"));
-        bytes32 digest = p.submissionDigest(sub);
-        bytes memory sig = signDigest(NODE_PK, digest);
-        vm.prank(admin);
-        p.submitWork(1, node, 1, MerkleBuilder.leaf(digest)); // recording alone slashes nothing
+        Evidence memory e = recordSignedIn(p, admin, 1, NODE_PK, 1); // recording alone slashes nothing
         vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
-        vm.prank(admin);
-        p.slash(1, sub, sig, new bytes32[](0));
+        slashWith(p, admin, e);
 
         // one honest deployment validator misled into voting is still no quorum
-        vm.prank(validator);
-        p.slash(1, sub, sig, new bytes32[](0));
-        vm.assertFalse(p.workOf(1, node).slashed, "two votes needed until the delay has passed");
+        slashWith(p, validator, e);
+        vm.assertFalse(_slashed(p, node, 1), "two votes needed until the delay has passed");
         vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "stake untouched");
         vm.assertEq(token.balanceOf(admin), 0, "nothing gained");
     }
@@ -390,17 +510,13 @@ contract AttacksTest is ProtocolFixture {
         register(bob);
         addNode(bob, NODE2_PK);
         stakeAs(bob, MIN_STAKE);
-        vm.prank(bob);
-        pool.joinPool(node2);
+        joinAs(bob, node2);
 
         uint256 t0 = block.timestamp;
         uint256 delay = pool.SLASH_CHANGE_DELAY();
         _adminTakesOver(pool);
-        IComputePool.Submission memory sub = submission(node, 1, keccak256("an honest rollout"));
-        bytes32 digest = pool.submissionDigest(sub);
         vm.warp(t0 + 1 days - 1);
-        vm.prank(admin);
-        pool.submitWork(1, node, 1, MerkleBuilder.leaf(digest));
+        Evidence memory e = recordSignedIn(pool, admin, 1, NODE_PK, 1);
 
         // alice leaves a day after the change: the node, the pool, the free stake now ...
         vm.warp(t0 + 1 days);
@@ -408,8 +524,8 @@ contract AttacksTest is ProtocolFixture {
         pool.leavePool(node);
         registry.removeNode(node);
         manager.requestUnbond(MIN_STAKE - PENALTY);
-        // ... and the penalty that backs the admin's record once its window has closed
-        vm.warp(pool.unlocksAt(1, node));
+        // ... and the penalty bonded for the admin's record once its window has closed
+        vm.warp(pool.recordOf(1, 0).unlocksAt);
         manager.requestUnbond(PENALTY);
         vm.warp(block.timestamp + longest);
         vm.assertEq(manager.withdraw(), MIN_STAKE, "all of it");
@@ -417,17 +533,12 @@ contract AttacksTest is ProtocolFixture {
         vm.assertLe(block.timestamp, t0 + delay, "out before the change applies");
 
         vm.warp(t0 + delay);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, node));
-        vm.prank(admin);
-        pool.slash(1, sub, signDigest(NODE_PK, digest), new bytes32[](0));
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, 0));
+        slashWith(pool, admin, e);
 
         // bob stayed: now the admin's validator can slash him, to the treasury's gain, not its own
-        IComputePool.Submission memory bobs = submission(node2, 1, keccak256("bob's rollout"));
-        bytes32 bobsDigest = pool.submissionDigest(bobs);
-        vm.startPrank(admin);
-        pool.submitWork(2, node2, 1, MerkleBuilder.leaf(bobsDigest));
-        pool.slash(2, bobs, signDigest(NODE2_PK, bobsDigest), new bytes32[](0));
-        vm.stopPrank();
+        Evidence memory bobs = recordSignedIn(pool, admin, 2, NODE2_PK, 1);
+        slashWith(pool, admin, bobs);
         vm.assertEq(manager.stakeOf(bob), MIN_STAKE - PENALTY, "bob, who stayed, was slashed");
         vm.assertEq(token.balanceOf(treasury), PENALTY, "to the deployment's treasury");
         vm.assertEq(token.balanceOf(admin), 0, "the admin gained nothing");
@@ -448,18 +559,14 @@ contract AttacksTest is ProtocolFixture {
         _adminTakesOver(pool);
         vm.assertEq(pool.slashVotesAt(admin), t0 + delay, "the same delay");
 
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
         vm.warp(t0 + delay - 30 seconds);
-        vm.prank(admin);
-        pool.submitWork(1, node, 1, root);
+        Evidence memory e = recordSignedIn(pool, admin, 1, NODE_PK, 1);
         vm.warp(t0 + delay - 1);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
-        vm.prank(admin);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        slashWith(pool, admin, e);
         vm.warp(t0 + delay);
-        vm.prank(admin);
-        pool.slash(1, sub, sig, new bytes32[](0));
-        vm.assertTrue(pool.workOf(1, node).slashed, "from the delay on, as announced");
+        slashWith(pool, admin, e);
+        vm.assertTrue(_slashed(pool, node, 1), "from the delay on, as announced");
         vm.assertEq(token.balanceOf(admin), 0, "to the treasury, not the admin");
     }
 
@@ -472,18 +579,15 @@ contract AttacksTest is ProtocolFixture {
         vm.stopPrank();
         uint256 at = block.timestamp + pool.SLASH_CHANGE_DELAY();
         vm.assertEq(pool.slashVotesAt(validator), at, "a new term, a new delay");
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
+        Evidence memory e = recordSigned(1, NODE_PK, 1);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, validator, at));
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
-        vm.prank(validator); // invalidating takes no stake and counts at once
-        pool.invalidate(1, node);
-        vm.assertTrue(pool.workOf(1, node).invalidated, "invalidated");
+        _slash(validator, e);
+        invalidateAs(validator, e.ref); // invalidating takes no stake and counts at once
+        vm.assertEq(settlementOf(e.ref), uint256(IComputePool.Settlement.Invalidated), "invalidated");
         vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "no stake taken");
     }
 
-    /// A higher penalty applies only to work recorded from the delay on; a
+    /// A higher penalty applies only to memberships joined from the delay on; a
     /// lower one at once, cancelling the higher one.
     function test_6_aHigherPenaltyWaitsForStakersToLeave() public {
         stakeAs(alice, MIN_STAKE);
@@ -495,18 +599,20 @@ contract AttacksTest is ProtocolFixture {
         (uint256 pending, uint256 at) = pool.pendingSlashPenalty();
         vm.assertEq(pending, MIN_STAKE, "pending");
         vm.assertEq(at, t0 + delay, "from");
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
         vm.warp(t0 + delay - 1);
-        _submit(1, node, root);
-        vm.assertEq(pool.workOf(1, node).penalty, PENALTY, "recorded under the old penalty");
+        addNode(alice, NODE2_PK);
+        joinAs(alice, node2);
+        vm.assertEq(pool.membershipAt(node2, 1).penalty, PENALTY, "joined under the old penalty");
+        vm.assertEq(pool.bondOf(alice), 2 * PENALTY, "bonded under the old penalty");
         vm.warp(t0 + delay);
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        vm.assertEq(pool.bondOf(alice), 2 * PENALTY, "and stays so");
+        Evidence memory e = recordSigned(1, NODE2_PK, 1);
+        _slash(validator, e);
         vm.assertEq(token.balanceOf(treasury), PENALTY, "the old penalty");
-        vm.prank(alice);
-        pool.joinPool(node); // back after the slash ejected it
-        _submit(2, node, bytes32(0));
-        vm.assertEq(pool.workOf(2, node).penalty, MIN_STAKE, "the new one from the delay on");
+        stakeAs(alice, PENALTY); // two nodes need 200
+        joinAs(alice, node2); // back after the slash ended its membership
+        vm.assertEq(pool.membershipAt(node2, 2).penalty, MIN_STAKE, "the new one from the delay on");
+        vm.assertEq(pool.bondOf(alice), PENALTY + MIN_STAKE, "bonded");
 
         vm.startPrank(admin);
         pool.setSlashPenalty(MIN_STAKE); // raising to the same value changes nothing
@@ -529,21 +635,17 @@ contract AttacksTest is ProtocolFixture {
         uint256 delay = p.SLASH_CHANGE_DELAY();
         vm.prank(admin);
         p.setQuorum(1);
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidenceIn(p, 1);
         vm.warp(t0 + delay - 1 hours);
-        vm.prank(recorder);
-        p.submitWork(1, node, 1, root);
+        Evidence memory e = recordSignedIn(p, recorder, 1, NODE_PK, 1);
         vm.warp(t0 + delay - 1);
-        vm.prank(validator);
-        p.slash(1, sub, sig, new bytes32[](0));
-        vm.assertFalse(p.workOf(1, node).slashed, "one vote of two");
+        slashWith(p, validator, e);
+        vm.assertFalse(_slashed(p, node, 1), "one vote of two");
         vm.warp(t0 + delay);
         vm.assertEq(p.quorum(), 1, "now one");
-        (uint256 votes,) = p.slashVotes(1, node, p.submissionDigest(sub));
+        (uint256 votes,) = p.slashVotes(node, 1, p.submissionDigest(e.sub));
         vm.assertEq(votes, 1, "the vote cast before still counts");
-        vm.prank(validator2);
-        p.slash(1, sub, sig, new bytes32[](0));
-        vm.assertTrue(p.workOf(1, node).slashed, "slashed");
+        slashWith(p, validator2, e);
+        vm.assertTrue(_slashed(p, node, 1), "slashed");
 
         vm.startPrank(admin);
         p.setQuorum(2); // higher: at once
@@ -576,54 +678,10 @@ contract AttacksTest is ProtocolFixture {
         _adminTakesOver(pool);
         wait = bound(wait, 0, delay - 1);
         vm.warp(t0 + wait);
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        vm.prank(admin);
-        pool.submitWork(1, node, 1, root);
+        Evidence memory e = recordSignedIn(pool, admin, 1, NODE_PK, 1);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
-        vm.prank(admin);
-        pool.slash(1, sub, sig, new bytes32[](0));
+        slashWith(pool, admin, e);
         vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "untouched");
-    }
-
-    // ---- fuzz: the same attacks with any numbers ----
-
-    /// Whatever it unbonds and whenever, a provider keeps the penalty of its
-    /// slashable work; the slash within the window always takes it in full.
-    function testFuzz_1_unbondingNeverUncoversWork(uint256 extra, uint256 amount, uint256 wait) public {
-        extra = bound(extra, 0, 1e24);
-        if (extra != 0) stakeAs(alice, extra);
-        wait = bound(wait, 0, WINDOW - 1);
-        (IComputePool.Submission memory sub, bytes memory sig, bytes32 root) = _loneEvidence(1);
-        _submit(1, node, root);
-        vm.prank(alice);
-        registry.removeNode(node);
-        vm.warp(block.timestamp + wait);
-        uint256 active = manager.stakeOf(alice);
-        amount = bound(amount, 1, active);
-        vm.prank(alice);
-        try manager.requestUnbond(amount) {
-            vm.assertGe(active - amount, PENALTY, "unbonded into the penalty");
-        } catch {
-            vm.assertLt(active - amount, PENALTY, "refused an unbond that kept the penalty");
-        }
-        vm.prank(validator);
-        pool.slash(1, sub, sig, new bytes32[](0));
-        vm.assertEq(token.balanceOf(treasury), PENALTY, "full penalty");
-    }
-
-    /// Any window the admin sets after a claim leaves the claimed epoch closed.
-    function testFuzz_4_noWindowReopensAClaim(uint256 window, uint256 wait) public {
-        window = bound(window, 60, UNBONDING);
-        _submit(1, node, bytes32(0));
-        vm.warp(block.timestamp + WINDOW + bound(wait, 0, UNBONDING));
-        vm.prank(alice);
-        pool.claim(node, _one(1));
-        vm.prank(admin);
-        pool.setInvalidationWindow(window);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, node));
-        vm.prank(validator);
-        pool.invalidate(1, node);
-        vm.assertEq(pool.reservedRewards(), 0, "nothing reserved again");
     }
 
     /// Whatever numbers the admin tries, a setter either refuses them or they

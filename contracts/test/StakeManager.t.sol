@@ -23,6 +23,8 @@ contract StakeManagerTest is ProtocolFixture {
     /// @dev What the manager reads from its pools when its parameters change.
     uint256 public slashPenalty = PENALTY;
     uint256 public invalidationWindow = WINDOW;
+    /// @dev What this pool bonds of each provider's active stake (IComputePool.bondOf).
+    mapping(address provider => uint256) public bondOf;
     /// @dev A higher penalty waiting to apply (0: none).
     uint256 pendingPenalty;
     bytes32 constant REASON = keccak256("reason");
@@ -343,9 +345,6 @@ contract StakeManagerTest is ProtocolFixture {
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotPool.selector, admin));
         manager.slash(alice, 1, REASON);
         vm.stopPrank();
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.NotPool.selector, admin));
-        vm.prank(admin);
-        manager.lock(alice, 1, block.timestamp + 1);
         vm.assertEq(manager.stakeOf(alice), 100 ether, "untouched");
     }
 
@@ -394,83 +393,79 @@ contract StakeManagerTest is ProtocolFixture {
         vm.assertFalse(manager.coversNodes(bob, 1), "nobody with a node");
     }
 
-    // ---- locks ----
+    // ---- bonds ----
 
-    function test_lock_blocksUnbondingUntilItsEnd() public {
+    function test_bondedOf_asksThePools() public {
+        vm.assertEq(manager.bondedOf(alice), 0, "nothing bonded");
+        bondOf[alice] = 60 ether;
+        vm.assertEq(manager.bondedOf(alice), 60 ether, "the pool's bond");
+        vm.assertEq(manager.bondedOf(bob), 0, "per provider");
+    }
+
+    /// Every pool the manager created counts (here the same stand-in, listed twice).
+    function test_bondedOf_sumsEveryPool() public {
+        bondOf[alice] = 30 ether;
+        vm.prank(admin);
+        manager.createPool(RUN, admin, params(1), new address[](0), new address[](0));
+        vm.assertEq(manager.bondedOf(alice), 60 ether, "one bond per pool");
+    }
+
+    function test_bond_blocksUnbondingBelowIt() public {
         stakeAs(alice, 100 ether);
-        vm.expectEmit(address(manager));
-        emit IStakeManager.StakeLocked(alice, address(this), 60 ether, block.timestamp + WINDOW);
-        manager.lock(alice, 60 ether, block.timestamp + WINDOW);
-        vm.assertEq(manager.lockedOf(alice), 60 ether, "locked");
+        bondOf[alice] = 60 ether;
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, 30 ether, 60 ether));
         _unbond(alice, 70 ether);
-        _unbond(alice, 40 ether); // the free part may go
-        vm.warp(block.timestamp + WINDOW - 1);
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, 0, 60 ether));
-        _unbond(alice, 60 ether);
-        vm.warp(block.timestamp + 1);
-        vm.assertEq(manager.lockedOf(alice), 0, "expired");
+        _unbond(alice, 40 ether); // the unbonded part may go
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, 59 ether, 60 ether));
+        _unbond(alice, 1 ether);
+        bondOf[alice] = 0; // the pool's windows closed
         _unbond(alice, 60 ether);
         vm.assertEq(manager.stakeOf(alice), 0, "all unbonding");
+        _checkConservation();
     }
 
-    function test_lock_needsFreeStake() public {
+    /// Nodes and bonds are separate requirements; the larger one binds.
+    function test_bond_andNodesAreBothCovered() public {
+        addNode(alice, NODE_PK);
+        stakeAs(alice, 200 ether);
+        bondOf[alice] = 150 ether;
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksNodes.selector, 99 ether, 100 ether));
+        _unbond(alice, 101 ether);
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, 140 ether, 150 ether));
+        _unbond(alice, 60 ether);
+        _unbond(alice, 50 ether);
+        bondOf[alice] = 10 ether;
+        vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksNodes.selector, 90 ether, 100 ether));
+        _unbond(alice, 60 ether);
+        _unbond(alice, 50 ether);
+        vm.assertEq(manager.stakeOf(alice), 100 ether, "one node's stake left");
+    }
+
+    /// A bond never stops a slash, and lasts as long as the pool says,
+    /// whatever the slash took.
+    function test_bond_doesNotShieldFromSlashes() public {
         stakeAs(alice, 100 ether);
-        manager.lock(alice, 70 ether, block.timestamp + WINDOW);
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.FreeStakeTooLow.selector, 30 ether, 31 ether));
-        manager.lock(alice, 31 ether, block.timestamp + WINDOW);
-        manager.lock(alice, 30 ether, block.timestamp + WINDOW);
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.FreeStakeTooLow.selector, 0, 1));
-        manager.lock(alice, 1, block.timestamp + WINDOW);
-        vm.expectRevert(abi.encodeWithSelector(IStakeManager.FreeStakeTooLow.selector, 0, 1));
-        manager.lock(bob, 1, block.timestamp + WINDOW);
-    }
-
-    function test_lock_expiredLocksFreeStakeForNewOnes() public {
-        stakeAs(alice, 100 ether);
-        manager.lock(alice, 100 ether, block.timestamp + 10);
-        vm.warp(block.timestamp + 10);
-        manager.lock(alice, 100 ether, block.timestamp + 10);
-        vm.assertEq(manager.lockedOf(alice), 100 ether, "only the live lock");
-    }
-
-    function test_lock_anEarlierEndIsRaisedToTheNewest() public {
-        stakeAs(alice, 100 ether);
-        manager.lock(alice, 10 ether, block.timestamp + 100);
-        manager.lock(alice, 10 ether, block.timestamp + 50);
-        vm.warp(block.timestamp + 50);
-        vm.assertEq(manager.lockedOf(alice), 20 ether, "kept until the later end");
-        vm.warp(block.timestamp + 50);
-        vm.assertEq(manager.lockedOf(alice), 0, "both gone");
-    }
-
-    function test_lock_mergesBeyondMaxLocks() public {
-        uint256 max = manager.MAX_LOCKS();
-        stakeAs(alice, 1000 ether);
-        for (uint256 i; i < max; ++i) {
-            manager.lock(alice, 1 ether, block.timestamp + 100 + i);
-        }
-        manager.lock(alice, 2 ether, block.timestamp + 1000);
-        vm.assertEq(manager.lockedOf(alice), max * 1 ether + 2 ether, "all counted");
-        vm.warp(block.timestamp + 100 + max);
-        vm.assertEq(manager.lockedOf(alice), 3 ether, "the newest, merged, lasts to the later end");
-        vm.warp(block.timestamp + 1000);
-        vm.assertEq(manager.lockedOf(alice), 0, "then it ends");
-    }
-
-    function test_lock_zeroLocksNothing() public {
-        manager.lock(alice, 0, block.timestamp + WINDOW);
-        vm.assertEq(manager.lockedOf(alice), 0, "nothing");
-    }
-
-    function test_lock_survivesASlashUntilItsEnd() public {
-        stakeAs(alice, 100 ether);
-        manager.lock(alice, 50 ether, block.timestamp + WINDOW);
-        manager.slash(alice, 50 ether, REASON);
+        bondOf[alice] = 50 ether;
+        vm.assertEq(manager.slash(alice, 80 ether, REASON), 80 ether, "bonded stake is slashable");
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.StakeBacksWork.selector, 0, 50 ether));
-        _unbond(alice, 50 ether);
-        vm.warp(block.timestamp + WINDOW);
-        _unbond(alice, 50 ether);
+        _unbond(alice, 20 ether);
+        bondOf[alice] = 0;
+        _unbond(alice, 20 ether);
+        _checkConservation();
+    }
+
+    function testFuzz_bond_unbondKeepsItCovered(uint256 staked, uint256 bond, uint256 amount) public {
+        staked = bound(staked, 1, 1e30);
+        bond = bound(bond, 0, 2e30);
+        amount = bound(amount, 1, staked);
+        stakeAs(alice, staked);
+        bondOf[alice] = bond;
+        vm.prank(alice);
+        try manager.requestUnbond(amount) {
+            vm.assertGe(manager.stakeOf(alice), bond, "unbonded into the bond");
+        } catch {
+            vm.assertLt(staked - amount, bond, "refused an unbond that kept the bond");
+        }
     }
 
     // ---- pools ----

@@ -58,9 +58,8 @@ HELD_OUT_SEED, TRAIN_SEED = 12345, 1
 # took minutes; this way it takes about what it takes alone and training waits.
 SWARM_NICE = 10
 INVALIDATION_WINDOW = 3600
-# Each recorded epoch locks the slash penalty (50 SRL) of its provider's stake until its
-# window ends: 500 SRL keeps ten one-minute epochs in flight, more than a demo makes, so
-# every epoch of honest work is recorded and claimed.
+# Each node in the pool bonds the slash penalty (50 SRL) of its provider's stake, whatever
+# the number of its epochs in their windows; 500 SRL leaves room to spare.
 STAKE = 500
 
 

@@ -203,6 +203,7 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
     )
     from swarmrl.chain.errors import RevertedError
     from swarmrl.chain.tokens import TOKEN
+    from swarmrl.chain.work import WorkPart
 
     _say("[chain] a local anvil with the protocol deployed")
     chain = Anvil.start()
@@ -234,6 +235,7 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         _say("  two providers staked 150 SRL each; their nodes consented and joined the pool")
 
         epochs = {}
+        leaves = []
         for node in (honest_node, cheater_node):
             subs = [
                 contracts.submission(node.address, s, keccak(text=f"{node.address}{s}"))
@@ -243,21 +245,30 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
             tree = eip712.MerkleTree.from_digests(
                 [sub.digest(contracts.pool_domain()) for sub in subs]
             )
-            contracts.as_account(recorder).submit_work(1, node.address, len(subs), tree.root)
+            leaves.append(contracts.leaf(node.address, len(subs), tree.root))
             epochs[node.address] = (subs, sigs, tree)
-        _say("  the orchestrator recorded epoch 1 (3 signed rollouts per node), paying the gas")
+        part = WorkPart(1, 0, leaves)
+        contracts.as_account(recorder).record_work(part)
+        _say(
+            "  the orchestrator recorded epoch 1 (3 signed rollouts per node) in one "
+            "transaction, paying the gas"
+        )
 
+        # A minute on: a leave in the second of a record counts as before it, and this
+        # chain mines the whole scene within one.
+        anvil_mod.increase_time(w3, 60)
         dodge = contracts.as_account(cheater)
+        dodge.leave_pool(cheater_node.address)
         dodge.remove_node(cheater_node.address)
         try:
             dodge.request_unbond(150 * TOKEN)
         except RevertedError as e:
-            locked = e.args_by_name["locked"] // TOKEN
+            bonded = e.args_by_name["bonded"] // TOKEN
         else:
             raise RuntimeError("the stake behind recorded work could be unbonded")
         _say(
-            f"  the cheater dropped its node and tried to unbond all 150 SRL: refused, "
-            f"{locked} SRL backs its work until the epoch's invalidation window ends"
+            f"  the cheater took its node out and tried to unbond all 150 SRL: refused, "
+            f"{bonded} SRL stays bonded until the epoch's invalidation window ends"
         )
 
         subs, sigs, tree = epochs[cheater_node.address]
@@ -265,7 +276,8 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
             contracts.token_balance(treasury.address),
             contracts.token_balance(validator.address),
         )
-        contracts.as_account(validator).slash(1, subs[1], sigs[1], tree.proof(1))
+        cheat = part.ref(cheater_node.address)
+        contracts.as_account(validator).slash(cheat, subs[1], sigs[1], tree.proof(1))
         gained = contracts.token_balance(treasury.address) - before[0]
         validator_gain = contracts.token_balance(validator.address) - before[1]
         _say(
@@ -274,6 +286,7 @@ def _chain_stage() -> tuple[Deployment, LocalAccount]:
         )
 
         anvil_mod.increase_time(w3, params.invalidation_window + 1)
+        # The provider needs nothing from the orchestrator: its proof is rebuilt from the logs.
         reward = contracts.as_account(honest).claim(honest_node.address, [1])
         _say(
             f"  after the 24 h invalidation window the honest provider claimed {reward / TOKEN} SRL"

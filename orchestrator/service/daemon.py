@@ -58,7 +58,7 @@ TRAINER = trainer_process.TRAINER
 
 @dataclass(frozen=True)
 class Keys:
-    recorder: LocalAccount  # sends submitWork, signs checkpoints, orders and receipts
+    recorder: LocalAccount  # sends recordWork, signs checkpoints, orders and receipts
     validator: LocalAccount  # votes to slash
 
 

@@ -1,16 +1,17 @@
-"""The chain recorder: each node's closed epochs go on chain, bad work is slashed.
+"""The chain recorder: each closed epoch goes on chain, bad work is slashed.
 
-Per closed (epoch, node) of the ledger it sends `ComputePool.submitWork` with
-the accepted rollouts as units and a Merkle commitment over every submission
-the node signed in that epoch (rejected ones too, so that they stay slashable
-evidence). Then, for each slashable submission in an epoch on chain, it votes
-to slash with the node's own signed submission and its Merkle proof.
+Per closed epoch of the ledger it sends `ComputePool.recordWork` once per part of
+up to 1,024 nodes (swarmrl.chain.work): one leaf per node in the pool, with the
+accepted rollouts as units and a Merkle commitment over every submission the node
+signed in that epoch (rejected ones too, so that they stay slashable evidence).
+Then, for each slashable submission in an epoch on chain, it votes to slash with
+the node's leaf, its own signed submission and their Merkle proofs.
 
 The chain, not the ledger, says what was sent: before every transaction the
 recorder reads the chain, so a crash between a transaction and its ledger write
 never sends an epoch or a slash vote twice. A chain can also drop a mined
 transaction with its block (an L2's unsafe head reorganised, a local anvil
-restarted from its last dump): for `settle_seconds` after recording an epoch or a
+restarted from its last dump): for `settle_seconds` after recording a part or a
 vote the recorder checks every round that the chain still holds it, and forgets
 what it no longer holds, so the round sends it again. A chain failure is one
 logged sentence and is retried on the next round; the loop itself never stops on one.
@@ -33,10 +34,11 @@ from orchestrator.service.ledger.epochs import EpochRow
 from orchestrator.service.ledger.slashes import SlashOutcome, SlashRow
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
-from swarmrl.chain import eip712
-from swarmrl.chain.contracts import Contracts
+from swarmrl.chain import eip712, work
+from swarmrl.chain.contracts import Contracts, Membership
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
+from swarmrl.chain.work import WorkLeaf
 from swarmrl.work.states import SubmissionStatus
 
 log = logging.getLogger(__name__)
@@ -90,9 +92,9 @@ class Recorder:
         self.validation_grace = validation_grace
         self.settle_seconds = settle_seconds
         self._started: float | None = None  # the time of the first round
-        # What failed last round and why: a failure that lasts (a provider's stake locked
-        # behind earlier epochs until their windows end) is logged when it starts and when
-        # it ends, not on every round in between.
+        # What failed last round and why: a failure that lasts (a chain that does not
+        # answer, a budget the pool has not been funded for) is logged when it starts and
+        # when it ends, not on every round in between.
         self._failing: dict[str, str] = {}
 
     def run_once(self, now: float) -> RecorderReport:
@@ -104,15 +106,19 @@ class Recorder:
             self._started = now
         self._guarded(report, "checking the recent records", self._recheck, now)
         current = self.ledger.epochs.at(now, self.epoch_seconds)
+        waiting: dict[int, list[str]] = {}
         for epoch, node in self.ledger.epochs.unrecorded(current):
-            submissions = self.ledger.submissions.all(node=node, epoch=epoch)
+            waiting.setdefault(epoch, []).append(node)
+        for epoch, nodes in waiting.items():
+            submissions = self.ledger.submissions.all(epoch=epoch)
             if not self._closed(epoch, submissions, now):
                 continue
-            what = f"recording epoch {epoch} of node {node}"
-            self._guarded(report, what, self._record, epoch, node, submissions, now)
+            what = f"recording epoch {epoch}"
+            self._guarded(report, what, self._record, epoch, nodes, submissions, now)
         settled: set[tuple[int, str]] = set()
         for evidence in self.ledger.slashes.candidates():
-            # The pool slashes an epoch once: one evidence per (epoch, node) and round.
+            # The pool slashes a membership once: one evidence per (epoch, node) and
+            # round; a later epoch of a slashed membership is found slashed on chain.
             if (evidence.epoch, evidence.node) in settled:
                 continue
             settled.add((evidence.epoch, evidence.node))
@@ -156,22 +162,27 @@ class Recorder:
             log.info("recorder: %s succeeded after retries", what)
 
     def _recheck(self, report: RecorderReport, now: float) -> None:
-        """Forgets the epochs and our slash votes recorded in the last `settle_seconds`
+        """Forgets the parts and our slash votes recorded in the last `settle_seconds`
         that the chain no longer holds (their block was dropped): this round sends them
-        again. An epoch's slash goes with it: the chain cannot hold one without the other."""
+        again. A part's slashes go with it: the chain cannot hold one without the other."""
         since = now - self.settle_seconds
+        parts: dict[tuple[int, int], list[EpochRow]] = {}
         for row in self.ledger.epochs.on_chain_since(since):
-            if self.recorder.work_of(row.epoch, row.node).units:
+            if row.part is not None:
+                parts.setdefault((row.epoch, row.part), []).append(row)
+        for (epoch, part), rows in parts.items():
+            if self.recorder.record_of(epoch, part).recorded_at:
                 continue
             log.warning(
-                "recorder: the chain no longer holds epoch %d of node %s (recorded in %s); "
-                "recording it again",
-                row.epoch,
-                row.node,
-                row.tx_hash or "an earlier run",
+                "recorder: the chain no longer holds part %d of epoch %d (%d nodes, recorded "
+                "in %s); recording them again",
+                part,
+                epoch,
+                len(rows),
+                rows[0].tx_hash or "an earlier run",
             )
-            self.ledger.epochs.dropped(row.epoch, row.node)
-            report.dropped.append(row)
+            self.ledger.epochs.dropped(epoch, part)
+            report.dropped.extend(rows)
         for vote in self.ledger.slashes.sent_since(since):
             assert vote.tx_hash is not None  # sent_since returns our votes, with their hashes
             if self.validator.mined(vote.tx_hash):
@@ -190,40 +201,65 @@ class Recorder:
         self,
         report: RecorderReport,
         epoch: int,
-        node: str,
+        nodes: list[str],
         submissions: list[SubmissionRow],
         now: float,
     ) -> None:
-        tree = commitment_tree(submissions)
-        units = sum(s.units for s in submissions if s.status is SubmissionStatus.ACCEPTED)
-        if units == 0 and any(s.slashable for s in submissions):
-            # The pool takes no record without units; one unit lets the evidence be
-            # committed, and the slash invalidates the epoch, so it never pays.
-            units = 1
-        if units == 0:
-            self.ledger.epochs.record(epoch, node, 0, tree.root.hex(), None, now=now)
-            report.empty.append(_recorded(self.ledger, epoch, node))
-            return
-        on_chain = self.recorder.work_of(epoch, node)
-        if on_chain.units:
-            if on_chain.commitment != tree.root:
-                log.warning(
-                    "recorder: the chain holds epoch %d of node %s with another commitment "
-                    "than the ledger's; its submissions cannot be slashed",
-                    epoch,
-                    node,
-                )
-            self.ledger.epochs.record(
-                epoch, node, on_chain.units, on_chain.commitment.hex(), None, now=now
+        """Records the waiting `nodes` of closed `epoch`: what the chain holds already
+        (parts sent before a crash) is taken from it; the rest goes in new parts."""
+        by_node: dict[str, list[SubmissionRow]] = {}
+        for s in submissions:
+            by_node.setdefault(s.node, []).append(s)
+        # Parts are numbered from 0: without a part 0 nothing of the epoch is on chain,
+        # and the pool's logs since its deployment need not be read.
+        sent_before = self.recorder.record_of(epoch, 0).recorded_at != 0
+        on_chain = {
+            leaf.node: (part, leaf)
+            for part in (self.recorder.recorded_parts(epoch) if sent_before else [])
+            for leaf in part.leaves
+        }
+        waiting = [node for node in nodes if node not in on_chain]
+        memberships = self.recorder.memberships_of(waiting)
+        found, empty, leaves = [], [], []
+        for node in nodes:
+            tree = commitment_tree(by_node[node])
+            if node in on_chain:
+                part, leaf = on_chain[node]
+                if leaf.commitment != tree.root:
+                    log.warning(
+                        "recorder: the chain holds epoch %d of node %s with another "
+                        "commitment than the ledger's; its submissions cannot be slashed",
+                        epoch,
+                        node,
+                    )
+                found.append(_row(part.epoch, part.part, leaf, None))
+                continue
+            units = _units(by_node[node])
+            mine = _leaf_of(epoch, node, units, tree.root, memberships[node]) if units else None
+            if mine is not None:
+                leaves.append(mine)
+                continue
+            empty.append(EpochRow(epoch, node, 0, tree.root.hex(), None, now))
+        self.ledger.epochs.record_many(found + empty, now=now)
+        report.found += [_recorded(self.ledger, r.epoch, r.node) for r in found]
+        report.empty += [_recorded(self.ledger, r.epoch, r.node) for r in empty]
+        if found:
+            log.info("recorder: %d nodes of epoch %d were already on chain", len(found), epoch)
+        first = 1 + max((part.part for part, _ in on_chain.values()), default=-1)
+        for part in work.parts_of(epoch, leaves, first=first):
+            receipt = self.recorder.record_work(part)
+            tx_hash = _tx_hash(receipt["transactionHash"])
+            rows = [_row(epoch, part.part, leaf, tx_hash) for leaf in part.leaves]
+            self.ledger.epochs.record_many(rows, now=now)
+            report.sent += [_recorded(self.ledger, r.epoch, r.node) for r in rows]
+            log.info(
+                "recorder: epoch %d part %d: %d nodes, %d units in %s",
+                epoch,
+                part.part,
+                len(part.leaves),
+                part.units,
+                tx_hash,
             )
-            report.found.append(_recorded(self.ledger, epoch, node))
-            log.info("recorder: epoch %d of node %s was already on chain", epoch, node)
-            return
-        receipt = self.recorder.submit_work(epoch, node, units, tree.root)
-        tx_hash = _tx_hash(receipt["transactionHash"])
-        self.ledger.epochs.record(epoch, node, units, tree.root.hex(), tx_hash, now=now)
-        report.sent.append(_recorded(self.ledger, epoch, node))
-        log.info("recorder: epoch %d of node %s: %d units in %s", epoch, node, units, tx_hash)
 
     def _slash(self, report: RecorderReport, evidence: SubmissionRow, now: float) -> None:
         epoch, node = evidence.epoch, evidence.node
@@ -235,14 +271,28 @@ class Recorder:
             return
         submissions = self.ledger.submissions.all(node=node, epoch=epoch)
         tree = commitment_tree(submissions)
-        on_chain = self.validator.work_of(epoch, node)
-        if on_chain.slashed:
+        row = self.ledger.epochs.get(epoch, node)
+        if row is None or row.part is None:
+            # Recorded one node at a time by the pool before parts (a schema 5 ledger):
+            # this pool holds no leaf of it to prove.
+            log.error(
+                "recorder: cannot slash node %s for epoch %d: no part records it", node, epoch
+            )
+            self._settle(report, evidence, None, SlashOutcome.MISSED, now)
+            return
+        leaves = [_leaf(r) for r in self.ledger.epochs.part(epoch, row.part)]
+        part = work.WorkPart(epoch, row.part, leaves)
+        ref = part.ref(node)
+        record = self.validator.record_of(epoch, row.part)
+        if self.validator.membership_at(node, ref.leaf.membership).slashed:
             self._settle(report, evidence, None, SlashOutcome.FOUND, now)
             return
         problem = None
-        if on_chain.commitment != tree.root:
+        if record.root != part.root:
+            problem = "the part on chain is not the ledger's"
+        elif ref.leaf.commitment != tree.root:
             problem = "the commitment on chain is not over the ledger's submissions"
-        elif self.validator.chain_time() >= on_chain.unlocks_at:
+        elif self.validator.chain_time() >= record.unlocks_at:
             problem = "its invalidation window has closed"
         if problem is not None:
             log.error("recorder: cannot slash node %s for epoch %d: %s", node, epoch, problem)
@@ -251,7 +301,7 @@ class Recorder:
         index = sorted(_bytes(s.digest) for s in submissions).index(_bytes(evidence.digest))
         try:
             receipt = self.validator.slash(
-                epoch, submission, _bytes(evidence.signature), tree.proof(index)
+                ref, submission, _bytes(evidence.signature), tree.proof(index)
             )
         except RevertedError as e:
             if e.error not in _ALREADY_SLASHED:
@@ -282,6 +332,46 @@ def commitment_tree(submissions: list[SubmissionRow]) -> eip712.MerkleTree:
     """The Merkle tree over the submissions' digests in digest order: the epoch's
     commitment is its root, and a slash proves one leaf of it."""
     return eip712.MerkleTree.from_digests(sorted(_bytes(s.digest) for s in submissions))
+
+
+def _units(submissions: list[SubmissionRow]) -> int:
+    """A node's units of an epoch: its accepted rollouts. The pool takes no leaf without
+    units; one lets evidence be committed, and the slash invalidates the leaf, so it
+    never pays."""
+    units = sum(s.units for s in submissions if s.status is SubmissionStatus.ACCEPTED)
+    if units == 0 and any(s.slashable for s in submissions):
+        return 1
+    return units
+
+
+def _leaf_of(
+    epoch: int, node: str, units: int, commitment: bytes, latest: tuple[int, Membership]
+) -> WorkLeaf | None:
+    """`node`'s leaf under its latest membership if that is live, else None: a leaf of
+    no live membership would never be paid nor slashed."""
+    index, membership = latest
+    if not membership.live:
+        log.warning(
+            "recorder: node %s left the pool before epoch %d was recorded; its %d units "
+            "are not recorded",
+            node,
+            epoch,
+            units,
+        )
+        return None
+    return WorkLeaf(node=node, membership=index, units=units, commitment=commitment)
+
+
+def _row(epoch: int, part: int, leaf: WorkLeaf, tx_hash: str | None) -> EpochRow:
+    """The ledger's row of a leaf on chain (recorded_at is the ledger's write)."""
+    return EpochRow(
+        epoch, leaf.node, leaf.units, leaf.commitment.hex(), tx_hash, 0.0, part, leaf.membership
+    )
+
+
+def _leaf(row: EpochRow) -> WorkLeaf:
+    """The leaf a ledger row recorded."""
+    return WorkLeaf(row.node, row.membership, row.units, _bytes(row.commitment))
 
 
 def chain_failure_sentence(error: BaseException) -> str | None:

@@ -229,7 +229,19 @@ class ServiceSettings(SwarmrlSettings):
         f"{2**MAX_COOLDOWN_DOUBLINGS} times this).",
     )
     heartbeat_seconds: float = Field(
-        10.0, gt=0, le=3600, description="How often nodes send a heartbeat."
+        10.0,
+        gt=0,
+        le=3600,
+        description="How often nodes send a heartbeat, while the swarm is small enough "
+        "for heartbeat_rate.",
+    )
+    heartbeat_rate: float = Field(
+        20.0,
+        gt=0,
+        le=1e6,
+        description="Heartbeats a second asked of the whole swarm at most: past "
+        "heartbeat_rate x heartbeat_seconds nodes, a joining node is told to beat less "
+        "often (at most every gone_after / (silent_after + 1) seconds).",
     )
     silent_after: int = Field(
         3, ge=1, le=1000, description="Missed heartbeats before a node counts as silent."

@@ -96,6 +96,21 @@ class RateLimiter:
             return True
 
 
+# The states whose nodes send heartbeats: what the swarm's heartbeat rate counts.
+_BEATING = (NodeState.JOINED, NodeState.ACTIVE, NodeState.SILENT)
+
+
+def heartbeat_interval(settings: OrchestratorSettings, nodes: int) -> float:
+    """How often each of `nodes` nodes is to beat: `heartbeat_seconds`, or longer so that
+    together they send at most `heartbeat_rate` a second. At a thousand nodes every ten
+    seconds, heartbeats were 100 of the 175 streams a second the orchestrator's event
+    loop served (BENCHMARKS.md, "Control plane under load"), time taken from uploads.
+    Never so long that `silent_after` missed beats reach `gone_after`."""
+    wanted = max(settings.heartbeat_seconds, nodes / settings.heartbeat_rate)
+    longest = max(settings.heartbeat_seconds, settings.gone_after / (settings.silent_after + 1))
+    return min(wanted, longest)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Who this orchestrator is in which run."""
@@ -147,6 +162,11 @@ class WorkServer:
         # The active nodes' median speed, as of the last sweep: what order sizes are
         # measured against (None until a node reports one).
         self._median_speed: float | None = None
+        # The heartbeat interval a joining node is told, as of the last sweep, and the
+        # longest told so far: silence is judged by that one, so a node told a long
+        # interval when the swarm was larger is not counted silent when it shrinks.
+        self._interval = settings.heartbeat_seconds
+        self._longest_interval = settings.heartbeat_seconds
 
     def serve(self, host: Server, spool_dir: Path) -> None:
         """Serves the four protocols on `host`, every request admitted by the rate limit
@@ -218,10 +238,12 @@ class WorkServer:
         state = self.ledger.nodes.get(node_address)
         assert state is not None  # just written
         log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
+        interval = self._interval
+        self._longest_interval = max(self._longest_interval, interval)
         return join.JoinResponse(
             run=self.context.run,
             state=state.state,
-            heartbeat_seconds=self.settings.heartbeat_seconds,
+            heartbeat_seconds=interval,
             policy_step=self.published_step(),
             async_level=self.settings.async_level,
             weights=self.weights_addrs()[:8],
@@ -234,12 +256,7 @@ class WorkServer:
     ) -> heartbeat.HeartbeatResponse:
         node = self._node(peer)
         now = self.clock()
-        with self._seen_lock:  # written with the others' by the next sweep
-            earlier = self._seen.get(node.address)
-            speed = request.tokens_per_second
-            if speed is None and earlier is not None:
-                speed = earlier.speed
-            self._seen[node.address] = Seen(now, speed)
+        self._alive(node.address, now, request.tokens_per_second)
         state = node.state
         if allowed(state, NodeState.ACTIVE) and self.ledger.nodes.set_state(
             node.address, NodeState.ACTIVE, "heartbeat", now
@@ -258,6 +275,17 @@ class WorkServer:
             ],
         )
 
+    def _alive(self, address: str, now: float, speed: float | None = None) -> None:
+        """`address` was heard from at `now`: kept in memory, written with the others'
+        by the next sweep. Work requests and submissions count as much as heartbeats:
+        under load a busy node's heartbeats are what times out, and its work shows it
+        alive anyway."""
+        with self._seen_lock:
+            earlier = self._seen.get(address)
+            if speed is None and earlier is not None:
+                speed = earlier.speed
+            self._seen[address] = Seen(now, speed)
+
     def sweep(self, now: float) -> None:
         """The daemon's once-a-second round: the heartbeats gathered since the last one
         written to the ledger in one transaction, the active nodes' median speed taken
@@ -267,10 +295,13 @@ class WorkServer:
         self.flush()
         speeds = self.ledger.nodes.speeds(NodeState.ACTIVE)
         self._median_speed = statistics.median(speeds) if speeds else None
+        counts = self.ledger.nodes.by_state()
+        beating = sum(counts.get(state, 0) for state in _BEATING)
+        self._interval = heartbeat_interval(self.settings, beating)
         for expired in self.ledger.orders.expire(now):
             log.info("order %s of %s expired unanswered", expired.order_id[:12], expired.order.node)
         s = self.settings
-        silent_after = s.silent_after * s.heartbeat_seconds
+        silent_after = s.silent_after * self._longest_interval
         for address, state, last_seen in self.ledger.nodes.quiet(
             now - min(silent_after, s.gone_after)
         ):
@@ -304,6 +335,7 @@ class WorkServer:
         node = self._node(peer)
         if node.state not in (NodeState.ACTIVE, NodeState.JOINED):
             raise wire.Refusal(f"node {node.address} is {node.state}; send a heartbeat first")
+        self._alive(node.address, self.clock())
         with self._lock_of(node.address):  # one order at a time per node, nodes side by side
             now = self.clock()
             # An open order first: a node whose reply was lost gets it again, whatever
@@ -458,6 +490,7 @@ class WorkServer:
         self, peer: str, header: submit.SubmitHeader, path: Path
     ) -> submit.SubmitResponse:
         node = self._node(peer)
+        self._alive(node.address, self.clock())
         digest = self._digest(header).hex()
         if (stored := self.ledger.submissions.get(digest)) is not None:
             return _receipt_reply(stored)

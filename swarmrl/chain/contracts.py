@@ -9,8 +9,9 @@ failure is a `ChainError` with one decoded sentence. Reads need no account.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
 from functools import partial
 from typing import Any, TypeVar
 
@@ -32,26 +33,100 @@ from swarmrl.chain.deploy import Deployment, decoder
 from swarmrl.chain.errors import ChainConfigError, ChainError
 from swarmrl.chain.revert import revert_data_of
 from swarmrl.chain.tx import TxSender, TxSettings, chain_time, with_rpc_retries
+from swarmrl.chain.work import LeafRef, WorkLeaf, WorkPart
 
 LOG_CHUNK_BLOCKS = 10_000  # public RPCs cap eth_getLogs ranges
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class WorkRecord:
-    """One node's work in one epoch, with the terms it was recorded under."""
+class Settlement(IntEnum):
+    """What became of a leaf (ComputePool.Settlement)."""
 
+    OPEN = 0
+    CLAIMED = 1
+    INVALIDATED = 2
+    RELEASED = 3  # never payable (its membership was not live, or was slashed): reward returned
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    """One recorded part of an epoch, with the terms it was recorded under
+    (recorded_at 0: no such part)."""
+
+    root: bytes
     units: int
+    nodes: int
     recorded_at: int
     unlocks_at: int  # end of the invalidation window: slashable before, claimable from then
-    provider: str  # who claims the reward and is slashed for it
-    invalidated: bool
-    claimed: bool
+    reward_per_unit: int
+
+
+@dataclass(frozen=True)
+class Membership:
+    """A node's stay in the pool with one provider (left_at 0 while it stays)."""
+
+    provider: str | None
+    joined_at: int
+    left_at: int
     slashed: bool
-    commitment: bytes
-    reward: int
-    penalty: int
+    penalty: int  # the pool's penalty at the join: what it bonds and a slash takes
+
+    @property
+    def live(self) -> bool:
+        return self.provider is not None and self.left_at == 0
+
+    def backs(self, record: PartRecord) -> bool:
+        """Whether it was live when `record` was recorded: only then is the leaf paid or slashed."""
+        at = record.recorded_at
+        return (
+            self.provider is not None
+            and self.joined_at <= at
+            and (self.left_at == 0 or self.left_at > at)
+        )
+
+
+@dataclass(frozen=True)
+class WorkRecord:
+    """One node's work in one epoch as the chain holds it: its leaf with proof, the
+    terms of its part, its membership and what became of it."""
+
+    ref: LeafRef
+    record: PartRecord
+    membership: Membership
+    settlement: Settlement
+
+    @property
+    def units(self) -> int:
+        return self.ref.leaf.units
+
+    @property
+    def reward(self) -> int:
+        return self.ref.leaf.units * self.record.reward_per_unit
+
+    @property
+    def unlocks_at(self) -> int:
+        return self.record.unlocks_at
+
+    @property
+    def provider(self) -> str | None:
+        """Who claims the reward and is slashed for it (None: nobody, never payable)."""
+        return self.membership.provider if self.membership.backs(self.record) else None
+
+    @property
+    def claimed(self) -> bool:
+        return self.settlement is Settlement.CLAIMED
+
+    @property
+    def invalidated(self) -> bool:
+        """Never to be paid: invalidated, slashed, or released as never payable."""
+        return self.settlement in (Settlement.INVALIDATED, Settlement.RELEASED) or (
+            self.membership.slashed and not self.claimed
+        )
+
+    @property
+    def slashed(self) -> bool:
+        return self.membership.slashed
 
 
 @dataclass(frozen=True)
@@ -143,12 +218,17 @@ class Contracts:
         if self._sender is not None:
             return self._sender.call(fn, contract)
         try:
-            return with_rpc_retries(fn.call, what="eth_call")
+            return self._retried(fn.call, "eth_call")
         except Exception as e:
             data = revert_data_of(e)
             if data is None:
                 raise
             raise self.decoder.decode(data, contract, now=self.chain_time) from None
+
+    def _retried(self, call: Callable[[], T], what: str) -> T:
+        """`call`, with transient RPC failures retried as this object's settings say."""
+        s = self.settings or TxSettings()
+        return with_rpc_retries(call, what=what, retries=s.rpc_retries, backoff=s.backoff)
 
     def _read(self, kind: type[T], contract: str, fn: ContractFunction) -> T:
         """`fn`'s result, which its ABI says is a `kind` (uint: int, bool: bool,
@@ -315,9 +395,10 @@ class Contracts:
         )
         return Unbonding(total=total, withdrawable=withdrawable)
 
-    def locked_of(self, provider: str) -> int:
-        """Active stake locked by recorded work still inside its invalidation window."""
-        return self._read(int, "StakeManager", self.stake_manager.functions.lockedOf(_cs(provider)))
+    def bonded_of(self, provider: str) -> int:
+        """Active stake the pools bond: a penalty per joined node, and per node that left
+        while work recorded before its leave could still be slashed."""
+        return self._read(int, "StakeManager", self.stake_manager.functions.bondedOf(_cs(provider)))
 
     def min_stake_per_node(self) -> int:
         return self._read(int, "StakeManager", self.stake_manager.functions.minStakePerNode())
@@ -365,43 +446,142 @@ class Contracts:
         """Run by the node: its signature over `submission` in this pool's domain."""
         return eip712.sign_submission(node, submission, self.pool_domain())
 
-    def submit_work(self, epoch: int, node: str, units: int, commitment: bytes) -> TxReceipt:
-        """Run by the recorder: `units` of work for `epoch`, committed by a Merkle root."""
-        fn = self.pool.functions.submitWork(epoch, _cs(node), units, commitment)
+    def membership_of(self, node: str) -> tuple[int, Membership]:
+        """`node`'s latest membership and its number (0 and an empty one if it never joined)."""
+        index, fields = self._call("ComputePool", self.pool.functions.membershipOf(_cs(node)))
+        return int(index), _membership(fields)
+
+    def memberships_of(
+        self, nodes: Sequence[str], *, chunk: int = 500
+    ) -> dict[str, tuple[int, Membership]]:
+        """Each node's latest membership and its number, `chunk` nodes per call (one
+        call each would be a thousand round trips before an epoch is recorded)."""
+        found: dict[str, tuple[int, Membership]] = {}
+        for i in range(0, len(nodes), chunk):
+            batch = [_cs(n) for n in nodes[i : i + chunk]]
+            fn = self.pool.functions.membershipsOf(batch)
+            indexes, memberships = self._call("ComputePool", fn)
+            for node, index, fields in zip(batch, indexes, memberships, strict=True):
+                found[node] = (int(index), _membership(fields))
+        return found
+
+    def membership_at(self, node: str, index: int) -> Membership:
+        """`node`'s membership number `index` (1 is its first)."""
+        return _membership(
+            self._call("ComputePool", self.pool.functions.membershipAt(_cs(node), index))
+        )
+
+    def bond_of(self, provider: str) -> int:
+        """What this pool bonds of `provider`'s stake."""
+        return self._read(int, "ComputePool", self.pool.functions.bondOf(_cs(provider)))
+
+    def leaf(self, node: str, units: int, commitment: bytes) -> WorkLeaf:
+        """`node`'s leaf under its live membership; ChainError if it is not in the pool
+        (work recorded for it would never be paid)."""
+        index, membership = self.membership_of(node)
+        if not membership.live:
+            raise ChainError(f"node {_cs(node)} is not in the pool; its work cannot be recorded")
+        return WorkLeaf(node=node, membership=index, units=units, commitment=commitment)
+
+    def record_work(self, part: WorkPart) -> TxReceipt:
+        """Run by the recorder: part `part.part` of `part.epoch`, one transaction."""
+        leaves = [leaf.as_tuple() for leaf in part.leaves]
+        fn = self.pool.functions.recordWork(part.epoch, part.part, leaves)
         return self._send("ComputePool", fn)
 
-    def invalidate(self, epoch: int, node: str) -> TxReceipt:
-        return self._send("ComputePool", self.pool.functions.invalidate(epoch, _cs(node)))
+    def record_of(self, epoch: int, part: int) -> PartRecord:
+        """Part `part` of `epoch` as recorded (recorded_at 0 if it is not)."""
+        fields = self._call("ComputePool", self.pool.functions.recordOf(epoch, part))
+        root, units, nodes, recorded_at, unlocks_at, per_unit = fields
+        return PartRecord(bytes(root), units, nodes, recorded_at, unlocks_at, per_unit)
+
+    def settlement_of(self, epoch: int, part: int, node: str) -> Settlement:
+        fn = self.pool.functions.settlementOf(epoch, part, _cs(node))
+        return Settlement(self._read(int, "ComputePool", fn))
+
+    def invalidate(self, ref: LeafRef) -> TxReceipt:
+        return self._send("ComputePool", self.pool.functions.invalidate(ref.as_tuple()))
 
     def slash(
         self,
-        epoch: int,
+        ref: LeafRef,
         submission: eip712.Submission,
         signature: bytes,
         proof: Sequence[bytes],
     ) -> TxReceipt:
-        """A validator's slash vote, with the node's signed submission as evidence."""
-        fn = self.pool.functions.slash(epoch, submission.as_tuple(), signature, list(proof))
+        """A validator's slash vote on `ref`'s membership, with the node's signed
+        submission and its proof against the leaf's commitment as evidence."""
+        fn = self.pool.functions.slash(
+            ref.as_tuple(), submission.as_tuple(), signature, list(proof)
+        )
         return self._send("ComputePool", fn)
 
-    def claim(self, node: str, epochs: Sequence[int]) -> int:
-        """Run by the provider: claims rewards of `epochs`; returns the amount paid."""
-        receipt = self._send("ComputePool", self.pool.functions.claim(_cs(node), list(epochs)))
+    def release(self, ref: LeafRef) -> TxReceipt:
+        """Returns to the budget the reward of a leaf that can never be paid."""
+        return self._send("ComputePool", self.pool.functions.release(ref.as_tuple()))
+
+    def claim_refs(self, refs: Sequence[LeafRef]) -> int:
+        """Run by the provider: claims `refs` in one transaction; returns the amount paid."""
+        fn = self.pool.functions.claim([ref.as_tuple() for ref in refs])
+        receipt = self._send("ComputePool", fn)
         events = self.pool.events.RewardClaimed().process_receipt(receipt, errors=DISCARD)
         return sum(int(e["args"]["amount"]) for e in events)
 
-    def unlocks_at(self, epoch: int, node: str) -> int:
-        """When `node`'s work at `epoch` becomes claimable (0 if none recorded)."""
-        return self._read(int, "ComputePool", self.pool.functions.unlocksAt(epoch, _cs(node)))
+    def claim(self, node: str, epochs: Sequence[int]) -> int:
+        """Run by the provider: claims `node`'s rewards of `epochs`; returns the amount paid."""
+        refs = []
+        for epoch in epochs:
+            work = self.work_of(epoch, node)
+            if work is None:
+                raise ChainError(f"no work of node {_cs(node)} is recorded in epoch {epoch}")
+            refs.append(work.ref)
+        return self.claim_refs(refs)
 
-    def work_of(self, epoch: int, node: str) -> WorkRecord:
-        fields = self._call("ComputePool", self.pool.functions.workOf(epoch, _cs(node)))
-        record = WorkRecord(*fields)
-        return replace(
-            record,
-            provider=to_checksum_address(record.provider),
-            commitment=bytes(record.commitment),
+    def work_of(self, epoch: int, node: str) -> WorkRecord | None:
+        """`node`'s work in `epoch` as the chain holds it, rebuilt from the pool's logs
+        (None if none is recorded)."""
+        parts = self.recorded_parts(epoch, node)
+        if not parts:
+            return None
+        return self.work_at(parts[0].ref(node))
+
+    def work_at(self, ref: LeafRef) -> WorkRecord:
+        """The leaf `ref` names as the chain holds it now, without searching the logs: a
+        recorded part never changes, so a ref found once serves every later read."""
+        node = ref.leaf.node
+        return WorkRecord(
+            ref=ref,
+            record=self.record_of(ref.epoch, ref.part),
+            membership=self.membership_at(node, ref.leaf.membership),
+            settlement=self.settlement_of(ref.epoch, ref.part, node),
         )
+
+    def recorded_parts(self, epoch: int, node: str | None = None) -> list[WorkPart]:
+        """The parts of `epoch` on chain (those with a leaf of `node`, if given), by
+        part number, each rebuilt from its WorkRecorded logs."""
+        event = self.pool.events.WorkRecorded()
+        epoch_topic = HexBytes(epoch.to_bytes(32, "big"))
+        numbers: set[int] | None = None
+        if node is not None:
+            mine = self._logs(
+                {"address": self.pool.address, "topics": [event.topic, epoch_topic, _topic(node)]}
+            )
+            numbers = {int(event.process_log(log)["args"]["part"]) for log in mine}
+        logs = self._logs({"address": self.pool.address, "topics": [event.topic, epoch_topic]})
+        leaves: dict[int, list[WorkLeaf]] = {}
+        for log in logs:
+            args = event.process_log(log)["args"]
+            part = int(args["part"])
+            if numbers is None or part in numbers:
+                leaves.setdefault(part, []).append(
+                    WorkLeaf(
+                        node=args["node"],
+                        membership=int(args["membership"]),
+                        units=int(args["units"]),
+                        commitment=bytes(args["commitment"]),
+                    )
+                )
+        return [WorkPart(epoch, part, leaves[part]) for part in sorted(leaves)]
 
     def submission_digest(self, submission: eip712.Submission) -> bytes:
         """The pool's own EIP-712 digest (a cross-check of eip712.Submission.digest)."""
@@ -474,9 +654,9 @@ class Contracts:
         raise KeyError(f"{contract} has no event {event}")
 
     def recorded_epochs(self, node: str) -> list[int]:
-        """Every epoch the pool recorded work of `node` in (its WorkSubmitted events), in
+        """Every epoch the pool recorded work of `node` in (its WorkRecorded events), in
         order; claimed, invalidated or not."""
-        event = self.pool.events.WorkSubmitted()
+        event = self.pool.events.WorkRecorded()
         logs = self._logs(
             {"address": self.pool.address, "topics": [event.topic, None, _topic(node)]}
         )
@@ -498,12 +678,12 @@ class Contracts:
         """The logs matching `query` from the deploy block (or `from_block`) to the latest,
         fetched `chunk` blocks at a time, since public RPCs limit eth_getLogs ranges."""
         start = self.deployment.deploy_block if from_block is None else from_block
-        end = with_rpc_retries(lambda: self.w3.eth.block_number, what="eth_blockNumber")
+        end = self._retried(lambda: self.w3.eth.block_number, "eth_blockNumber")
         logs: list[LogReceipt] = []
         for lo in range(start, end + 1, chunk):
             hi = min(end, lo + chunk - 1)
             window: FilterParams = {**query, "fromBlock": lo, "toBlock": hi}
-            logs += with_rpc_retries(partial(self.w3.eth.get_logs, window), what="eth_getLogs")
+            logs += self._retried(partial(self.w3.eth.get_logs, window), "eth_getLogs")
         return logs
 
     def wait_until(self, timestamp: int, *, poll: float = 1.0) -> None:
@@ -530,6 +710,17 @@ def require_contracts(w3: Web3, deployment: Deployment) -> None:
             raise ChainConfigError(
                 f"no contract at {address} on chain {deployment.chain_id}; {hint}"
             )
+
+
+def _membership(fields: Sequence[Any]) -> Membership:
+    provider, joined_at, left_at, slashed, penalty = fields
+    return Membership(
+        provider=None if int(provider, 16) == 0 else to_checksum_address(provider),
+        joined_at=joined_at,
+        left_at=left_at,
+        slashed=slashed,
+        penalty=penalty,
+    )
 
 
 def _cs(address: str) -> ChecksumAddress:

@@ -47,6 +47,7 @@ PATH_ROLES = {
     "weights pull out": "out-dir",
     "bench load json_out": "out-file",
     "bench load profile": "out-file",
+    "bench chain json_out": "out-file",
 }
 
 # What a string parameter holds, by name; "<command> <name>" overrides.
@@ -76,6 +77,7 @@ STR_ROLES = {
     "run": "run-name",
     "model": "model-name",
     "rdzv_endpoint": "host-port",
+    "bench chain nodes": "targets",
 }
 
 STR_BAD_VALUES = {

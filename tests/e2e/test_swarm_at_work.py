@@ -51,8 +51,8 @@ from tests.integration.test_rollouts_cli import swarmrl
 # node, the one behind NAT included, to have work accepted after them.
 STEPS = 12
 FAULTS = len(Target)  # each target once, in an order and at points the seed draws
-# Each epoch recorded locks the pool's slash penalty (50 SRL) of its provider's stake for
-# the invalidation window: staked so, no closed epoch of the run waits for a lock to end.
+# Each node in the pool bonds the pool's slash penalty (50 SRL) of its provider's stake;
+# staked so, every provider covers its nodes with room to spare.
 STAKE = 1000
 OUTBOUND_ONLY = "node6"
 

@@ -4,17 +4,20 @@ Every revert is checked by its decoded sentence, as a user would read it.
 """
 
 import re
+from dataclasses import replace
 
 import pytest
-from eth_utils import keccak
+from eth_utils import keccak, to_checksum_address
 
 from benchmarks.hostile import malleable_twin
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain import eip712
+from swarmrl.chain.contracts import Settlement
 from swarmrl.chain.deploy import MAX_UNBONDING_PERIOD
-from swarmrl.chain.errors import RevertedError
+from swarmrl.chain.errors import ChainError, RevertedError
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSender
+from swarmrl.chain.work import WorkLeaf, WorkPart
 from swarmrl.times import date_time
 
 from .conftest import (
@@ -49,6 +52,15 @@ def _signed_epoch(contracts, node, steps):
     return subs, sigs, tree
 
 
+def _record(contracts, accounts, epoch, *work, part=0):
+    """The recorder records part `part` of `epoch` in one transaction: a leaf per
+    (node, units, commitment) under the node's live membership; returns the part."""
+    leaves = [contracts.leaf(node.address, units, commitment) for node, units, commitment in work]
+    recorded = WorkPart(epoch, part, leaves)
+    contracts.as_account(accounts[RECORDER]).record_work(recorded)
+    return recorded
+
+
 def test_the_whole_story(contracts, accounts, w3, deployment):
     params = deployment.params
     provider_a, node_a = accounts[PROVIDER_A], accounts[NODE_A]
@@ -61,34 +73,37 @@ def test_the_whole_story(contracts, accounts, w3, deployment):
     assert contracts.is_joined(node_a.address)
     assert contracts.is_joined(node_b.address)
 
-    recorder = contracts.as_account(accounts[RECORDER])
     validator = contracts.as_account(accounts[VALIDATOR])
     subs_a, sigs_a, tree_a = _signed_epoch(contracts, node_a, [10, 11, 12])
-    recorder.submit_work(1, node_a.address, 3, tree_a.root)
-    recorder.submit_work(2, node_a.address, 3, tree_a.root)
     _, _, tree_b = _signed_epoch(contracts, node_b, [10, 11])
-    recorder.submit_work(1, node_b.address, 2, tree_b.root)
+    # Epoch 1 of both nodes in one transaction, then epoch 2 of node A.
+    epoch_1 = _record(contracts, accounts, 1, (node_a, 3, tree_a.root), (node_b, 2, tree_b.root))
+    epoch_2 = _record(contracts, accounts, 2, (node_a, 3, tree_a.root))
     record = contracts.work_of(1, node_b.address)
-    assert (record.units, record.commitment, record.reward, record.penalty) == (
+    assert record is not None
+    assert record.ref == epoch_1.ref(node_b.address)  # rebuilt from the pool's logs
+    assert (record.units, record.ref.leaf.commitment, record.reward, record.membership.penalty) == (
         2,
         tree_b.root,
         2 * params.reward_per_unit,
         params.slash_penalty,
     )
+    assert (record.record.root, record.record.nodes, record.record.units) == (epoch_1.root, 2, 5)
     assert record.provider == provider_b.address
-    assert record.unlocks_at == record.recorded_at + params.invalidation_window
-    assert contracts.locked_of(provider_b.address) == params.slash_penalty
+    assert record.unlocks_at == record.record.recorded_at + params.invalidation_window
+    assert contracts.bonded_of(provider_b.address) == params.slash_penalty
     assert not record.invalidated
     assert not record.claimed
+    assert contracts.work_of(2, node_b.address) is None
 
     # A validator drops node A's epoch 2 within the window.
-    validator.invalidate(2, node_a.address)
-    assert contracts.work_of(2, node_a.address).invalidated
+    validator.invalidate(epoch_2.ref(node_a.address))
+    assert contracts.work_of(2, node_a.address).settlement is Settlement.INVALIDATED
 
     # ... and slashes node A for epoch 1 with its own signed submission as evidence.
     treasury_before = contracts.token_balance(accounts[TREASURY].address)
     validator_before = contracts.token_balance(accounts[VALIDATOR].address)
-    validator.slash(1, subs_a[1], sigs_a[1], tree_a.proof(1))
+    validator.slash(epoch_1.ref(node_a.address), subs_a[1], sigs_a[1], tree_a.proof(1))
     assert contracts.token_balance(accounts[TREASURY].address) == (
         treasury_before + params.slash_penalty
     )
@@ -98,16 +113,20 @@ def test_the_whole_story(contracts, accounts, w3, deployment):
     assert not contracts.is_joined(node_a.address)
 
     # Provider B claims only once the invalidation window has passed.
-    with pytest.raises(RevertedError, match=r"^ComputePool reverted: WindowOpen\(epoch=1, node="):
+    with pytest.raises(
+        RevertedError, match=r"^ComputePool reverted: WindowOpen\(epoch=1, part=0, unlocksAt="
+    ):
         b.claim(node_b.address, [1])
     anvil_mod.increase_time(w3, params.invalidation_window + 1)
-    with pytest.raises(RevertedError, match=r"^ComputePool reverted: WindowClosed\(epoch=1, "):
-        validator.invalidate(1, node_b.address)
+    with pytest.raises(
+        RevertedError, match=r"^ComputePool reverted: WindowClosed\(epoch=1, part=0\)$"
+    ):
+        validator.invalidate(epoch_1.ref(node_b.address))
     balance = contracts.token_balance(provider_b.address)
     assert b.claim(node_b.address, [1]) == 2 * params.reward_per_unit
     assert contracts.token_balance(provider_b.address) == balance + 2 * params.reward_per_unit
     assert contracts.work_of(1, node_b.address).claimed
-    with pytest.raises(RevertedError, match=r"AlreadyClaimed\(epoch=1, "):
+    with pytest.raises(RevertedError, match=r"AlreadySettled\(epoch=1, part=0, node="):
         b.claim(node_b.address, [1])
 
     # Unbonding: the stake backing a node stays; the rest waits out the period.
@@ -187,44 +206,70 @@ def test_slashing_with_bad_evidence_is_rejected(contracts, accounts):
     node = accounts[NODE_A]
     _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
     subs, sigs, tree = _signed_epoch(contracts, node, [1, 2])
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 2, tree.root)
+    ref = _record(contracts, accounts, 1, (node, 2, tree.root)).ref(node.address)
     validator = contracts.as_account(accounts[VALIDATOR])
 
+    forged = replace(ref, leaf=replace(ref.leaf, units=20))  # no longer the recorded leaf
+    with pytest.raises(
+        RevertedError,
+        match=rf"^ComputePool reverted: NotInRecord\(epoch=1, part=0, node={node.address}\)$",
+    ):
+        validator.slash(forged, subs[0], sigs[0], tree.proof(0))
     by_other_key = eip712.sign_digest(accounts[OUTSIDER], subs[0].digest(contracts.pool_domain()))
     with pytest.raises(RevertedError, match=r"^ComputePool reverted: BadSignature\(\)$"):
-        validator.slash(1, subs[0], by_other_key, tree.proof(0))
+        validator.slash(ref, subs[0], by_other_key, tree.proof(0))
     # The node's own signature in the other forms plain ECDSA recovers it from (the
     # high-s twin, v as 0 or 1) is no evidence on chain, so swarmrl takes none of them
     # as the node's either: else a node could sign work no slash would ever accept.
     for bent in (malleable_twin(sigs[0]), sigs[0][:64] + bytes([sigs[0][64] - 27])):
         with pytest.raises(RevertedError, match=r"^ComputePool reverted: BadSignature\(\)$"):
-            validator.slash(1, subs[0], bent, tree.proof(0))
+            validator.slash(ref, subs[0], bent, tree.proof(0))
         assert eip712.signer_of(subs[0].digest(contracts.pool_domain()), bent.hex()) is None
     assert eip712.signer_of(subs[0].digest(contracts.pool_domain()), sigs[0].hex()) == node.address
     stray = contracts.submission(node.address, 9, keccak(text="never committed"))
     with pytest.raises(RevertedError, match=r"^ComputePool reverted: NotInCommitment\(\)$"):
-        validator.slash(1, stray, contracts.sign_submission(node, stray), tree.proof(0))
+        validator.slash(ref, stray, contracts.sign_submission(node, stray), tree.proof(0))
     other_run = eip712.Submission(keccak(text="other"), node.address, 1, subs[0].rollout_digest)
     with pytest.raises(RevertedError, match=r"WrongRun\("):
-        validator.slash(1, other_run, sigs[0], tree.proof(0))
+        validator.slash(ref, other_run, sigs[0], tree.proof(0))
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
 
 
-def test_an_epoch_is_slashed_once_whatever_the_evidence(contracts, accounts, deployment):
-    node = accounts[NODE_A]
-    _provider_with_node(contracts, accounts[PROVIDER_A], node, 300 * TOKEN)
+def test_a_membership_is_slashed_once_and_forfeits_its_other_epochs(
+    contracts, accounts, deployment, w3
+):
+    node, provider = accounts[NODE_A], accounts[PROVIDER_A]
+    p = _provider_with_node(contracts, provider, node, 300 * TOKEN)
     subs, sigs, tree = _signed_epoch(contracts, node, [1, 2, 3])
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, tree.root)
+    first = _record(contracts, accounts, 1, (node, 3, tree.root)).ref(node.address)
+    other = _record(contracts, accounts, 2, (node, 2, tree.root)).ref(node.address)
+    # A slash in the second the epochs were recorded in would end the membership before
+    # them (the pool tells by the second; anvil mines this fast within one).
+    anvil_mod.increase_time(w3, 1)
     validator = contracts.as_account(accounts[VALIDATOR])
-    validator.slash(1, subs[0], sigs[0], tree.proof(0))
-    # The other submissions are as valid evidence, but the epoch had its penalty.
-    for i in (1, 2):
+    validator.slash(first, subs[0], sigs[0], tree.proof(0))
+    # The other submissions, in either epoch, are as valid evidence, but the membership
+    # had its penalty.
+    for ref, i in ((first, 1), (first, 2), (other, 1)):
         with pytest.raises(
-            RevertedError, match=r"^ComputePool reverted: AlreadySlashed\(epoch=1, node=0x"
+            RevertedError,
+            match=rf"^ComputePool reverted: AlreadySlashed\(node={node.address}, membership=1\)$",
         ):
-            validator.slash(1, subs[i], sigs[i], tree.proof(i))
+            validator.slash(ref, subs[i], sigs[i], tree.proof(i))
     penalty = deployment.params.slash_penalty
-    assert contracts.stake_of(accounts[PROVIDER_A].address) == 300 * TOKEN - penalty
+    assert contracts.stake_of(provider.address) == 300 * TOKEN - penalty
+    assert contracts.bonded_of(provider.address) == 0  # a slashed membership owes nothing more
+
+    # Epoch 2 was never invalidated, yet it forfeited its reward with the membership.
+    work = contracts.work_of(2, node.address)
+    assert (work.settlement, work.slashed, work.invalidated) == (Settlement.OPEN, True, True)
+    anvil_mod.increase_time(w3, deployment.params.invalidation_window + 1)
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: AlreadySlashed\("):
+        p.claim_refs([other])
+    available = contracts.available_rewards()
+    contracts.as_account(accounts[OUTSIDER]).release(other)  # anyone may return it
+    assert contracts.available_rewards() == available + work.reward
+    assert contracts.settlement_of(2, 0, node.address) is Settlement.RELEASED
 
 
 def test_roles_are_enforced(contracts, accounts):
@@ -236,7 +281,7 @@ def test_roles_are_enforced(contracts, accounts):
         match=rf"^ComputePool reverted: AccessControlUnauthorizedAccount\(account="
         rf"{accounts[OUTSIDER].address}, neededRole=0x",
     ):
-        outsider.submit_work(1, node.address, 1, bytes(32))
+        outsider.record_work(WorkPart(1, 0, [contracts.leaf(node.address, 1, bytes(32))]))
     with pytest.raises(RevertedError, match=r"NotNodeProvider\("):
         outsider.join_pool(node.address)
 
@@ -271,17 +316,17 @@ def test_a_quorum_of_validators_invalidates(contracts, accounts):
     admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
     assert contracts.has_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
     admin.set_quorum(2)
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 4, bytes(32))
+    ref = _record(contracts, accounts, 1, (node, 4, bytes(32))).ref(node.address)
     reserved = contracts.reserved_rewards()
 
     first = contracts.as_account(accounts[VALIDATOR])
-    first.invalidate(1, node.address)
+    first.invalidate(ref)
     assert not contracts.work_of(1, node.address).invalidated
     with pytest.raises(
         RevertedError, match=rf"AlreadyVoted\(validator={accounts[VALIDATOR].address}\)"
     ):
-        first.invalidate(1, node.address)
-    contracts.as_account(accounts[OUTSIDER]).invalidate(1, node.address)
+        first.invalidate(ref)
+    contracts.as_account(accounts[OUTSIDER]).invalidate(ref)
     assert contracts.work_of(1, node.address).invalidated
     assert contracts.reserved_rewards() == reserved - contracts.work_of(1, node.address).reward
 
@@ -294,67 +339,136 @@ def test_the_pool_accepts_our_proof_for_every_leaf(contracts, accounts):
     admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
     admin.set_quorum(2)  # one vote checks evidence, slashes nothing
     subs, sigs, tree = _signed_epoch(contracts, node, range(5))
-    contracts.as_account(accounts[RECORDER]).submit_work(3, node.address, 5, tree.root)
+    ref = _record(contracts, accounts, 3, (node, 5, tree.root)).ref(node.address)
     validator = contracts.as_account(accounts[VALIDATOR])
     for i in range(5):
-        receipt = validator.slash(3, subs[i], sigs[i], tree.proof(i))
+        receipt = validator.slash(ref, subs[i], sigs[i], tree.proof(i))
         (vote,) = contracts.pool.events.SlashVoted().process_receipt(receipt)
         assert vote["args"]["digest"] == subs[i].digest(contracts.pool_domain())
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 100 * TOKEN
     assert [e.name for e in contracts.history(node.address, chunk=2)].count("SlashVoted") == 5
 
 
-def test_funding_leaving_and_work_for_a_node_not_in_the_pool(contracts, accounts):
-    node = accounts[NODE_A]
-    _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
+def test_our_parts_are_the_pools_and_rebuild_from_its_logs(contracts, accounts, w3, deployment):
+    """Python's part root is the one `rootOf` computes and `recordWork` stores, at every
+    size that leaves a level odd; the parts rebuilt from the logs prove a leaf for a claim."""
+    node_a, node_b = accounts[NODE_A], accounts[NODE_B]
+    a = _provider_with_node(contracts, accounts[PROVIDER_A], node_a, 100 * TOKEN)
+    b = _provider_with_node(contracts, accounts[PROVIDER_B], node_b, 100 * TOKEN)
+    # Nodes that never joined: the pool records their leaves, but never pays them.
+    strangers = [
+        WorkLeaf(to_checksum_address(keccak(text=f"stranger {i}")[:20]), 1, 1 + i, bytes(32))
+        for i in range(18)
+    ]
+    mine = [contracts.leaf(n.address, 4, keccak(text=n.address)) for n in (node_a, node_b)]
+    # Parts of 1, 2, 3, 5 and 9 leaves, as parts_of would cut them: each node in one part.
+    sizes = [strangers[:1], strangers[1:3], strangers[3:6], strangers[6:11], strangers[11:] + mine]
+    recorder = contracts.as_account(accounts[RECORDER])
+    parts = []
+    for k, leaves in enumerate(sizes):
+        part = WorkPart(7, k, leaves)
+        tuples = [leaf.as_tuple() for leaf in part.leaves]
+        assert bytes(contracts.pool.functions.rootOf(tuples).call()) == part.root
+        recorder.record_work(part)
+        assert contracts.record_of(7, k).root == part.root
+        assert (contracts.record_of(7, k).nodes, contracts.record_of(7, k).units) == (
+            len(leaves),
+            part.units,
+        )
+        parts.append(part)
+
+    rebuilt = contracts.recorded_parts(7)
+    assert [(p.part, p.leaves, p.root) for p in rebuilt] == [
+        (p.part, p.leaves, p.root) for p in parts
+    ]
+    assert [p.part for p in contracts.recorded_parts(7, node_a.address)] == [4]
+    anvil_mod.increase_time(w3, deployment.params.invalidation_window + 1)
+    per_unit = deployment.params.reward_per_unit
+    assert a.claim_refs([rebuilt[4].ref(node_a.address)]) == 4 * per_unit
+    assert b.claim(node_b.address, [7]) == 4 * per_unit  # its ref found in the logs
+    available = contracts.available_rewards()
+    contracts.as_account(accounts[OUTSIDER]).release(rebuilt[3].ref(strangers[8].node))
+    assert contracts.available_rewards() == available + strangers[8].units * per_unit
+
+
+def test_funding_leaving_and_work_recorded_after_the_node_left(contracts, accounts, w3):
+    """Work recorded under a membership that had ended (a recorder's stale view) is
+    never paid nor slashed, and anyone may return its reward to the budget."""
+    node, provider = accounts[NODE_A], accounts[PROVIDER_A]
+    p = _provider_with_node(contracts, provider, node, 100 * TOKEN)
     available = contracts.available_rewards()
     contracts.as_account(accounts[OUTSIDER]).fund(25 * TOKEN)  # anyone may fund
     assert contracts.available_rewards() == available + 25 * TOKEN
-
-    contracts.as_account(node).leave_pool(node.address)  # a node may leave on its own
-    assert not contracts.is_joined(node.address)
-    with pytest.raises(
-        RevertedError, match=rf"^ComputePool reverted: NotJoined\(node={node.address}\)$"
-    ):
-        contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
     with pytest.raises(RevertedError, match=r"^ComputePool reverted: ZeroAmount\(\)$"):
         contracts.as_account(accounts[OUTSIDER]).fund(0)
 
+    subs, sigs, tree = _signed_epoch(contracts, node, [1])
+    stale = contracts.leaf(node.address, 2, tree.root)
+    contracts.as_account(node).leave_pool(node.address)  # a node may leave on its own
+    assert not contracts.is_joined(node.address)
+    with pytest.raises(ChainError, match=rf"^node {node.address} is not in the pool; "):
+        contracts.leaf(node.address, 2, tree.root)
+    part = WorkPart(1, 0, [stale])
+    contracts.as_account(accounts[RECORDER]).record_work(part)
+    ref = part.ref(node.address)
+    work = contracts.work_of(1, node.address)
+    assert (work.provider, work.invalidated) == (None, False)  # open, but nobody's to claim
+
+    not_backed = rf"^ComputePool reverted: NotBacked\(node={node.address}, membership=1\)$"
+    with pytest.raises(RevertedError, match=not_backed):
+        contracts.as_account(accounts[VALIDATOR]).slash(ref, subs[0], sigs[0], tree.proof(0))
+    anvil_mod.increase_time(w3, contracts.deployment.params.invalidation_window + 1)
+    with pytest.raises(RevertedError, match=not_backed):
+        p.claim_refs([ref])
+    available = contracts.available_rewards()
+    contracts.as_account(accounts[OUTSIDER]).release(ref)
+    assert contracts.available_rewards() == available + work.reward
+    assert contracts.work_of(1, node.address).settlement is Settlement.RELEASED
+    assert contracts.stake_of(provider.address) == 100 * TOKEN
+
 
 def test_the_stake_behind_recorded_work_stays_until_its_window_ends(contracts, accounts, w3):
-    """The attack: remove the node and unbond everything while the work is slashable."""
+    """The attack: take the node out and unbond everything while its work is slashable."""
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = _provider_with_node(contracts, provider, node, 100 * TOKEN)
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
+    penalty = contracts.deployment.params.slash_penalty
+    assert contracts.bonded_of(provider.address) == penalty  # joined: bonded, work or not
+    _record(contracts, accounts, 1, (node, 1, bytes(32)))
+    anvil_mod.increase_time(w3, 1)  # a leave in the record's second would not back it
+    p.leave_pool(node.address)
     p.remove_node(node.address)
+    assert contracts.work_of(1, node.address).provider == provider.address  # still slashable
+    assert contracts.bonded_of(provider.address) == penalty
     with pytest.raises(
         RevertedError,
         match=r"^StakeManager reverted: "
-        r"StakeBacksWork\(remaining=0, locked=50000000000000000000\)$",
+        r"StakeBacksWork\(remaining=0, bonded=50000000000000000000\)$",
     ):
         p.request_unbond(100 * TOKEN)
     p.request_unbond(50 * TOKEN)  # what no work needs may go
     anvil_mod.increase_time(w3, contracts.deployment.params.invalidation_window)
-    assert contracts.locked_of(provider.address) == 0
+    assert contracts.bonded_of(provider.address) == 0
     p.request_unbond(50 * TOKEN)
     assert contracts.stake_of(provider.address) == 0
 
 
 def test_one_signed_submission_is_evidence_for_one_penalty(contracts, accounts):
-    """The attack: a recorder commits the same signed leaf in two epochs."""
+    """The attack: a recorder commits the same signed leaf again, under the node's next
+    membership, once the first was slashed."""
     node = accounts[NODE_A]
-    _provider_with_node(contracts, accounts[PROVIDER_A], node, 200 * TOKEN)
+    p = _provider_with_node(contracts, accounts[PROVIDER_A], node, 200 * TOKEN)
     subs, sigs, tree = _signed_epoch(contracts, node, [1])
-    recorder = contracts.as_account(accounts[RECORDER])
-    recorder.submit_work(1, node.address, 1, tree.root)
-    recorder.submit_work(2, node.address, 1, tree.root)
+    first = _record(contracts, accounts, 1, (node, 1, tree.root)).ref(node.address)
     validator = contracts.as_account(accounts[VALIDATOR])
-    validator.slash(1, subs[0], sigs[0], tree.proof(0))
+    validator.slash(first, subs[0], sigs[0], tree.proof(0))
+    p.join_pool(node.address)
+    again = _record(contracts, accounts, 2, (node, 1, tree.root)).ref(node.address)
+    assert again.leaf.membership == 2
     digest = "0x" + subs[0].digest(contracts.pool_domain()).hex()
     with pytest.raises(
         RevertedError, match=rf"^ComputePool reverted: EvidenceUsed\(digest={digest}\)$"
     ):
-        validator.slash(2, subs[0], sigs[0], tree.proof(0))
+        validator.slash(again, subs[0], sigs[0], tree.proof(0))
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 150 * TOKEN
 
 
@@ -365,12 +479,12 @@ def test_a_revoked_validators_vote_stops_counting(contracts, accounts):
     for extra in (OUTSIDER, TREASURY):
         admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[extra].address)
     admin.set_quorum(2)
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
-    contracts.as_account(accounts[VALIDATOR]).invalidate(1, node.address)
+    ref = _record(contracts, accounts, 1, (node, 1, bytes(32))).ref(node.address)
+    contracts.as_account(accounts[VALIDATOR]).invalidate(ref)
     admin.revoke_role("ComputePool", "VALIDATOR_ROLE", accounts[VALIDATOR].address)
-    contracts.as_account(accounts[OUTSIDER]).invalidate(1, node.address)
+    contracts.as_account(accounts[OUTSIDER]).invalidate(ref)
     assert not contracts.work_of(1, node.address).invalidated  # one current vote
-    contracts.as_account(accounts[TREASURY]).invalidate(1, node.address)
+    contracts.as_account(accounts[TREASURY]).invalidate(ref)
     assert contracts.work_of(1, node.address).invalidated
 
 
@@ -383,23 +497,22 @@ def test_a_validator_appointed_later_slashes_only_once_stakers_could_leave(contr
     contracts.as_account(accounts[ADMIN]).grant_role(
         "ComputePool", "VALIDATOR_ROLE", newcomer.address
     )
-    recorder = contracts.as_account(accounts[RECORDER])
     subs, sigs, tree = _signed_epoch(contracts, node, [1, 2])
-    recorder.submit_work(1, node.address, 2, tree.root)
+    early = _record(contracts, accounts, 1, (node, 2, tree.root)).ref(node.address)
     with pytest.raises(
         RevertedError,
         match=rf"^ComputePool reverted: SlashVoteTooEarly\(validator={newcomer.address}, "
         r"slashVotesAt=\S+ \S+ UTC \(in 6[01] d",
     ):
-        contracts.as_account(newcomer).slash(1, subs[0], sigs[0], tree.proof(0))
+        contracts.as_account(newcomer).slash(early, subs[0], sigs[0], tree.proof(0))
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN
 
     delay = contracts.pool.functions.SLASH_CHANGE_DELAY().call()
     assert delay > 2 * MAX_UNBONDING_PERIOD  # the longest window plus the longest unbonding
     anvil_mod.increase_time(w3, delay)
-    recorder.submit_work(2, node.address, 2, tree.root)
+    later = _record(contracts, accounts, 2, (node, 2, tree.root)).ref(node.address)
     before = [contracts.token_balance(a.address) for a in (accounts[TREASURY], newcomer)]
-    contracts.as_account(newcomer).slash(2, subs[0], sigs[0], tree.proof(0))
+    contracts.as_account(newcomer).slash(later, subs[0], sigs[0], tree.proof(0))
     penalty = contracts.deployment.params.slash_penalty
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN - penalty
     after = [contracts.token_balance(a.address) for a in (accounts[TREASURY], newcomer)]

@@ -15,8 +15,8 @@ from swarmrl.chain.errors import RevertedError
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.times import date_time
 
-from .conftest import NODE_B, PROVIDER_B, RECORDER
-from .test_contracts import _provider_with_node, _signed_epoch
+from .conftest import NODE_B, PROVIDER_B
+from .test_contracts import _provider_with_node, _record, _signed_epoch
 
 
 def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(
@@ -25,7 +25,7 @@ def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(
     node = accounts[NODE_B]
     provider = _provider_with_node(contracts, accounts[PROVIDER_B], node, 150 * TOKEN)
     _, _, tree = _signed_epoch(contracts, node, [10, 11])
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 2, tree.root)
+    _record(contracts, accounts, 1, (node, 2, tree.root))
     unlocks_at = contracts.work_of(1, node.address).unlocks_at
     # Inside the window: refused, saying when it opens by the chain's clock.
     when = re.escape(date_time(unlocks_at))

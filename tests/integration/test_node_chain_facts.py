@@ -10,7 +10,8 @@ from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.times import duration
-from tests.integration.conftest import NODE_A, PROVIDER_A, RECORDER
+from tests.integration.conftest import NODE_A, PROVIDER_A
+from tests.integration.test_contracts import _record
 
 PASSWORD = "correct horse"
 
@@ -27,7 +28,7 @@ def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
     p.add_node(node.address, consent.deadline, signature)
     p.stake(150 * TOKEN)
     p.join_pool(node.address)
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 3, bytes(32))
+    _record(contracts, accounts, 1, (node, 3, bytes(32)))
     recorded_at = w3.eth.get_block("latest")["timestamp"]
     write_deployment(tmp_path / "deployment.json", deployment)
     # Epoch 2 holds only a refused submission: no work of the node's to look up there.

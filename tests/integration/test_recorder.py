@@ -1,6 +1,7 @@
-"""The chain recorder on the session's anvil: closed epochs go on chain once, with a
-commitment over every signed submission; evidence is slashed once; a crash between
-a transaction and its ledger write sends nothing again.
+"""The chain recorder on the session's anvil: closed epochs go on chain once, a part
+of many nodes per transaction, with a commitment over every signed submission;
+evidence is slashed once; a crash between a transaction and its ledger write sends
+nothing again.
 
 Time is passed to `run_once` explicitly, relative to the ledger's genesis, so no
 test sleeps for an epoch to pass.
@@ -25,18 +26,17 @@ from swarmrl.chain.anvil import connect
 from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSettings
+from swarmrl.chain.work import WorkPart
 
-from .conftest import ADMIN, NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR
+from .conftest import ADMIN, NODE_A, NODE_B, OUTSIDER, PROVIDER_A, PROVIDER_B, RECORDER, VALIDATOR
 
 EPOCH = 60.0
 GRACE = 30.0
 STAKE = 100 * TOKEN
 
 
-@pytest.fixture
-def node(contracts, accounts):
-    """Node A, added by provider A (who staked the minimum) and joined to the pool."""
-    provider, node = accounts[PROVIDER_A], accounts[NODE_A]
+def joined(contracts: Contracts, provider, node):
+    """`node`, added by `provider` (who staked the minimum) and joined to the pool."""
     p = contracts.as_account(provider)
     p.register_provider()
     consent, signature = p.node_consent(node, provider.address)
@@ -44,6 +44,12 @@ def node(contracts, accounts):
     p.stake(STAKE)
     p.join_pool(node.address)
     return node
+
+
+@pytest.fixture
+def node(contracts, accounts):
+    """Node A, added by provider A and joined to the pool."""
+    return joined(contracts, accounts[PROVIDER_A], accounts[NODE_A])
 
 
 @pytest.fixture
@@ -134,11 +140,23 @@ def record_and_vote_by_hand(
     were lost): the work, then a slash vote with `evidence`."""
     tree = commitment_tree(rows)
     node = evidence.node
-    contracts.as_account(accounts[RECORDER]).submit_work(epoch, node, units, tree.root)
+    part = record_by_hand(contracts, accounts, epoch, node, units, tree.root)
     signed = contracts.submission(node, evidence.step, bytes.fromhex(evidence.rollout_digest))
     index = sorted(r.digest for r in rows).index(evidence.digest)
     signature = bytes.fromhex(evidence.signature.removeprefix("0x"))
-    contracts.as_account(accounts[VALIDATOR]).slash(epoch, signed, signature, tree.proof(index))
+    contracts.as_account(accounts[VALIDATOR]).slash(
+        part.ref(node), signed, signature, tree.proof(index)
+    )
+
+
+def record_by_hand(
+    contracts: Contracts, accounts, epoch: int, node: str, units: int, root: bytes
+) -> WorkPart:
+    """Part 0 of `epoch` with `node`'s leaf alone, sent as the recorder would."""
+    recorder = contracts.as_account(accounts[RECORDER])
+    part = WorkPart(epoch, 0, [recorder.leaf(node, units, root)])
+    recorder.record_work(part)
+    return part
 
 
 def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submission(
@@ -158,13 +176,16 @@ def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submissio
     assert ledger.epochs.get(0, node.address) == sent
 
     work = contracts.work_of(0, node.address)
+    assert work is not None
     assert (work.units, work.provider, work.slashed) == (20, accounts[PROVIDER_A].address, False)
-    assert work.commitment.hex() == sent.commitment
-    # Each submission the node signed proves into the root on chain.
+    assert (work.ref.part, work.ref.leaf.membership) == (sent.part, sent.membership) == (0, 1)
+    commitment = work.ref.leaf.commitment
+    assert commitment.hex() == sent.commitment
+    # Each submission the node signed proves into the commitment on chain.
     leaves = sorted(bytes.fromhex(r.digest) for r in rows)
     tree = eip712.MerkleTree.from_digests(leaves)
     for i, leaf in enumerate(leaves):
-        assert eip712.verify_proof(tree.proof(i), work.commitment, eip712.leaf_hash(leaf))
+        assert eip712.verify_proof(tree.proof(i), commitment, eip712.leaf_hash(leaf))
 
     sent_before = nonce(contracts, RECORDER, accounts)
     again = recorder.run_once(after(ledger, 0, 5 * EPOCH))
@@ -178,16 +199,17 @@ def test_work_sent_before_a_crash_is_found_on_chain_and_not_sent_again(
     rows = [submit(0, "accepted", 8), submit(0, "accepted", 2)]
     # The recorder sent epoch 0 and died before writing the ledger.
     root = commitment_tree(rows).root
-    contracts.as_account(accounts[RECORDER]).submit_work(0, node.address, 10, root)
+    record_by_hand(contracts, accounts, 0, node.address, 10, root)
     sent_before = nonce(contracts, RECORDER, accounts)
 
     report = recorder.run_once(after(ledger, 0))
     assert report.sent == []
     [found] = report.found
     assert (found.epoch, found.units, found.commitment, found.tx_hash) == (0, 10, root.hex(), None)
+    assert (found.part, found.membership) == (0, 1)
     assert ledger.epochs.get(0, node.address) == found
     assert nonce(contracts, RECORDER, accounts) == sent_before
-    assert contracts.work_of(0, node.address).units == 10
+    assert units_on_chain(contracts, 0, node.address) == 10
 
 
 def test_evidence_is_slashed_once_with_the_nodes_own_signature(
@@ -212,6 +234,7 @@ def test_evidence_is_slashed_once_with_the_nodes_own_signature(
     assert contracts.stake_of(provider) == STAKE - penalty
     assert contracts.token_balance(deployment.treasury) == treasury_before + penalty
     work = contracts.work_of(0, node.address)
+    assert work is not None
     assert (work.slashed, work.invalidated) == (True, True)
     assert not contracts.is_joined(node.address)  # the pool ejects a slashed node
     assert [(s.digest, s.outcome) for s in ledger.slashes.all()] == [(bad.digest, "sent")]
@@ -231,7 +254,9 @@ def test_an_epoch_of_evidence_only_is_recorded_with_one_unit_and_slashed(
     report = recorder.run_once(after(ledger, 0))
     assert [row.units for row in report.sent] == [1]
     assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
-    assert contracts.work_of(0, node.address).invalidated  # the one unit never pays
+    work = contracts.work_of(0, node.address)
+    assert work is not None
+    assert work.invalidated  # the one unit never pays
     assert contracts.stake_of(accounts[PROVIDER_A].address) == (
         STAKE - deployment.params.slash_penalty
     )
@@ -267,7 +292,7 @@ def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, contracts, node,
     bad = submit(0, "rejected", slashable=True)
     report = recorder.run_once(after(ledger, 0))
     assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
-    assert not contracts.work_of(0, node.address).slashed
+    assert not slashed_on_chain(contracts, 0, node.address)
     assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE
 
     # Epoch 1 was recorded and voted on just before a crash that lost both records.
@@ -310,7 +335,7 @@ def test_an_epoch_and_its_slash_the_chain_dropped_are_sent_again(
     first = recorder.run_once(after(ledger, 0))
     assert ([r.units for r in first.sent], [s.outcome for s in first.slashes]) == ([8], ["sent"])
     anvil_mod.revert(w3, before)
-    assert contracts.work_of(0, node.address).units == 0
+    assert contracts.work_of(0, node.address) is None
 
     # Found dropped; sent at once, behind the nonce the chain lost: it times out once and
     # the sender reads its nonce again.
@@ -325,8 +350,10 @@ def test_an_epoch_and_its_slash_the_chain_dropped_are_sent_again(
     assert [(s.digest, s.outcome) for s in voted.slashes] == [(bad.digest, "sent")]
     assert voted.errors == []
 
-    work = contracts.work_of(0, node.address)
-    assert (work.units, work.slashed) == (8, True)
+    assert (
+        units_on_chain(contracts, 0, node.address),
+        slashed_on_chain(contracts, 0, node.address),
+    ) == (8, True)
     penalty = deployment.params.slash_penalty
     assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE - penalty  # once
     assert recorder.run_once(after(ledger, 0, 40)).dropped == []
@@ -351,7 +378,7 @@ def test_a_slash_vote_the_chain_dropped_is_cast_again(
     assert len(dropped.errors) == 1  # voted again behind the dropped nonce: timed out
     voted = recorder.run_once(closed + 20)
     assert [(s.digest, s.outcome) for s in voted.slashes] == [(bad.digest, "sent")]
-    assert contracts.work_of(0, node.address).slashed
+    assert slashed_on_chain(contracts, 0, node.address)
 
 
 def test_an_epoch_of_rejections_without_evidence_sends_nothing(
@@ -364,7 +391,7 @@ def test_an_epoch_of_rejections_without_evidence_sends_nothing(
     assert report.sent == []
     [empty] = report.empty
     assert (empty.epoch, empty.units, empty.tx_hash) == (0, 0, None)
-    assert contracts.work_of(0, node.address).units == 0
+    assert contracts.work_of(0, node.address) is None
     assert nonce(contracts, RECORDER, accounts) == sent_before
     # Marked, so it is not looked at again.
     assert recorder.run_once(after(ledger, 0, 10 * EPOCH)).empty == []
@@ -382,17 +409,18 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
     for now in (after(ledger, 0, -EPOCH / 2), after(ledger, 0), after(ledger, 0, GRACE - 1)):
         report = recorder.run_once(now)
         assert (report.sent, report.empty, report.found) == ([], [], [])
-    assert contracts.work_of(0, node.address).units == 0
+    assert contracts.work_of(0, node.address) is None
 
     # Past the grace time it goes on chain with what was accepted by then; the
     # unvalidated submission is still in the commitment.
     report = recorder.run_once(after(ledger, 0, GRACE))
     assert [(row.epoch, row.units) for row in report.sent] == [(0, 6)]
     work = contracts.work_of(0, node.address)
+    assert work is not None
     assert work.units == 6
-    assert work.commitment == commitment_tree(ledger.submissions.all(epoch=0)).root
+    assert work.ref.leaf.commitment == commitment_tree(ledger.submissions.all(epoch=0)).root
     assert waiting.digest in {s.digest for s in ledger.submissions.all(epoch=0)}
-    assert contracts.work_of(1, node.address).units == 0
+    assert contracts.work_of(1, node.address) is None
 
     # Epoch 1, fully validated, goes as soon as it has ended.
     report = recorder.run_once(after(ledger, 1))
@@ -412,7 +440,7 @@ def test_a_restarted_recorder_gives_the_validator_its_grace_again(
     ledger.submissions.set_outcome(waiting.digest, "accepted", 2, "", False, True, 0.0)
     report = recorder.run_once(restarted + GRACE - 0.5)  # validated: no need to wait
     assert [(row.epoch, row.units) for row in report.sent] == [(0, 8)]
-    assert contracts.work_of(0, node.address).units == 8
+    assert units_on_chain(contracts, 0, node.address) == 8
 
 
 def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
@@ -433,8 +461,8 @@ def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(
         validation_grace=GRACE,
     )
     expected = [
-        f"recording epoch 0 of node {node.address}: the RPC endpoint did not answer "
-        "eth_call after 1 attempts (connection refused or reset)"
+        "recording epoch 0: the RPC endpoint did not answer eth_call after 1 attempts "
+        "(connection refused or reset)"
     ]
     with caplog.at_level(logging.INFO, logger="orchestrator.service.recorder"):
         for _ in range(3):
@@ -484,6 +512,42 @@ def test_the_recorder_process_records_and_stops_on_its_flag(
     finally:
         child.shutdown(timeout=60)
     assert child.process.exitcode == 0
-    assert contracts.work_of(0, node.address).units == 3
+    assert units_on_chain(contracts, 0, node.address) == 3
     log = (tmp_path / "logs" / "recorder.log").read_text()
-    assert f"recorder: epoch 0 of node {node.address}: 3 units in 0x" in log
+    assert "recorder: epoch 0 part 0: 1 nodes, 3 units in 0x" in log
+
+
+def test_an_epoch_of_many_nodes_is_one_transaction_and_a_node_that_left_is_not_in_it(
+    recorder, ledger, contracts, node, submit, accounts
+):
+    other = joined(contracts, accounts[PROVIDER_B], accounts[NODE_B])
+    gone = joined(contracts, accounts[OUTSIDER], accounts[OUTSIDER + 1])
+    submit(0, "accepted", 5)
+    Submit(contracts, ledger, other)(0, "accepted", 7)
+    Submit(contracts, ledger, gone)(0, "accepted", 3)
+    contracts.as_account(gone).leave_pool(gone.address)  # before the epoch is recorded
+    sent_before = nonce(contracts, RECORDER, accounts)
+
+    report = recorder.run_once(after(ledger, 0))
+    assert report.errors == []
+    assert sorted((r.node, r.units, r.part) for r in report.sent) == sorted(
+        [(node.address, 5, 0), (other.address, 7, 0)]
+    )
+    assert len({r.tx_hash for r in report.sent}) == 1
+    assert nonce(contracts, RECORDER, accounts) == sent_before + 1
+    assert [(r.node, r.units) for r in report.empty] == [(gone.address, 0)]
+    [part] = contracts.recorded_parts(0)
+    assert contracts.record_of(0, 0).root == part.root
+    assert [leaf.node for leaf in part.leaves] == sorted(
+        [node.address, other.address], key=lambda a: int(a, 16)
+    )
+
+
+def units_on_chain(contracts: Contracts, epoch: int, node: str) -> int:
+    work = contracts.work_of(epoch, node)
+    return 0 if work is None else work.units
+
+
+def slashed_on_chain(contracts: Contracts, epoch: int, node: str) -> bool:
+    work = contracts.work_of(epoch, node)
+    return work is not None and work.slashed

@@ -16,7 +16,9 @@ import pytest
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.deploy import write_deployment
+from swarmrl.chain.work import WorkPart
 from tests.integration.conftest import NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR
+from tests.integration.test_contracts import _record
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 
@@ -101,6 +103,8 @@ def test_stake_unstake_withdraw_story(wallet, w3, deployment):
     events = wallet("history", "provider").stdout
     assert "StakeManager.Staked(" in events
     assert "StakeManager.Withdrawn(" in events
+    # Times as dates, not unix times.
+    assert re.search(r"UnbondRequested\(.*releaseTime=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", events)
 
     nothing = wallet("withdraw", "provider")
     assert nothing.stderr.strip() == (
@@ -160,27 +164,32 @@ def test_failures_are_one_sentence_and_change_nothing(wallet):
 
 
 def test_unstake_says_what_holds_the_stake_back(wallet, contracts, accounts, w3, deployment):
-    """Stake behind a node and behind recorded work stays; the wallet says so before any gas."""
+    """Stake behind a node and bonded by its membership stays; the wallet says so before any gas."""
     assert wallet("stake", "provider", "150").returncode == 0
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = contracts.as_account(provider)
     consent, signature = p.node_consent(node, provider.address)
     p.add_node(node.address, consent.deadline, signature)
     p.join_pool(node.address)
-    contracts.as_account(accounts[RECORDER]).submit_work(1, node.address, 1, bytes(32))
-    assert lines(wallet("balance", "provider"))["locked"].startswith("50 ")
+    _record(contracts, accounts, 1, (node, 1, bytes(32)))
+    assert lines(wallet("balance", "provider"))["bonded"].startswith("50 ")
 
+    bonded = (
+        "50 is bonded by your nodes in the pools, joined or with work still in its "
+        "invalidation window"
+    )
     held = wallet("unstake", "provider", "100")
     assert held.returncode == 1
     assert held.stderr.strip() == (
         "error: only 50 of your 150 staked can be unbonded now (100 backs your 1 registered "
-        "node(s); 50 is locked by work still in its invalidation window)"
+        f"node(s); {bonded})"
     )
+    # Out of the pool, the node's membership stays bonded while its work can be slashed.
+    p.leave_pool(node.address)
     p.remove_node(node.address)
     held = wallet("unstake", "provider", "150")
     assert held.stderr.strip() == (
-        "error: only 100 of your 150 staked can be unbonded now "
-        "(50 is locked by work still in its invalidation window)"
+        f"error: only 100 of your 150 staked can be unbonded now ({bonded})"
     )
     assert lines(wallet("balance", "provider"))["staked"] == "150"  # nothing was sent
 
@@ -193,17 +202,22 @@ def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
     wallet, contracts, accounts, w3, deployment
 ):
     """The README's claim commands on an idle local chain: the window ends by the chain's
-    clock with no block mined, and the claim goes through."""
+    clock with no block mined, and the claim goes through, in one transaction. Work
+    recorded after the node left is listed as never paid, and claimed by nothing."""
     assert wallet("stake", "provider", "150").returncode == 0
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = contracts.as_account(provider)
     consent, signature = p.node_consent(node, provider.address)
     p.add_node(node.address, consent.deadline, signature)
     p.join_pool(node.address)
-    recorder = contracts.as_account(accounts[RECORDER])
-    recorder.submit_work(3, node.address, 2, bytes(32))
-    recorder.submit_work(4, node.address, 1, bytes(32))
+    _record(contracts, accounts, 3, (node, 2, bytes(32)))
+    _record(contracts, accounts, 4, (node, 1, bytes(32)))
+    stale = contracts.leaf(node.address, 1, bytes(32))
+    anvil_mod.increase_time(w3, 1)  # a leave in the records' second would not back them
+    p.leave_pool(node.address)
+    contracts.as_account(accounts[RECORDER]).record_work(WorkPart(5, 0, [stale]))
     unit = deployment.params.reward_per_unit / 10**18
+    never_paid = "never paid: recorded when the node was not in the pool"
 
     listed = wallet("claimable", "provider")
     assert listed.returncode == 0, listed.stderr
@@ -213,7 +227,8 @@ def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
         [f"node {node.address}", "epoch 4", f"{unit:g}"],
     ]
     assert all(re.search(r"pending — claimable in (10 min|9 min \d+ s)$", r) for r in rows[:2])
-    assert rows[2].startswith("claimable now: 0 ")
+    assert rows[2] == f"node {node.address}  epoch 5  {unit:g}  {never_paid}"
+    assert rows[3].startswith("claimable now: 0 ")
     early = wallet("claim", "provider", "--node", node.address)
     assert early.returncode == 1
     assert re.fullmatch(
@@ -226,18 +241,21 @@ def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
     anvil_mod.increase_time(w3, deployment.params.invalidation_window + 1, mine_block=False)
     assert w3.eth.block_number == latest  # idle: no block carries the new time yet
     listed = wallet("claimable", "provider", "--node", node.address).stdout.splitlines()
-    assert [r.rsplit("  ", 1)[1] for r in listed[:2]] == ["claimable", "claimable"]
-    assert listed[2].startswith(f"claimable now: {3 * unit:g} ")
+    assert [r.rsplit("  ", 1)[1] for r in listed[:3]] == ["claimable", "claimable", never_paid]
+    assert listed[3].startswith(f"claimable now: {3 * unit:g} ")
 
+    block = w3.eth.block_number
     claimed = wallet("claim", "provider", "--node", node.address)
     assert claimed.returncode == 0, claimed.stderr
     assert claimed.stdout.strip() == f"claimed {3 * unit:g} for epochs 3, 4"
-    assert wallet("claimable", "provider").stdout.strip() == (
-        f"no unclaimed work is recorded for provider {provider.address}"
-    )
+    assert w3.eth.block_number == block + 1  # both epochs in one transaction
+    left = wallet("claimable", "provider").stdout.splitlines()
+    assert left[0] == f"node {node.address}  epoch 5  {unit:g}  {never_paid}"
+    assert left[1].startswith("claimable now: 0 ")
     nothing = wallet("claim", "provider", "--node", node.address)
     assert nothing.stderr.strip() == (
-        f"error: nothing to claim: no unclaimed work of node {node.address} is recorded"
+        f"error: nothing to claim: the unclaimed work of node {node.address} is never to be "
+        "paid (see `wallet claimable`)"
     )
     # History in tokens and dates, not wei and unix times.
     history = wallet("history", "provider").stdout
@@ -245,7 +263,6 @@ def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
     assert "amount=150 tokens)" in history
     assert f"ComputePool.RewardClaimed(epoch=3, node={node.address}, " in history
     assert f"amount={2 * unit:g} tokens)" in history
-    assert re.search(r"StakeLocked\(.*, until=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", history)
 
 
 @pytest.mark.parametrize("epoch", ["-1", str(2**64)])

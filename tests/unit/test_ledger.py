@@ -373,6 +373,29 @@ def test_epochs_count_from_genesis_and_unrecorded_ones_are_listed(ledger):
     assert ledger.epochs.get(0, NODE).units == 0
 
 
+def test_unrecorded_looks_only_from_the_oldest_epoch_still_waiting(ledger):
+    for n, epoch in ((1, 0), (2, 3), (3, 5)):
+        ledger.submissions.record(submission(n, epoch=epoch))
+    ledger.epochs.record(0, NODE, 1, "aa" * 32, "0x01")
+    assert ledger.epochs.unrecorded(9) == [(3, NODE_CHECKSUM), (5, NODE_CHECKSUM)]
+    # Epochs 0 to 2 are whole now: a row written below them (which intake never writes)
+    # is not looked at again.
+    ledger.submissions.record(submission(4, epoch=1))
+    assert ledger.epochs.unrecorded(9) == [(3, NODE_CHECKSUM), (5, NODE_CHECKSUM)]
+    ledger.epochs.record(3, NODE, 1, "bb" * 32, "0x02", part=0, membership=1)
+    ledger.epochs.record(5, NODE, 1, "cc" * 32, "0x03", part=0, membership=1)
+    assert ledger.epochs.unrecorded(9) == []
+    # The mark stops one epoch short of the current one's: a submission acknowledged at
+    # the very end of epoch 8 and written after it ended is still found.
+    ledger.submissions.record(submission(5, epoch=8))
+    assert ledger.epochs.unrecorded(10) == [(8, NODE_CHECKSUM)]
+    # A part the chain dropped waits again, however far the mark had moved.
+    ledger.epochs.record(8, NODE, 1, "dd" * 32, "0x04", part=0, membership=1)
+    assert ledger.epochs.unrecorded(10) == []
+    ledger.epochs.dropped(3, 0)
+    assert ledger.epochs.unrecorded(10) == [(3, NODE_CHECKSUM)]
+
+
 def test_slash_candidates_are_evidence_in_epochs_on_chain(ledger):
     for n, epoch in ((1, 0), (2, 0), (3, 1), (4, 2)):
         ledger.submissions.record(submission(n, epoch=epoch))
@@ -564,9 +587,39 @@ def test_a_ledger_of_schema_3_is_upgraded_to_leases_and_its_waiting_submissions_
     db.close()
 
 
+def as_schema_5(db: sqlite3.Connection) -> None:
+    """Takes away what schema 6 added to a ledger: each epoch row's part and membership,
+    the orders' index by counter."""
+    db.execute("DROP INDEX epochs_by_part")
+    db.execute("DROP INDEX orders_by_counter")
+    for column in ("part", "membership"):
+        db.execute(f"ALTER TABLE epochs DROP COLUMN {column}")
+    db.execute("PRAGMA user_version = 5")
+    db.commit()
+
+
+def test_a_ledger_of_schema_5_keeps_its_epochs_with_no_part(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.epochs.record(0, NODE, 8, "ff" * 32, "0x" + "aa" * 32, now=40.0)
+    db = sqlite3.connect(path)
+    as_schema_5(db)
+    db.close()
+    with Ledger(path) as ledger:
+        [old] = ledger.epochs.all()
+        assert (old.units, old.part, old.membership) == (8, None, 0)
+        ledger.epochs.record(1, NODE, 3, "ee" * 32, "0x" + "bb" * 32, part=0, membership=2)
+        assert [(r.epoch, r.membership) for r in ledger.epochs.part(1, 0)] == [(1, 2)]
+        assert ledger.epochs.part(0, 0) == []
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
 def as_schema_4(db: sqlite3.Connection) -> None:
-    """Takes away what schema 5 added to a ledger: the tallies, their triggers and the
-    submissions' index by node."""
+    """Takes away what schemas 5 and 6 added to a ledger: the tallies, their triggers,
+    the submissions' index by node, the epochs' parts."""
+    as_schema_5(db)
     for trigger in ("tally_new", "tally_verdict"):
         db.execute(f"DROP TRIGGER {trigger}")
     db.execute("DROP TABLE tallies")

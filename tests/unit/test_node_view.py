@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from client.node.events import Event, EventKind, describe, log_event
+from client.node.onchain import epoch_work
 from client.node.view import (
     LAST_REJECTIONS,
     ChainFacts,
@@ -17,6 +18,8 @@ from client.node.view import (
     how_to_claim,
     stake_status,
 )
+from swarmrl.chain.contracts import Membership, PartRecord, Settlement, WorkRecord
+from swarmrl.chain.work import LeafRef, WorkLeaf
 
 TOKEN = 10**18
 NODE = "0x" + "ab" * 20
@@ -46,10 +49,53 @@ def facts(**changes: object) -> ChainFacts:
         (EpochWork(1, units=3, unlocks_at=900, claimed=True), "claimed"),
         (EpochWork(1, units=3, unlocks_at=2_000, invalidated=True), "invalidated"),
         (EpochWork(1, units=3, unlocks_at=2_000, invalidated=True, slashed=True), "slashed"),
+        (
+            EpochWork(1, units=3, unlocks_at=900, backed=False),
+            "never paid: recorded when the node was not in the pool",
+        ),
     ],
 )
 def test_an_epoch_s_window_reads_by_the_chain_s_clock(work, status):
     assert epoch_status(work, now=1_000) == status
+
+
+def _record(settlement: Settlement, *, slashed: bool = False, left_at: int = 0) -> WorkRecord:
+    """Node NODE's 3 units of epoch 1, recorded at 500 under its membership 1 (joined at 100)."""
+    leaf = WorkLeaf(NODE, 1, 3, bytes(32))
+    return WorkRecord(
+        ref=LeafRef(1, 0, leaf, ()),
+        record=PartRecord(bytes(32), 3, 1, 500, 1_100, TOKEN // 10),
+        membership=Membership(PROVIDER, 100, left_at, slashed, 50 * TOKEN),
+        settlement=settlement,
+    )
+
+
+@pytest.mark.parametrize(
+    ("record", "status"),
+    [
+        (None, "awaiting record"),
+        (_record(Settlement.OPEN), "pending — claimable in 1 min 40 s"),
+        (_record(Settlement.OPEN, left_at=700), "pending — claimable in 1 min 40 s"),
+        (_record(Settlement.CLAIMED), "claimed"),
+        (_record(Settlement.INVALIDATED), "invalidated"),
+        # Slashed through another epoch: this one's reward is forfeit too, unless paid.
+        (_record(Settlement.OPEN, slashed=True, left_at=700), "slashed"),
+        (_record(Settlement.CLAIMED, slashed=True, left_at=700), "claimed"),
+        # Recorded once the node had left (at 500 or before): never paid.
+        (
+            _record(Settlement.OPEN, left_at=500),
+            "never paid: recorded when the node was not in the pool",
+        ),
+        (
+            _record(Settlement.RELEASED, left_at=400),
+            "never paid: recorded when the node was not in the pool",
+        ),
+    ],
+)
+def test_the_chain_s_record_of_an_epoch_reads_as_the_screen_shows_it(record, status):
+    work = epoch_work(1, record)
+    assert epoch_status(work, now=1_000) == status
+    assert work.final == (status != "awaiting record" and not status.startswith("pending"))
 
 
 def test_stake_status():

@@ -20,7 +20,13 @@ from client.node.settings import NodeSettings
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
-from orchestrator.service.work_server import RATE_BURST, RateLimiter, RunContext, WorkServer
+from orchestrator.service.work_server import (
+    RATE_BURST,
+    RateLimiter,
+    RunContext,
+    WorkServer,
+    heartbeat_interval,
+)
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
 from swarmrl.p2p import wire
@@ -294,6 +300,46 @@ def test_the_sweep_makes_a_quiet_node_silent_then_gone_and_a_heartbeat_brings_it
     assert session.heartbeat(None, None).state == "active"
     moves = [t.to_state for t in orchestrator.ledger.nodes.transitions(NODE.address)]
     assert moves == ["joined", "active", "silent", "gone", "joined", "active"]
+
+
+def test_a_larger_swarm_is_told_to_beat_less_often_and_judged_by_the_longest_interval(
+    tmp_path,
+):
+    # Half a heartbeat a second for the whole swarm: two nodes beating every 10 s ask 0.2.
+    o = Orchestrator(tmp_path, heartbeat_rate=0.05)
+    s = o.settings
+    try:
+        node = o.active(NODE)
+        assert o.session(OTHER).join(REPORT).heartbeat_seconds == s.heartbeat_seconds
+        o.work_server.sweep(time.time())  # two nodes beating: 2 / 0.05 = 40 s each
+        assert heartbeat_interval(s, 2) == 40.0
+        assert o.session(OTHER).join(REPORT).heartbeat_seconds == 40.0
+        # Never so long that the missed beats reach gone_after: 300 / (3 + 1).
+        assert heartbeat_interval(s, 1000) == s.gone_after / (s.silent_after + 1) == 75.0
+        # NODE was told 10 s, OTHER 40 s: silence waits for 3 missed beats of the longer.
+        seen = o.ledger.nodes.get(NODE.address).last_seen
+        o.work_server.sweep(seen + s.silent_after * s.heartbeat_seconds + 1)
+        assert o.ledger.nodes.get(NODE.address).state == "active"
+        o.work_server.sweep(seen + s.silent_after * 40.0 + 1)
+        assert o.ledger.nodes.get(NODE.address).state == "silent"
+        assert node.heartbeat(None, None).state == "active"
+    finally:
+        o.ledger.close()
+
+
+def test_asking_for_work_keeps_a_node_alive_without_heartbeats(orchestrator):
+    """Under load a busy node's heartbeats time out; its work calls show it alive."""
+    s = orchestrator.settings
+    session = orchestrator.active()
+    seen = orchestrator.ledger.nodes.get(NODE.address).last_seen
+    later = seen + s.silent_after * s.heartbeat_seconds
+    orchestrator.at(later)
+    session.work()
+    orchestrator.work_server.sweep(later + 1)
+    row = orchestrator.ledger.nodes.get(NODE.address)
+    assert (row.state, row.last_seen) == ("active", later)
+    orchestrator.work_server.sweep(later + s.silent_after * s.heartbeat_seconds + 1)
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "silent"
 
 
 def test_a_gone_node_rejoins(orchestrator):

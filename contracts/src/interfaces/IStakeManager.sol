@@ -6,17 +6,18 @@ import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {IComputePool} from "./IComputePool.sol";
 import {IProviderRegistry} from "./IProviderRegistry.sol";
 
-/// @title Provider stake: deposit, unbond, withdraw, locks and slashing.
+/// @title Provider stake: deposit, unbond, withdraw, bonds and slashing.
 /// @notice Stake leaves a provider in two ways only: its own withdrawal of
 /// unbonded stake, and a slash by a compute pool this manager created, which
 /// the pool performs only on a quorum of its validators with evidence signed
 /// by the provider's node. The admin can neither slash nor add a slasher, and
 /// the treasury that receives slashed stake is fixed when the manager is deployed.
 ///
-/// Recording work locks the pool's penalty in the provider's active stake
-/// until the record's invalidation window ends, so at every moment the stake
-/// of a provider covers the penalties of all of its records that can still be
-/// slashed. Unbonding stake stays slashable until it is withdrawn.
+/// Each membership of a provider's node in a pool bonds the pool's penalty of
+/// the provider's active stake, from the join until the windows of the work
+/// recorded before it left have closed (the pool's `bondOf`); active stake
+/// cannot be unbonded below what the pools bond, so every record that can
+/// still be slashed is backed. Unbonding stake stays slashable until it is withdrawn.
 ///
 /// Invariant: the token balance of this contract equals the sum of all active
 /// and unbonding stake.
@@ -30,7 +31,6 @@ interface IStakeManager {
     event Staked(address indexed provider, uint256 amount);
     event UnbondRequested(address indexed provider, uint256 amount, uint256 releaseTime);
     event Withdrawn(address indexed provider, uint256 amount);
-    event StakeLocked(address indexed provider, address indexed pool, uint256 amount, uint256 until);
     event Slashed(
         address indexed provider, uint256 amount, bytes32 indexed reason, address treasury, address indexed pool
     );
@@ -48,14 +48,12 @@ interface IStakeManager {
     /// @notice Unbonding would leave `remaining` active stake, less than the `required`
     /// `minStakePerNode` for each of the provider's registered nodes.
     error StakeBacksNodes(uint256 remaining, uint256 required);
-    /// @notice Unbonding would leave `remaining` active stake, less than the `locked`
-    /// penalties of work that can still be slashed.
-    error StakeBacksWork(uint256 remaining, uint256 locked);
-    /// @notice Recording work needs `needed` unlocked active stake; the provider has `free`.
-    error FreeStakeTooLow(uint256 free, uint256 needed);
+    /// @notice Unbonding would leave `remaining` active stake, less than the
+    /// `bonded` penalties of memberships whose work can still be slashed.
+    error StakeBacksWork(uint256 remaining, uint256 bonded);
     /// @notice No unbonding entry has reached its release time.
     error NothingToWithdraw();
-    /// @notice Only a compute pool created by this manager may lock or slash; `caller` is none.
+    /// @notice Only a compute pool created by this manager may slash; `caller` is none.
     error NotPool(address caller);
     /// @notice The manager already has `MAX_POOLS` pools.
     error TooManyPools();
@@ -73,15 +71,11 @@ interface IStakeManager {
     function stakeWithPermit(uint256 amount, uint256 deadline, uint8 v, bytes32 r, bytes32 s) external;
 
     /// @notice Moves `amount` of active stake into unbonding. The active stake left
-    /// must still cover `minStakePerNode` for every registered node and every lock.
+    /// must still cover `minStakePerNode` for every registered node and what the pools bond.
     function requestUnbond(uint256 amount) external;
 
     /// @notice Pays out every unbonding entry whose release time has passed.
     function withdraw() external returns (uint256 amount);
-
-    /// @notice Called by a pool when it records work: locks `amount` of the provider's
-    /// free active stake until `until`.
-    function lock(address provider, uint256 amount, uint256 until) external;
 
     /// @notice Called by a pool on a quorum's slash: takes up to `amount` from the
     /// provider, active stake first, then unbonding entries, newest first.
@@ -103,8 +97,8 @@ interface IStakeManager {
 
     function stakeOf(address provider) external view returns (uint256 active);
     function unbondingOf(address provider) external view returns (uint256 total, uint256 withdrawable);
-    /// @return The provider's active stake locked by work that can still be slashed.
-    function lockedOf(address provider) external view returns (uint256);
+    /// @return The provider's active stake its memberships bond, summed over the pools.
+    function bondedOf(address provider) external view returns (uint256);
     function totalStaked() external view returns (uint256);
     function minStakePerNode() external view returns (uint256);
     /// @return The period that applies to an unbond requested now.

@@ -9,13 +9,15 @@ import {TestBase} from "../utils/TestBase.sol";
 import {ProtocolFixture, StandInFactory} from "../utils/Fixtures.sol";
 
 /// @notice Drives the stake manager with random stakes, unbonds, withdrawals,
-/// locks, slashes and time, standing in as its one pool. Records every unbond
+/// bonds, slashes and time, standing in as its one pool. Records every unbond
 /// request, and flags any withdrawal that pays more than the requests already
-/// past their unbonding period, and any unbond that uncovers nodes or locks.
+/// past their unbonding period, and any unbond that uncovers nodes or bonds.
 contract StakeHandler is TestBase {
     /// @dev What the manager would read from its pool on a parameter change.
     uint256 public slashPenalty;
     uint256 public invalidationWindow = 1 hours;
+    /// @dev What this pool bonds of each provider's active stake (IComputePool.bondOf).
+    mapping(address provider => uint256) public bondOf;
 
     StakeToken token;
     StakeManager public manager;
@@ -36,7 +38,6 @@ contract StakeHandler is TestBase {
     uint256 public unbackedUnbonds;
     uint256 public wrongRefusals;
     uint256 public okWithdrawals;
-    uint256 public wrongLocks;
     uint256 public calls;
 
     constructor(StakeToken token_, ProviderRegistry registry_, address minter_, address treasury, address[] memory ps) {
@@ -76,8 +77,8 @@ contract StakeHandler is TestBase {
         uint256 active = manager.stakeOf(p);
         if (active == 0) return;
         uint256 required = manager.minStakePerNode() * registry.nodesOf(p).length;
-        uint256 locked = manager.lockedOf(p);
-        if (locked > required) required = locked;
+        uint256 bonded = bondOf[p];
+        if (bonded > required) required = bonded;
         amount = bound(amount, 1, active);
         vm.prank(p);
         try manager.requestUnbond(amount) {
@@ -105,18 +106,11 @@ contract StakeHandler is TestBase {
         ++calls;
     }
 
-    /// @notice Locks part of the free stake for up to a day; a lock beyond it must be refused.
-    function lock(uint256 seed, uint256 amount, uint256 secs) external {
+    /// @notice The pool bonds some of the active stake (or more than there is, as
+    /// after a slash), or releases it as its windows close.
+    function bond(uint256 seed, uint256 amount) external {
         address p = _pick(seed);
-        uint256 active = manager.stakeOf(p);
-        uint256 locked = manager.lockedOf(p);
-        uint256 free = active > locked ? active - locked : 0;
-        amount = bound(amount, 0, free + 1);
-        try manager.lock(p, amount, block.timestamp + bound(secs, 1, 1 days)) {
-            if (amount > free) ++wrongLocks;
-        } catch {
-            if (amount <= free) ++wrongLocks;
-        }
+        bondOf[p] = bound(amount, 0, manager.stakeOf(p) + 1 ether);
         ++calls;
     }
 
@@ -195,14 +189,17 @@ contract StakeInvariantTest is ProtocolFixture {
         }
     }
 
-    /// An unbond never leaves a provider's nodes or locks unbacked, and is refused only then.
+    /// An unbond never leaves a provider's nodes or bonds unbacked, and is refused only then.
     function invariant_unbondKeepsNodesAndWorkBacked() public view {
-        vm.assertEq(handler.unbackedUnbonds(), 0, "an unbond left a node or a lock unbacked");
+        vm.assertEq(handler.unbackedUnbonds(), 0, "an unbond left a node or a bond unbacked");
         vm.assertEq(handler.wrongRefusals(), 0, "an unbond that kept everything backed was refused");
     }
 
-    /// A lock is taken exactly when the free active stake covers it.
-    function invariant_locksOnlyFreeStake() public view {
-        vm.assertEq(handler.wrongLocks(), 0, "a lock beyond the free stake, or a refused one within it");
+    /// The manager's bond is exactly what its pool bonds: it keeps no copy that could go stale.
+    function invariant_bondedIsWhatThePoolsBond() public view {
+        for (uint256 i; i < handler.providerCount(); ++i) {
+            address p = handler.providers(i);
+            vm.assertEq(manager.bondedOf(p), handler.bondOf(p), "bondedOf == the pool's bondOf");
+        }
     }
 }

@@ -11,6 +11,7 @@ import {IComputePool} from "../../src/interfaces/IComputePool.sol";
 import {IPoolFactory} from "../../src/interfaces/IPoolFactory.sol";
 import {IProviderRegistry} from "../../src/interfaces/IProviderRegistry.sol";
 import {IStakeManager} from "../../src/interfaces/IStakeManager.sol";
+import {MerkleBuilder, WorkParts} from "./Merkle.sol";
 
 /// @notice Cheatcodes TestBase does not declare (exact forge signatures).
 interface VmExtra {
@@ -18,53 +19,8 @@ interface VmExtra {
     function getBlockTimestamp() external view returns (uint256);
 }
 
-/// @notice The work commitment tree, as swarmrl.chain.eip712.MerkleTree builds it:
-/// sorted-pair keccak256 (OpenZeppelin MerkleProof), an odd node at the end of
-/// a level moves up unpaired.
-library MerkleBuilder {
-    function hashPair(bytes32 a, bytes32 b) internal pure returns (bytes32) {
-        return a < b ? keccak256(abi.encodePacked(a, b)) : keccak256(abi.encodePacked(b, a));
-    }
-
-    function leaf(bytes32 digest) internal pure returns (bytes32) {
-        return keccak256(abi.encode(digest));
-    }
-
-    function _up(bytes32[] memory below) private pure returns (bytes32[] memory above) {
-        uint256 n = below.length;
-        above = new bytes32[]((n + 1) / 2);
-        for (uint256 i; i + 1 < n; i += 2) {
-            above[i / 2] = hashPair(below[i], below[i + 1]);
-        }
-        if (n % 2 == 1) above[n / 2] = below[n - 1];
-    }
-
-    function root(bytes32[] memory leaves) internal pure returns (bytes32) {
-        require(leaves.length > 0, "no leaves");
-        bytes32[] memory level = leaves;
-        while (level.length > 1) level = _up(level);
-        return level[0];
-    }
-
-    function proof(bytes32[] memory leaves, uint256 index) internal pure returns (bytes32[] memory out) {
-        bytes32[] memory buf = new bytes32[](64);
-        uint256 len;
-        bytes32[] memory level = leaves;
-        while (level.length > 1) {
-            uint256 sibling = index ^ 1;
-            if (sibling < level.length) buf[len++] = level[sibling];
-            index /= 2;
-            level = _up(level);
-        }
-        out = new bytes32[](len);
-        for (uint256 i; i < len; ++i) {
-            out[i] = buf[i];
-        }
-    }
-}
-
 /// @dev Hands back a fixed address as the new pool, so that a test contract
-/// can stand in for a pool and call lock and slash directly.
+/// can stand in for a pool: answer `bondOf` and call slash directly.
 contract StandInFactory is IPoolFactory {
     address immutable standIn;
 
@@ -82,7 +38,7 @@ contract StandInFactory is IPoolFactory {
 }
 
 /// @notice Deploys the whole protocol with small numbers and offers helpers
-/// to register providers and nodes, stake, join and sign submissions.
+/// to register providers and nodes, stake, join, record parts and sign submissions.
 abstract contract ProtocolFixture is TestBase {
     VmExtra internal constant vmx = VmExtra(address(uint160(uint256(keccak256("hevm cheat code")))));
 
@@ -207,5 +163,116 @@ abstract contract ProtocolFixture is TestBase {
             leaves[i] = MerkleBuilder.leaf(pool.submissionDigest(subs[i]));
         }
         root = MerkleBuilder.root(leaves);
+    }
+
+    // ---- recorded work ----
+
+    /// @dev `n`'s leaf in pool `p` under the node's latest membership.
+    function leafIn(ComputePool p, address n, uint128 units, bytes32 commitment)
+        internal
+        view
+        returns (IComputePool.WorkLeaf memory)
+    {
+        (uint32 index,) = p.membershipOf(n);
+        return IComputePool.WorkLeaf({node: n, membership: index, units: units, commitment: commitment});
+    }
+
+    function leafOf(address n, uint128 units, bytes32 commitment) internal view returns (IComputePool.WorkLeaf memory) {
+        return leafIn(pool, n, units, commitment);
+    }
+
+    /// @dev The recorder records part `part` of `epoch` (leaves in ascending node order).
+    function recordPart(uint64 epoch, uint32 part, IComputePool.WorkLeaf[] memory leaves) internal {
+        vm.prank(recorder);
+        pool.recordWork(epoch, part, leaves);
+    }
+
+    /// @dev `by` records part 0 of `epoch` in `p`, with `n`'s one leaf; returns it with its proof.
+    function recordOneIn(ComputePool p, address by, uint64 epoch, address n, uint128 units, bytes32 commitment)
+        internal
+        returns (IComputePool.LeafRef memory)
+    {
+        IComputePool.WorkLeaf[] memory leaves = WorkParts.one(leafIn(p, n, units, commitment));
+        vm.prank(by);
+        p.recordWork(epoch, 0, leaves);
+        return WorkParts.ref(epoch, 0, leaves, 0);
+    }
+
+    function recordOne(uint64 epoch, address n, uint128 units, bytes32 commitment)
+        internal
+        returns (IComputePool.LeafRef memory)
+    {
+        return recordOneIn(pool, recorder, epoch, n, units, commitment);
+    }
+
+    /// @dev `provider` claims the one leaf `r`.
+    function claimAs(address provider, IComputePool.LeafRef memory r) internal returns (uint256) {
+        IComputePool.LeafRef[] memory refs = WorkParts.list(r);
+        vm.prank(provider);
+        return pool.claim(refs);
+    }
+
+    function settlementOf(IComputePool.LeafRef memory r) internal view returns (uint256) {
+        return uint256(pool.settlementOf(r.epoch, r.part, r.leaf.node));
+    }
+
+    /// @dev A submission of `n` (key `pk`) signed in `p`'s domain, whose lone leaf is a whole commitment.
+    function signedLeaf(ComputePool p, uint256 pk, uint64 step)
+        internal
+        view
+        returns (IComputePool.Submission memory sub, bytes memory sig, bytes32 root)
+    {
+        sub = submission(vm.addr(pk), step, keccak256(abi.encode("rollout", step)));
+        bytes32 digest = p.submissionDigest(sub);
+        sig = signDigest(pk, digest);
+        root = MerkleBuilder.leaf(digest);
+    }
+
+    /// @notice A leaf and the evidence against it: a submission its node signed,
+    /// the signature and the submission's proof against the leaf's commitment.
+    struct Evidence {
+        IComputePool.LeafRef ref;
+        IComputePool.Submission sub;
+        bytes sig;
+        bytes32[] proof;
+    }
+
+    /// @dev `by` records in `p` part 0 of `epoch` with the 10-unit leaf of the node
+    /// of key `pk`, whose commitment is one signed submission (step `step`).
+    function recordSignedIn(ComputePool p, address by, uint64 epoch, uint256 pk, uint64 step)
+        internal
+        returns (Evidence memory e)
+    {
+        bytes32 root;
+        (e.sub, e.sig, root) = signedLeaf(p, pk, step);
+        e.ref = recordOneIn(p, by, epoch, vm.addr(pk), 10, root);
+        e.proof = new bytes32[](0);
+    }
+
+    function recordSigned(uint64 epoch, uint256 pk, uint64 step) internal returns (Evidence memory) {
+        return recordSignedIn(pool, recorder, epoch, pk, step);
+    }
+
+    /// @dev Node `n` takes itself out of the pool.
+    function leaveAsNode(address n) internal {
+        vm.prank(n);
+        pool.leavePool(n);
+    }
+
+    /// @dev `provider` joins its node `n` to the pool.
+    function joinAs(address provider, address n) internal {
+        vm.prank(provider);
+        pool.joinPool(n);
+    }
+
+    /// @dev Validator `v`'s slash vote in `p` with evidence `e`.
+    function slashWith(ComputePool p, address v, Evidence memory e) internal {
+        vm.prank(v);
+        p.slash(e.ref, e.sub, e.sig, e.proof);
+    }
+
+    function invalidateAs(address v, IComputePool.LeafRef memory r) internal {
+        vm.prank(v);
+        pool.invalidate(r);
     }
 }

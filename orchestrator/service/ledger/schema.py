@@ -18,7 +18,7 @@ from swarmrl.work.assign import Slot, WorkOrder
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # A work order is kept signed, as its node got it (JSON); node, counter and deadline,
 # taken from it, are what it is looked up by.
@@ -30,6 +30,7 @@ CREATE TABLE orders (
 );
 CREATE INDEX orders_by_state ON orders (state, deadline);
 CREATE INDEX orders_by_node ON orders (node, state, counter);
+CREATE INDEX orders_by_counter ON orders (node, counter);
 """
 # A validator worker's hold on a submission it judges (`submissions.Lease`): its worker
 # id and its process's token, until `expires` unless renewed. Only a submission still
@@ -92,8 +93,10 @@ CREATE INDEX submissions_by_status ON submissions (status, received_at);
 {_LEASES}CREATE TABLE epochs (
     epoch INTEGER NOT NULL, node TEXT NOT NULL, units INTEGER NOT NULL,
     commitment TEXT NOT NULL, tx_hash TEXT, recorded_at REAL NOT NULL,
+    part INTEGER, membership INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (epoch, node)
 );
+CREATE INDEX epochs_by_part ON epochs (epoch, part);
 CREATE TABLE slashes (
     digest TEXT PRIMARY KEY, epoch INTEGER NOT NULL, node TEXT NOT NULL,
     tx_hash TEXT, outcome TEXT NOT NULL, at REAL NOT NULL
@@ -122,6 +125,17 @@ INSERT INTO tallies (node, status, n, units)
     SELECT node, status, COUNT(*), COALESCE(SUM(units), 0) FROM submissions GROUP BY node, status;
 """
 )
+
+# Schema 6: an epoch goes on chain in parts (one root over many nodes' leaves): each
+# node's row names its part and the membership its leaf was recorded under. A schema 5
+# ledger's rows were recorded one per node by the contract before, and name none. And
+# each node's newest order is found by an index seek.
+_UPGRADE_FROM_5 = """
+ALTER TABLE epochs ADD COLUMN part INTEGER;
+ALTER TABLE epochs ADD COLUMN membership INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX epochs_by_part ON epochs (epoch, part);
+CREATE INDEX IF NOT EXISTS orders_by_counter ON orders (node, counter);
+"""
 
 
 def prepare(connection: Connection, run: str | None) -> None:
@@ -160,6 +174,9 @@ def prepare(connection: Connection, run: str | None) -> None:
         if 1 <= version <= 4:
             _execute(db, _UPGRADE_FROM_4)
             log.info("ledger %s upgraded from schema 4 (submission tallies)", path)
+        if 1 <= version <= 5:
+            _execute(db, _UPGRADE_FROM_5)
+            log.info("ledger %s upgraded from schema 5 (epochs recorded in parts)", path)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
