@@ -230,7 +230,9 @@ interface IComputePool {
     function fund(uint256 amount) external;
 
     /// @notice Records part `part` of `epoch`: the root over `leaves` (strictly
-    /// ascending nodes, 1 to MAX_LEAVES), reserving the reward of their units.
+    /// ascending nodes, 1 to MAX_LEAVES), reserving the reward of their units. A
+    /// node belongs in one part of an epoch: the recorder's rule (as its units are),
+    /// not checked here, since that would cost a storage write per node.
     function recordWork(uint64 epoch, uint32 part, WorkLeaf[] calldata leaves) external;
 
     /// @notice A validator's vote to drop a leaf; at `quorum` votes, within the
