@@ -64,10 +64,12 @@ def stake_status(facts: ChainFacts) -> str:
 def epoch_status(work: EpochWork, now: int) -> str:
     if not work.units:
         return "awaiting record"
-    if not work.backed:
-        return "never paid: recorded when the node was not in the pool"
+    # Slashed first: a slash in the second its part was recorded ends the membership
+    # in that second, so the pool reads the leaf as not backed, never as paid.
     if work.slashed:
         return "slashed"
+    if not work.backed:
+        return "never paid: recorded when the node was not in the pool"
     if work.invalidated:
         return "invalidated"
     if work.claimed:

@@ -80,6 +80,8 @@ def _record(settlement: Settlement, *, slashed: bool = False, left_at: int = 0) 
         (_record(Settlement.INVALIDATED), "invalidated"),
         # Slashed through another epoch: this one's reward is forfeit too, unless paid.
         (_record(Settlement.OPEN, slashed=True, left_at=700), "slashed"),
+        # Slashed in the second its part was recorded: the pool reads it as not backed.
+        (_record(Settlement.INVALIDATED, slashed=True, left_at=500), "slashed"),
         (_record(Settlement.CLAIMED, slashed=True, left_at=700), "claimed"),
         # Recorded once the node had left (at 500 or before): never paid.
         (
