@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import json
 import math
-import re
 import sys
 import tempfile
 import time
@@ -33,21 +32,19 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from hexbytes import HexBytes
 from web3 import Web3
-from web3.types import RPCEndpoint
 
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.recorder import Recorder
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain import eip712
-from swarmrl.chain.anvil import Anvil, dev_accounts
+from swarmrl.chain.anvil import Anvil, dev_accounts, rpc
 from swarmrl.chain.artifacts import OUT_DIR
 from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.deploy import (
@@ -62,6 +59,7 @@ from swarmrl.chain.deploy import (
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSettings
 from swarmrl.chain.work import MAX_LEAVES
+from swarmrl.cli_options import parse_counts
 from swarmrl.files import check_output_path, write_atomically
 from swarmrl.work.states import SubmissionStatus
 
@@ -120,14 +118,7 @@ class SizeResult:
 
 def parse_sizes(text: str) -> tuple[int, ...]:
     """Comma-separated swarm sizes, each 1 to MAX_NODES (ValueError otherwise)."""
-    parts = text.split(",")
-    # Plain ASCII digits only: int() would also take "1_000", " 12" and other scripts' digits.
-    if not all(re.fullmatch(r"[0-9]{1,6}", p) for p in parts):
-        raise ValueError(f"--nodes must be comma-separated node counts, got {text!r}")
-    sizes = tuple(int(p) for p in parts)
-    if min(sizes) < 1 or max(sizes) > MAX_NODES:
-        raise ValueError(f"--nodes must be node counts from 1 to {MAX_NODES}, got {text!r}")
-    return sizes
+    return parse_counts(text, "--nodes", "node", MAX_NODES)
 
 
 def _progress(message: str) -> None:
@@ -138,13 +129,6 @@ def _key(kind: str, i: int) -> LocalAccount:
     """A made-up account, the same on every run (no mnemonic derivation: it is slow)."""
     account: LocalAccount = Account.from_key(keccak(text=f"swarmrl bench chain {kind} {i}"))
     return account
-
-
-def _rpc(w3: Web3, method: str, params: list[Any]) -> Any:
-    response = w3.provider.make_request(RPCEndpoint(method), params)
-    if "error" in response:
-        raise RuntimeError(f"{method} failed: {response['error']}")
-    return response.get("result")
 
 
 def _gas(w3: Web3, tx_hash: str | bytes) -> int:
@@ -191,7 +175,7 @@ def set_up_swarm(
         size = min(per_provider, nodes - made)
         group = [_key("node", made + i) for i in range(size)]
         made += size
-        _rpc(w3, "anvil_setBalance", [account.address, hex(PROVIDER_ETH)])
+        rpc(w3, "anvil_setBalance", [account.address, hex(PROVIDER_ETH)])
         stake = size * min_stake
         admin.mint(account.address, stake)
         provider = Contracts(w3, deployment, account, SETUP_TX)
@@ -400,8 +384,8 @@ def _measure(
 def hardfork_and_version() -> tuple[str, str]:
     """anvil's hardfork and version, from a throwaway anvil's node info."""
     with Anvil.start() as anvil:
-        info = _rpc(anvil.web3(), "anvil_nodeInfo", [])
-        version = _rpc(anvil.web3(), "web3_clientVersion", [])
+        info = rpc(anvil.web3(), "anvil_nodeInfo", [])
+        version = rpc(anvil.web3(), "web3_clientVersion", [])
     hardfork = str(info.get("hardFork", "?")) if isinstance(info, dict) else "?"
     return hardfork, str(version)
 

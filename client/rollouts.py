@@ -23,6 +23,7 @@ from swarmrl.cli_options import (
     RunPrecision,
     TasksFile,
     Temperature,
+    parse_counts,
     quiet_transformers,
     seed_option,
 )
@@ -32,17 +33,6 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 MAX_TARGET = 65_536
-
-
-def _parse_targets(text: str) -> tuple[int, ...]:
-    parts = text.split(",")
-    # Plain ASCII digits only: int() would also take "1_000", " 12" and other scripts' digits.
-    if not all(re.fullmatch(r"[0-9]{1,6}", t) for t in parts):
-        raise ValueError(f"--targets must be comma-separated token counts, got {text!r}")
-    targets = tuple(int(t) for t in parts)
-    if min(targets) < 1 or max(targets) > MAX_TARGET:
-        raise ValueError(f"--targets must be token counts from 1 to {MAX_TARGET}, got {text!r}")
-    return targets
 
 
 def rollouts_generate(
@@ -112,7 +102,7 @@ def rollouts_generate(
         raise ValueError(f"--window must be a positive number of seconds, got {window}")
     if run is not None and not 1 <= len(run) <= 128:
         raise ValueError("--run must be 1 to 128 characters")
-    budgets = _parse_targets(targets)
+    budgets = parse_counts(targets, "--targets", "token", MAX_TARGET)
     account = domain = None
     if key is None:
         run, node = run or "local", node or ZERO_ADDRESS

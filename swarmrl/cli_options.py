@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import typer
@@ -64,3 +65,16 @@ def quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+def parse_counts(text: str, option: str, noun: str, maximum: int) -> tuple[int, ...]:
+    """Comma-separated `noun` counts given to `option`, each 1 to `maximum`; ValueError
+    in one sentence otherwise."""
+    parts = text.split(",")
+    # Plain ASCII digits only: int() would also take "1_000", " 12" and other scripts' digits.
+    if not all(re.fullmatch(r"[0-9]{1,6}", p) for p in parts):
+        raise ValueError(f"{option} must be comma-separated {noun} counts, got {text!r}")
+    counts = tuple(int(p) for p in parts)
+    if min(counts) < 1 or max(counts) > maximum:
+        raise ValueError(f"{option} must be {noun} counts from 1 to {maximum}, got {text!r}")
+    return counts

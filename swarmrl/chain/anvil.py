@@ -224,7 +224,7 @@ class Anvil:
         """Writes the whole chain (state, blocks, transactions) to `path`, replacing it
         only once the dump is whole. anvil's own `--state-interval` rewrites its file in
         place: killed in the middle, it leaves a file it then refuses to load."""
-        dump = _rpc(self.web3(), "anvil_dumpState", [])
+        dump = rpc(self.web3(), "anvil_dumpState", [])
         if not isinstance(dump, str):
             raise ChainError(f"anvil_dumpState answered {type(dump).__name__}, not hex bytes")
         # The answer is the state file's JSON, gzipped, as hex.
@@ -395,7 +395,7 @@ def is_loopback(rpc_url: str) -> bool:
 
 def is_anvil(w3: Web3) -> bool:
     """Whether the node `w3` is connected to is anvil (by its client version)."""
-    version = _rpc(w3, "web3_clientVersion", [])
+    version = rpc(w3, "web3_clientVersion", [])
     return isinstance(version, str) and version.lower().startswith("anvil/")
 
 
@@ -405,7 +405,7 @@ def is_anvil(w3: Web3) -> bool:
 def increase_time(w3: Web3, seconds: int, *, mine_block: bool = True) -> int:
     """Moves the chain clock forward and mines a block (unless `mine_block` is False: the
     next block carries the new time); returns the latest block's timestamp."""
-    _rpc(w3, "evm_increaseTime", [int(seconds)])
+    rpc(w3, "evm_increaseTime", [int(seconds)])
     if mine_block:
         mine(w3)
     return int(w3.eth.get_block("latest")["timestamp"])
@@ -413,20 +413,21 @@ def increase_time(w3: Web3, seconds: int, *, mine_block: bool = True) -> int:
 
 def mine(w3: Web3, blocks: int = 1) -> None:
     for _ in range(blocks):
-        _rpc(w3, "evm_mine", [])
+        rpc(w3, "evm_mine", [])
 
 
 def snapshot(w3: Web3) -> str:
     """Saves the whole chain state; `revert` restores it (and consumes the snapshot)."""
-    return str(_rpc(w3, "evm_snapshot", []))
+    return str(rpc(w3, "evm_snapshot", []))
 
 
 def revert(w3: Web3, snapshot_id: str) -> None:
-    if not _rpc(w3, "evm_revert", [snapshot_id]):
+    if not rpc(w3, "evm_revert", [snapshot_id]):
         raise ChainError(f"anvil could not revert to snapshot {snapshot_id}")
 
 
-def _rpc(w3: Web3, method: str, params: list[Any]) -> Any:
+def rpc(w3: Web3, method: str, params: list[Any]) -> Any:
+    """One of anvil's own RPC methods (anvil_*, evm_*); ChainError with its message if it fails."""
     response = w3.provider.make_request(RPCEndpoint(method), params)
     if "error" in response:
         raise ChainError(f"{method} failed: {response['error'].get('message', response['error'])}")
