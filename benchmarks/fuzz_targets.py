@@ -56,6 +56,7 @@ from swarmrl.p2p.records import Announcement, PeerRecord, SignatureError, manife
 from swarmrl.p2p.store import WeightStore, bits
 from swarmrl.rollouts.records import SIGNATURE_KEY, Rollout, read_rollout_file, write_rollouts
 from swarmrl.rollouts.signing import FileSignature
+from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.assign import WORK, Slot, WorkOrder, WorkRequest, WorkResponse
 from swarmrl.work.heartbeat import HEARTBEAT, HeartbeatRequest, HeartbeatResponse, Outcome
 from swarmrl.work.join import JOIN, JoinClaim, JoinResponse, NodeReport
@@ -162,7 +163,13 @@ ADVERT = Advert(
     peers=[f"/ip4/10.0.0.2/tcp/4001/p2p/{PEER}"],
 )
 REPORT = NodeReport(
-    backend="torch", device="cpu", cpu_cores=8, gpu=None, gpu_memory_gib=None, version="swarmrl 0"
+    backend="torch",
+    device="cpu",
+    cpu_cores=8,
+    gpu=None,
+    gpu_memory_gib=None,
+    version="swarmrl 0",
+    protocol=WORK_PROTOCOL,
 )
 CLAIM = JoinClaim(
     node=KEY.address, provider=OTHER.address, peer_id=PEER, report=REPORT, issued_at=1_700_000_000
@@ -211,6 +218,7 @@ PROTOCOLS: dict[str, tuple[RequestResponse[Any, Any] | Upload[Any, Any], Any, An
         CLAIM,
         JoinResponse(
             run=RUN,
+            protocol=WORK_PROTOCOL,
             state=NodeState.ACTIVE,
             heartbeat_seconds=30.0,
             policy_step=5,
@@ -219,7 +227,7 @@ PROTOCOLS: dict[str, tuple[RequestResponse[Any, Any] | Upload[Any, Any], Any, An
     ),
     "heartbeat": (
         HEARTBEAT,
-        HeartbeatRequest(policy_step=5, tokens_per_second=12.5, paused=False),
+        HeartbeatRequest(policy_step=5, tokens_per_second=12.5, paused=False, leaving=False),
         HeartbeatResponse(
             state=NodeState.ACTIVE,
             policy_step=6,

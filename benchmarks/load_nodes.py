@@ -61,7 +61,7 @@ from swarmrl.p2p.host import ERROR_KEY, RemoteError, quiet_libp2p_logs
 from swarmrl.p2p.protocol import RequestResponse, Upload
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.tasks import Task, read_tasks
-from swarmrl.work import assign, heartbeat, join
+from swarmrl.work import WORK_PROTOCOL, assign, heartbeat, join
 from swarmrl.work.assign import WORK, WorkOrder
 from swarmrl.work.heartbeat import HEARTBEAT
 from swarmrl.work.join import JOIN
@@ -73,7 +73,9 @@ Role = Literal["nodes", "flood", "slow"]
 
 # The policy step every record claims: the bench's orchestrator publishes step 0 for good.
 STEP = 0
-REPORT = join.NodeReport(backend="torch", device="cpu", cpu_cores=1, version="swarmrl bench")
+REPORT = join.NodeReport(
+    backend="torch", device="cpu", cpu_cores=1, version="swarmrl bench", protocol=WORK_PROTOCOL
+)
 # Seconds an upload in flight when the run stops may still take to be answered.
 GRACE = 15.0
 # The refusal intake's rate limit answers with (work_server.WorkServer.admit).

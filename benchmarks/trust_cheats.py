@@ -76,6 +76,7 @@ from swarmrl.p2p.direct import DirectServer
 from swarmrl.p2p.host import RemoteError
 from swarmrl.rollouts.records import write_rollouts
 from swarmrl.tasks import Task
+from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.join import NodeReport
 from swarmrl.work.states import SubmissionStatus
 from swarmrl.work.submit import SubmitHeader
@@ -91,7 +92,13 @@ CHAIN_ID = 31337
 POOL = "0x" + "77" * 20
 ORCHESTRATOR = dev_accounts(2)[1]  # the recorder key: it signs orders and receipts
 PROVIDER = "0x" + "44" * 20
-REPORT = NodeReport(backend="torch", device="cpu", cpu_cores=1, version="swarmrl trust benchmark")
+REPORT = NodeReport(
+    backend="torch",
+    device="cpu",
+    cpu_cores=1,
+    version="swarmrl trust benchmark",
+    protocol=WORK_PROTOCOL,
+)
 MAX_BATCH: int = NodeSettings.model_fields["max_batch"].default
 
 

@@ -225,6 +225,45 @@ def stake(
         typer.echo(f"staked {amount}; now {format_tokens(chain.stake_of(chain.address))} staked")
 
 
+@app.command("add-node")
+def add_node(
+    name: str = typer.Argument(..., help="The key's name (the provider)."),
+    consent_file: Path = typer.Argument(
+        ...,
+        help="The node's signed consent, written on the node's machine by `swarmrl node init "
+        "--provider-address ADDRESS --consent-out FILE`.",
+    ),
+    keystore_dir: Path | None = KeystoreDir,
+    password_file: Path | None = PasswordFile,
+    deployment: Path | None = DeploymentFile,
+    rpc_url: str | None = RpcUrl,
+) -> None:
+    """Take on a node whose key is on another machine: check its consent (signed by the
+    node it names, for this key's address and this deployment, not expired), register
+    as a provider if needed, add the node and join it to the run's pool; running it
+    again only checks."""
+    from client.node.setup import add_node_with_consent, passwords_from, read_consent
+    from swarmrl.chain.deploy import load_deployment
+
+    consent = read_consent(consent_file)
+    with _chain_errors():
+        loaded = load_deployment(deployment)
+
+    def say_waiting() -> None:
+        typer.echo("waiting for another command sending from the provider's key", err=True)
+
+    done = add_node_with_consent(
+        _dir(keystore_dir),
+        name,
+        passwords_from(password_file),
+        loaded,
+        consent,
+        rpc_url=rpc_url,
+        on_wait=say_waiting,
+    )
+    typer.echo(done.summary())
+
+
 @app.command()
 def unstake(
     name: str = typer.Argument(..., help="The key's name (the provider)."),

@@ -315,7 +315,8 @@ def node_toml(
     swarm: Swarm, path: Path, *, key: str, tasks: Path, orchestrator: str, **settings: object
 ) -> Path:
     """A node config for `key` on this swarm: torch on the CPU with one thread (several
-    nodes share the machine), its data dir beside `path`, then `settings`."""
+    nodes share the machine), its data dir beside `path`, working whatever the machine
+    does (a demo on a laptop's battery still runs), then `settings`."""
     values: dict[str, object] = {
         "data_dir": path.parent / key,
         "deployment": swarm.deployment_file,
@@ -328,6 +329,7 @@ def node_toml(
         "backend": "torch",
         "device": "cpu",
         "metrics_port": free_port(),
+        "pause_on_battery": False,
     }
     return write_settings(path, {**values, **settings})
 

@@ -224,6 +224,21 @@ def _remove_empty(folders: list[Path]) -> None:
             return  # not empty (someone else wrote there) or gone: leave the rest
 
 
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of the input file `path`, at most `limit` of them; ValueError in one
+    sentence if it cannot be read or is larger (then it is not `what`): a device or a
+    huge file given by mistake is refused, never read whole."""
+    check_input_file(path)
+    try:
+        with Path(path).open("rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {os_error_reason(e)}") from None
+    if len(raw) > limit:
+        raise ValueError(f"{path} is too large to be {what}")
+    return raw
+
+
 def os_error_reason(error: OSError) -> str:
     """The cause of an OSError in words ("permission denied"), without errno or files."""
     if not error.strerror:

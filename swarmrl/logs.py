@@ -13,7 +13,7 @@ from pathlib import Path
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-class _UtcFormatter(logging.Formatter):
+class UtcFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + (
             f".{int(record.msecs):03d}Z"
@@ -30,7 +30,7 @@ def setup_logging(
     given, appended to ``file``."""
     from swarmrl.p2p.host import quiet_libp2p_logs
 
-    formatter = _UtcFormatter(FORMAT)
+    formatter = UtcFormatter(FORMAT)
     handlers: list[logging.Handler] = [logging.StreamHandler()] if stderr else []
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)

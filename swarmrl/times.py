@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 # The last second datetime can show (9999-12-31 23:59:59 UTC): later "times" are numbers.
@@ -37,3 +38,21 @@ def moment(timestamp: int, now: int) -> str:
     else:
         when = "now"
     return f"{date_time(timestamp)} ({when})"
+
+
+_SPAN = re.compile(r"(\d{1,7})(min|d|h|m|s)")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "min": 60, "s": 1}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a span as people type it: "90s", "30m", "1h", "2h30m", "1d"; a bare
+    number is minutes. ValueError in one sentence otherwise."""
+    text = text.strip().lower()
+    # Plain ASCII digits, and few: int() would also take other scripts' digits, and a
+    # number of thousands of digits is refused by int() in words of its own.
+    if re.fullmatch(r"[0-9]{1,7}", text):
+        return int(text) * 60
+    parts = _SPAN.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 30m, 1h or 2h30m")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)

@@ -18,8 +18,29 @@ ConfigOption = typer.Option(None, "--config", "-c", help="The node's TOML file."
 
 @node_app.command("init")
 def init(
-    provider: str = typer.Option(
-        ..., "--provider", help="Keystore name of the provider that stakes for this node."
+    provider: str | None = typer.Option(
+        None,
+        "--provider",
+        help="Keystore name of the provider that stakes for this node, when its key is on "
+        "this machine.",
+    ),
+    provider_address: str | None = typer.Option(
+        None,
+        "--provider-address",
+        help="The provider's address, when its key is on another machine (a cold wallet): "
+        "sign the node's consent for it into --consent-out and send nothing.",
+    ),
+    consent_out: Path | None = typer.Option(
+        None,
+        "--consent-out",
+        help="Where to write the node's signed consent for --provider-address; the provider "
+        "runs `swarmrl wallet add-node KEY FILE` with it.",
+    ),
+    consent_valid_for: str | None = typer.Option(
+        None,
+        "--consent-valid-for",
+        help="How long the provider may use the consent, by the chain's clock: 30m, 12h, "
+        "7d (a minute to 30 days; default 1d).",
     ),
     key: str = typer.Option("node", "--key", help="Keystore name of the node's key."),
     keystore_dir: Path | None = KeystoreDir,
@@ -47,14 +68,18 @@ def init(
     ),
 ) -> None:
     """Create the node's key and identity, and with the provider's key register it and
-    join the run's pool; running it again only checks."""
+    join the run's pool; running it again only checks. With --provider-address instead,
+    only sign the node's consent into --consent-out, for `swarmrl wallet add-node` on the
+    provider's machine."""
     from client.node.settings import ROLE, NodeSettings
-    from client.node.setup import init_node, passwords_from
+    from client.node.setup import init_node, passwords_from, sign_consent
     from swarmrl import keystore
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.files import check_data_dir, check_output_path
+    from swarmrl.files import check_data_dir, check_output_path, write_atomically
     from swarmrl.settings_toml import write_settings
+    from swarmrl.times import date_time
 
+    valid_for = _consent_seconds(provider, provider_address, consent_out, consent_valid_for)
     if out is None and (data_dir is not None or metrics_port is not None):
         raise typer.BadParameter(
             "they are written into the node's config file; give --config-out too",
@@ -62,16 +87,35 @@ def init(
         )
     if out is not None:
         check_output_path(out)
+    if consent_out is not None:
+        check_output_path(consent_out)
     if data_dir is not None:
         check_data_dir(data_dir, ROLE)
-    done = init_node(
-        keystore_dir or keystore.default_dir(),
-        key,
-        provider,
-        passwords_from(password_file),
-        load_deployment(deployment),
-    )
-    typer.echo(done.summary())
+    if provider_address is not None and consent_out is not None:
+        done, consent = sign_consent(
+            keystore_dir or keystore.default_dir(),
+            key,
+            provider_address,
+            passwords_from(password_file),
+            load_deployment(deployment),
+            valid_for=valid_for,
+        )
+        write_atomically(consent_out, consent.to_json())
+        typer.echo(done.summary())
+        typer.echo(
+            f"wrote {consent_out} (usable until {date_time(consent.deadline)}, by the chain's "
+            f"clock); on the provider's machine: swarmrl wallet add-node KEY {consent_out}"
+        )
+    else:
+        assert provider is not None  # one of the two, by _consent_seconds
+        done = init_node(
+            keystore_dir or keystore.default_dir(),
+            key,
+            provider,
+            passwords_from(password_file),
+            load_deployment(deployment),
+        )
+        typer.echo(done.summary())
     if out is not None:
         # What this command was told is what `node run` must use: the same key, and the
         # files as this command found them (unset ones stay at their defaults).
@@ -87,6 +131,103 @@ def init(
         typer.echo(f"wrote {out}; set orchestrator in it, then: swarmrl node run --config {out}")
 
 
+# A consent is a standing offer to whoever holds it until its deadline: long enough to
+# carry it to a cold wallet, short enough not to outlive the plan it was signed for.
+MIN_CONSENT_SECONDS = 60
+MAX_CONSENT_SECONDS = 30 * 86400
+
+
+def _consent_seconds(
+    provider: str | None,
+    provider_address: str | None,
+    consent_out: Path | None,
+    valid_for: str | None,
+) -> int:
+    """`init`'s provider options checked together: one provider, by key or by address,
+    and the consent's file and lifetime with the address. The lifetime in seconds."""
+    import re
+
+    from swarmrl.times import parse_duration
+
+    if (provider is None) == (provider_address is None):
+        raise typer.BadParameter(
+            "give one: --provider KEY when the provider's key is on this machine, or "
+            "--provider-address 0x... with --consent-out FILE when it is on another",
+            param_hint="'--provider' / '--provider-address'",
+        )
+    if (provider_address is None) != (consent_out is None) or (
+        provider_address is None and valid_for is not None
+    ):
+        raise typer.BadParameter(
+            "the consent is written for a provider whose key is on another machine: give "
+            "--provider-address and --consent-out together (and --consent-valid-for only "
+            "with them)",
+            param_hint="'--provider-address' / '--consent-out'",
+        )
+    if provider_address is not None and not re.fullmatch(r"0x[0-9a-fA-F]{40}", provider_address):
+        raise typer.BadParameter(
+            f"{provider_address[:60]!r} is not an address (0x and 40 hex digits)",
+            param_hint="'--provider-address'",
+        )
+    seconds = parse_duration("1d" if valid_for is None else valid_for)
+    if not MIN_CONSENT_SECONDS <= seconds <= MAX_CONSENT_SECONDS:
+        raise typer.BadParameter(
+            "a consent is usable from a minute to 30 days", param_hint="'--consent-valid-for'"
+        )
+    return seconds
+
+
+key_app = typer.Typer(
+    help="Move a node to another machine: its key, peer identity and receipts in one file.",
+    no_args_is_help=True,
+)
+node_app.add_typer(key_app, name="key")
+
+
+@key_app.command("export")
+def key_export(
+    out: Path = typer.Option(
+        ..., "--out", help="The file to write, encrypted with the node key's password."
+    ),
+    config: Path | None = ConfigOption,
+) -> None:
+    """Write the node's key, its peer identity and its journal's receipts and refusals
+    into one file, encrypted with the key's password, for `node key import` elsewhere.
+
+    Not in it: submissions still waiting to be sent. Each holds a whole rollout file and
+    is sent by the machine that has it, so `swarmrl node finish` the node here first (it
+    sends them, then stops); export says how many wait. Refused while the node runs:
+    the file would miss the receipts it settles after, and a moved node must never run
+    on two machines at once."""
+    from client.node.transfer import export_node
+    from swarmrl import keystore
+
+    settings = _settings(config)
+    done = export_node(settings, out, lambda: keystore.read_password(settings.password_file))
+    typer.echo(done.summary(out))
+    if (note := done.pending_note()) is not None:
+        typer.secho(f"note: {note}", err=True, fg=typer.colors.YELLOW)
+
+
+@key_app.command("import")
+def key_import(
+    export_file: Path = typer.Argument(..., help="A file `swarmrl node key export` wrote."),
+    config: Path | None = ConfigOption,
+) -> None:
+    """Make this machine's node (the config's key, keystore and data folder) the node in
+    an export file: its key (kept here under the same password), its peer identity, and
+    its receipts and refusals merged into the journal. Refused while a node runs on that
+    data folder or key, or where another key or peer identity has the name."""
+    from client.node.transfer import import_node
+    from swarmrl import keystore
+
+    settings = _settings(config)
+    done = import_node(
+        settings, export_file, lambda: keystore.read_password(settings.password_file)
+    )
+    typer.echo(done.summary())
+
+
 def _settings(config: Path | None) -> Any:
     from client.node.settings import NodeSettings
     from swarmrl.settings_toml import load_settings
@@ -100,28 +241,62 @@ def run(
     headless: bool = typer.Option(
         False,
         "--headless",
-        help="Log lines instead of the terminal app (always so when stdout is not a terminal).",
+        help="Run the daemon here, with log lines (always so when stdout is not a terminal); "
+        "on a terminal the daemon runs in the background and the app attaches to it.",
+    ),
+    spawned: bool = typer.Option(
+        False, "--spawned", hidden=True, help="Started by `node run` on a terminal."
     ),
 ) -> None:
-    """Join the run and work until Ctrl-C, q or SIGTERM; the same command resumes it."""
-    from client.node.loop import sole_runner
+    """Start the node's daemon: it joins the run and works until `swarmrl node stop` (or
+    finish, or SIGTERM); on a terminal the app attaches to it, and q leaves it working."""
+    import sys
+
+    from client.node.control import ControlClient
 
     settings = _settings(config)
     if settings.orchestrator is None:
         raise ValueError("set orchestrator (the multiaddr the orchestrator prints) in the config")
-    with sole_runner(settings):
-        _run(settings, headless)
+    data_dir = Path(settings.data_dir)
+    client = ControlClient(data_dir)
+    if client.running():
+        pid = client.status().pid
+        raise ValueError(
+            f"a node already runs for {data_dir} (pid {pid}); "
+            "`swarmrl node attach` shows it, `swarmrl node stop` stops it"
+        )
+    if headless or spawned or not sys.stdout.isatty():
+        from client.node.loop import sole_runner
+
+        with sole_runner(settings):
+            _run(settings, config, spawned)
+        return
+    from client.node.background import start_daemon
+    from client.node.settings import ROLE
+    from swarmrl import keystore
+    from swarmrl.files import claim_data_dir
+
+    with settings.about("data_dir"):
+        claim_data_dir(data_dir, ROLE)
+    pid = start_daemon(config, data_dir, keystore.read_password(settings.password_file))
+    typer.echo(f"the node's daemon runs (pid {pid}); attaching (q leaves it working)")
+    _attach(settings)
 
 
-def _run(settings: Any, headless: bool) -> None:
+def _run(settings: Any, config: Path | None, spawned: bool) -> None:
     import sys
 
+    from client.node.conditions import Conditions, LinuxMachine
+    from client.node.daemon import Daemon
     from client.node.events import log_event
     from client.node.loop import Node, thread_count
     from client.node.metrics import NodeMetrics
+    from client.node.reload import SettingsFile
     from client.node.settings import OUTBOUND_ONLY, load_tasks
     from swarmrl import keystore
+    from swarmrl.cores import take_threads
     from swarmrl.logs import setup_logging
+    from swarmrl.models import resolve_device
     from swarmrl.p2p.ports import check_free
 
     # Both ports first, before the key's slow unlock and anything else starts: a second
@@ -131,17 +306,17 @@ def _run(settings: Any, headless: bool) -> None:
     metrics = NodeMetrics(settings.metrics_port)
     tasks = load_tasks(settings)  # before the password, and long before the network
     try:
-        account = keystore.unlock(
-            settings.keystore_dir, settings.key, keystore.read_password(settings.password_file)
+        # Started by `node run` on a terminal: the password comes on stdin, and the log
+        # goes only to the file (its output file keeps what came before, or a crash).
+        password = (
+            sys.stdin.readline().rstrip("\n")
+            if spawned
+            else keystore.read_password(settings.password_file)
         )
-        threads = thread_count(settings)
-        from swarmrl.cores import take_threads
-
-        take_threads(threads)
-        terminal = not headless and sys.stdout.isatty()
-        # Log lines on stderr would tear through the app's screen: then only the file has them.
-        setup_logging(Path(settings.data_dir) / "node.log", stderr=not terminal)
-        # The app listens too once it exists, and it needs the node first.
+        account = keystore.unlock(settings.keystore_dir, settings.key, password)
+        take_threads(thread_count(settings))
+        setup_logging(Path(settings.data_dir) / "node.log", stderr=not spawned)
+        # The daemon listens too once it exists, and it needs the node first.
         listeners: list[Any] = [log_event, metrics.on_event]
         watchers: list[Any] = [metrics.update]
 
@@ -154,26 +329,39 @@ def _run(settings: Any, headless: bool) -> None:
                 watcher(state, peers)
 
         node = Node(settings, account, on_event=on_event, on_state=on_state, tasks=tasks)
+        gpu = resolve_device(settings.device) != "cpu"
+        daemon = Daemon(
+            node,
+            Path(settings.data_dir),
+            journal=node.journal,
+            settings_file=SettingsFile(config, settings),
+            judges=[Conditions(settings, LinuxMachine(), gpu=gpu), node.limits],
+        )
+        listeners.append(daemon.hear)
+        watchers.append(daemon.hear_state)
         for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, lambda *_: node.stop())
-        if terminal:
-            from client.node.app import run_until_stopped
-
-            app = _terminal_app(settings, node)
-            listeners.append(app.hear)
-            watchers.append(app.hear_state)
-            run_until_stopped(app)
-        else:
-            node.run()
+            signal.signal(s, lambda *_: daemon.stop())
+        if spawned:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal holds it
+        daemon.run()
     finally:
         metrics.close()
 
 
-def _terminal_app(settings: Any, node: Any) -> Any:
+@node_app.command("attach")
+def attach(config: Path | None = ConfigOption) -> None:
+    """Show the running node in the terminal app; q leaves it working."""
+    _attach(_settings(config))
+
+
+def _attach(settings: Any) -> None:
     from client.node.app import NodeApp
+    from client.node.control import ControlClient
     from client.node.onchain import ChainReader, ProviderClaimer
 
-    reader = ChainReader(settings.deployment, node.address, node.journal.receipts)
+    client = ControlClient(Path(settings.data_dir))
+    status = client.status()  # NotRunningError, in one sentence, if there is none
+    reader = ChainReader(settings.deployment, status.node, client.epochs)
     claimer = None
     if settings.provider_key is not None:
         claimer = ProviderClaimer(
@@ -181,9 +369,12 @@ def _terminal_app(settings: Any, node: Any) -> Any:
             settings.keystore_dir,
             settings.provider_key,
             settings.password_file,
-            node.address,
+            status.node,
         )
-    return NodeApp(node, reader, claimer)
+    app = NodeApp(client, status.node, reader, claimer)
+    app.run()
+    if app.failure:
+        raise ValueError(app.failure)
 
 
 @node_app.command("doctor")
@@ -201,33 +392,121 @@ def status(
     config: Path | None = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """What this node has submitted, the receipts it holds and what was refused for good."""
-    from client.node.journal import Journal
+    """Whether the node works and if not why; what it has submitted, the receipts it holds
+    and what was refused for good (read from its journal when it does not run)."""
+    from client.node.control import ControlClient, NotRunningError
 
     settings = _settings(config)
-    folder = Path(settings.data_dir) / "journal"
-    if not folder.is_dir():
-        raise ValueError(f"{settings.data_dir} holds no node journal; has the node run yet?")
-    journal = Journal(folder)
-    receipts = journal.receipts()
-    refusals = journal.refusals()
-    summary = {
-        "pending": len(journal.pending()),
-        "receipts": len(receipts),
-        "receipt_digests": sorted(str(r["submission"]) for r in receipts),
-        "units_at_intake": sum(int(r.get("units", 0)) for r in receipts),
-        "rejected_at_intake": sum(1 for r in receipts if not r.get("units")),
-        "refused": [
-            {"digest": r.digest, "order_id": r.order_id, "reason": r.reason} for r in refusals
-        ],
-    }
+    data_dir = Path(settings.data_dir)
+    try:
+        running = ControlClient(data_dir).status()
+        journal = running.journal
+    except NotRunningError:
+        running, journal = None, _journal_summary(settings)
     if as_json:
-        typer.echo(json.dumps(summary, indent=2))
+        out = {
+            "running": None if running is None else running.model_dump(exclude={"journal"}),
+            **({} if journal is None else journal.model_dump()),
+        }
+        typer.echo(json.dumps(out, indent=2))
+        return
+    if running is None:
+        typer.echo(f"not running (`swarmrl node run` starts it); data in {data_dir}")
     else:
+        step = "-" if running.policy_step is None else running.policy_step
         typer.echo(
-            f"receipts {summary['receipts']}  units {summary['units_at_intake']}  "
-            f"rejected {summary['rejected_at_intake']}  refused {len(refusals)}  "
-            f"waiting to be sent {summary['pending']}"
+            f"{running.reason}\n"
+            f"node {running.node}  swarmrl {running.version}  pid {running.pid}  "
+            f"policy step {step}  peers {running.peers or 0}  rollouts {running.rollouts}"
         )
-        for r in refusals:
+    if journal is not None:
+        typer.echo(
+            f"receipts {journal.receipts}  units {journal.units_at_intake}  "
+            f"rejected {journal.rejected_at_intake}  refused {len(journal.refused)}  "
+            f"waiting to be sent {journal.pending}"
+        )
+        for r in journal.refused:
             typer.echo(f"refused {r.digest[:12]} (order {r.order_id[:12]}): {r.reason}")
+
+
+def _journal_summary(settings: Any) -> Any:
+    """The journal of a node that does not run, read holding its data dir (a node
+    starting meanwhile is refused until this is done, and so cannot race the read)."""
+    from client.node.journal import Journal
+    from client.node.loop import holding_data_dir
+    from client.node.settings import ROLE
+
+    data_dir = Path(settings.data_dir)
+    folder = data_dir / "journal"
+    if not folder.is_dir():
+        raise ValueError(f"{data_dir} holds no node journal; has the node run yet?")
+    with holding_data_dir(data_dir, f"swarmrl {ROLE} status"):
+        return Journal(folder).summary()
+
+
+def _control(config: Path | None, command: str, **fields: Any) -> Any:
+    from client.node.control import Command, ControlClient
+
+    settings = _settings(config)
+    return ControlClient(Path(settings.data_dir)).call(Command(command), **fields)
+
+
+@node_app.command("pause")
+def pause(config: Path | None = ConfigOption) -> None:
+    """Take no new work until resumed; the order in flight is finished and handed in."""
+    typer.echo(_control(config, "pause").status.reason)
+
+
+@node_app.command("resume")
+def resume(config: Path | None = ConfigOption) -> None:
+    """Work again after a pause or a snooze."""
+    typer.echo(_control(config, "resume").status.reason)
+
+
+@node_app.command("snooze")
+def snooze(
+    duration: str = typer.Argument(..., help="How long: 90s, 30m, 1h, 2h30m (a number: minutes)."),
+    config: Path | None = ConfigOption,
+) -> None:
+    """Pause for a while, then work again by itself."""
+    from client.node.control import MAX_SNOOZE
+    from swarmrl.times import parse_duration
+
+    seconds = parse_duration(duration)
+    if not 0 < seconds <= MAX_SNOOZE:
+        raise typer.BadParameter("a snooze lasts from a second to 7 days", param_hint="DURATION")
+    typer.echo(_control(config, "snooze", seconds=float(seconds)).status.reason)
+
+
+@node_app.command("finish")
+def finish(config: Path | None = ConfigOption) -> None:
+    """Finish the order in flight, send what waits, tell the orchestrator the node leaves,
+    then stop."""
+    typer.echo(_control(config, "finish").status.reason)
+
+
+@node_app.command("stop")
+def stop(config: Path | None = ConfigOption) -> None:
+    """Stop the daemon once the order in flight is handed in (what waits to be sent stays
+    in the journal for the next start)."""
+    typer.echo(_control(config, "stop").status.reason)
+
+
+@node_app.command("logs")
+def logs(
+    config: Path | None = ConfigOption,
+    lines: int = typer.Option(100, "--lines", "-n", min=1, max=2000, help="How many lines."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Then print new ones as they come."),
+) -> None:
+    """The running node's last log lines (its log file holds them all)."""
+    from client.node.control import Command, ControlClient
+
+    client = ControlClient(Path(_settings(config).data_dir))
+    if not follow:
+        for line in client.call(Command.LOGS, lines=lines).lines:
+            typer.echo(line)
+        return
+    # The watch's first update holds the lines so far, so none falls between the two.
+    for i, update in enumerate(client.watch()):
+        for line in update.lines[-lines:] if i == 0 else update.lines:
+            typer.echo(line)

@@ -285,6 +285,7 @@ def _orchestrator(settings: NodeSettings, found: _Found) -> str:
     from swarmrl.chain.eip712 import pool_domain, swarm_domain
     from swarmrl.p2p import wire
     from swarmrl.p2p.host import Host, RemoteError
+    from swarmrl.work.join import IncompatibleVersionError
 
     address = settings.orchestrator
     if address is None:
@@ -316,6 +317,8 @@ def _orchestrator(settings: NodeSettings, found: _Found) -> str:
             ) from None
         try:
             response = Session(host, peer, me).join(node_report(found.backend, found.device))
+        except IncompatibleVersionError as e:
+            raise _CheckFailedError(str(e)) from None
         except RemoteError as refusal:
             return f"ok: {peer} answers; it refused the join: {refusal}"
         except TimeoutError:

@@ -30,6 +30,10 @@ class EventKind(enum.Enum):
     RETRY = "retry"
     PAUSED = "paused"  # the order in flight is handed in; no new work is taken
     RESUMED = "resumed"
+    HELD = "held"  # why the node is to take no new work changed; reason "": nothing holds it
+    STOPPING = "stopping"  # the order in flight, then stop; what waits stays journaled
+    FINISHING = "finishing"  # the order in flight and what waits to be sent, then leave
+    LEFT = "left"  # the orchestrator was told the node leaves: no order of it will expire
     STOPPED = "stopped"
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pydantic_core
+from pydantic import BaseModel
 
 from swarmrl.files import check_output_dir, write_atomically
 
@@ -105,6 +106,23 @@ def _read_json(path: Path, limit: int) -> Any:
         raise ValueError("it is too large")
     # Not json.loads: see swarmrl.shards.Manifest.from_json on nesting depth.
     return pydantic_core.from_json(raw)
+
+
+class RefusedRow(BaseModel):
+    digest: str
+    order_id: str
+    reason: str
+
+
+class JournalSummary(BaseModel):
+    """What `swarmrl node status` tells of the journal."""
+
+    pending: int  # submissions waiting to be sent
+    receipts: int
+    receipt_digests: list[str]
+    units_at_intake: int
+    rejected_at_intake: int  # receipts of zero units: intake took the submission, not its work
+    refused: list[RefusedRow]
 
 
 class Journal:
@@ -274,13 +292,16 @@ class Journal:
     def refuse(self, entry: Entry, reason: str) -> Refused:
         """Keeps `entry`'s record with the orchestrator's `reason` for refusing it for
         good (synced), then drops the entry: it is settled, never to be sent again."""
-        digest = normalise_digest(entry.digest)
+        return self.keep_refusal(entry.order_id, entry.digest, entry.header, reason)
+
+    def keep_refusal(
+        self, order_id: str, digest: str, header: dict[str, Any], reason: str
+    ) -> Refused:
+        """Keeps the record of a submission refused for good (synced), and drops its
+        pending entry if there is one (a moved node's history has none)."""
+        digest = normalise_digest(digest)
         refused = Refused(
-            normalise_digest(entry.order_id, "order id"),
-            digest,
-            entry.header,
-            reason,
-            time.time(),
+            normalise_digest(order_id, "order id"), digest, header, reason, time.time()
         )
         record = _json_bytes(
             {
@@ -352,6 +373,20 @@ class Journal:
                 if (stored := self._stored_receipt(path)) is not None:
                     found.append((stored[0], path.stem, stored[1]))
             return [receipt for _, _, receipt in sorted(found, key=lambda item: item[:2])]
+
+    def summary(self) -> JournalSummary:
+        receipts = self.receipts()
+        return JournalSummary(
+            pending=len(self.pending()),
+            receipts=len(receipts),
+            receipt_digests=sorted(str(r["submission"]) for r in receipts),
+            units_at_intake=sum(int(r.get("units", 0)) for r in receipts),
+            rejected_at_intake=sum(1 for r in receipts if not r.get("units")),
+            refused=[
+                RefusedRow(digest=r.digest, order_id=r.order_id, reason=r.reason)
+                for r in self.refusals()
+            ],
+        )
 
     def refusals(self) -> list[Refused]:
         """Every submission refused for good, in the order they were settled."""

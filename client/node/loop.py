@@ -26,7 +26,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from client.node.backoff import Backoff
 from client.node.events import Event, EventKind, Listener
 from client.node.journal import Entry, Journal
+from client.node.limits import Limits
 from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import claim_data_dir
@@ -58,8 +59,16 @@ if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 lo
 
 log = logging.getLogger("swarmrl.node")
 
+IDLE_SECONDS = 1.0  # a paused loop looks again this often, and at once when told
 # Failures the loop waits out and retries; anything else is a bug or bad settings.
 RETRIED = (ConnectionError, TimeoutError, RemoteError, wire.WireError, OSError)
+
+
+def holding_data_dir(data_dir: Path, command: str) -> AbstractContextManager[None]:
+    """The node's data dir for this process alone (FolderBusyError naming the holder):
+    the daemon holds it while it runs, a command that reads or writes its journal
+    while it does not."""
+    return exclusive_use(data_dir / ".lock", data_dir, command)
 
 
 @contextmanager
@@ -77,7 +86,7 @@ def sole_runner(settings: NodeSettings, command: str = "swarmrl node run") -> It
         # The key's lock lives beside it: without the folder, say what unlocking would.
         keystore.info(keys, settings.key)
     with (
-        exclusive_use(data_dir / ".lock", data_dir, command),
+        holding_data_dir(data_dir, command),
         exclusive_use(keys / f"{settings.key}.lock", f"key {settings.key!r} in {keys}", command),
     ):
         yield
@@ -116,10 +125,16 @@ class Node:
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.journal = Journal(self.data_dir / "journal")
+        # Rate caps, the transfer quota and the weight store's budget: the swarm and
+        # host take its pacers, the daemon its holds and changed settings.
+        self.limits = Limits(settings)
         self.outbox = self.data_dir / "outbox"
         self.outbox.mkdir(exist_ok=True)
         self.state = NodeState()
         self.stopping = threading.Event()
+        self.finishing = threading.Event()
+        self._wake = threading.Event()  # cuts a wait short: a stop, a pause, a resume
+        self._threads: int | None = None  # the torch threads taken, once taken
         self.backoff = Backoff(base=1.0, cap=30.0)
         self.backend: Backend | None = None
         self.backend_step: int | None = None
@@ -166,24 +181,27 @@ class Node:
         """Starts the process's host, and on it the weight swarm and the work session."""
         from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
         from swarmrl.p2p.messages import swarm_topics
-        from swarmrl.p2p.store import WeightStore
         from swarmrl.p2p.swarm import SwarmNode
 
         s = self.settings
         listen = None if s.listen == OUTBOUND_ONLY else s.listen
         peer_key = load_or_create_peer_key(peer_key_path(Path(s.keystore_dir), s.key))
-        self.host = Host(peer_key, listen=listen, topics=swarm_topics(me.run))
+        self.host = Host(
+            peer_key,
+            listen=listen,
+            topics=swarm_topics(me.run),
+            upload_pacer=self.limits.uploads,
+        )
         try:
             self.swarm = SwarmNode(
                 self.host,
-                store=WeightStore(self.data_dir / "weights"),
+                store=self.limits.weight_store(self.data_dir / "weights"),
                 domain=me.swarm_domain,
                 run=me.run,
                 trusted=me.trusted,
                 account=self.account,
-                max_download_rate=None
-                if s.max_download_mbps is None
-                else s.max_download_mbps * 1e6 / 8,
+                download_pacer=self.limits.downloads,
+                upload_pacer=self.limits.uploads,
                 on_event=self._on_swarm_event,
             )
         except BaseException:
@@ -238,41 +256,90 @@ class Node:
         try:
             while not self.stopping.is_set():
                 try:
+                    # Paused, the node neither joins nor sends: it holds the machine's
+                    # network too. A finish drains even so.
+                    self._take_threads()
+                    if not self.finishing.is_set() and self._paused():
+                        self._sleep(IDLE_SECONDS)
+                        continue
                     if not self.state.joined:
                         self._connect_and_join()
                         if not beat.is_alive():
                             beat.start()
                     self._resend()
-                    if self._paused():
-                        self.stopping.wait(1.0)
-                        continue
+                    if self.finishing.is_set():
+                        self._leave()
+                        break
                     self._one_order()
                     self.backoff.reset()
                 except RETRIED as e:
                     delay = self.backoff.next_delay()
+                    reason = _waiting_reason(e, self.state.joined)
                     # Dialling and joining again is cheap and idempotent; after a failure
                     # the orchestrator may have restarted or forgotten the connection.
                     self.state.joined = False
                     self.on_event(
-                        Event(EventKind.RETRY, reason=_sentence(e), extra={"wait": f"{delay:.1f}s"})
+                        Event(EventKind.RETRY, reason=reason, extra={"wait": f"{delay:.1f}s"})
                     )
-                    self.stopping.wait(delay)
+                    self._sleep(delay)
         finally:
+            self.stopping.set()
             self.on_event(Event(EventKind.STOPPED))
             if self.swarm is not None:
                 self.swarm.close()
             if self.host is not None:
                 self.host.close()
+            self.limits.close()
+
+    def apply(self, settings: NodeSettings) -> None:
+        """Settings changed while the node runs (the live keys of client.node.reload);
+        the loop takes them up before its next order."""
+        self.settings = settings
+        self._wake.set()
+
+    def _take_threads(self) -> None:
+        """The torch threads the settings give, set from the loop's own thread (torch's
+        thread count is the calling thread's to set)."""
+        threads = thread_count(self.settings)
+        if threads != self._threads:
+            from swarmrl.cores import take_threads
+
+            take_threads(threads)
+            self._threads = threads
+
+    def _sleep(self, seconds: float) -> None:
+        """Waits `seconds`, or less if told to stop, pause, resume or finish meanwhile."""
+        if not self.stopping.is_set():
+            self._wake.wait(seconds)
+        self._wake.clear()
 
     def stop(self) -> None:
+        """Ends the loop once the order in flight is handed in (or journaled)."""
         self.stopping.set()
+        self._wake.set()
+
+    def finish(self) -> None:
+        """Drains: the order in flight is handed in, then what the journal holds, then
+        the orchestrator is told the node leaves, and the loop ends. Until everything is
+        sent the loop keeps trying (a stop ends it sooner; the journal keeps the rest)."""
+        self.finishing.set()
+        self._wake.set()
+
+    def _leave(self) -> None:
+        assert self.session is not None
+        self.stopping.set()  # the heartbeat thread beats no more after the leave
+        self.session.heartbeat(self.state.step, self.state.speed, paused=True, leaving=True)
+        self.state.joined = False
+        self.on_event(Event(EventKind.LEFT))
 
     def pause(self) -> None:
         """Takes no new order; the one in flight is still generated and handed in."""
         self.state.paused = True
+        self._wake.set()
 
     def resume(self) -> None:
         self.state.paused = False
+        self._wake.set()
 
     def _paused(self) -> bool:
         """Whether to stay idle; the loop says once when it goes idle and once when it
@@ -451,7 +518,7 @@ class Node:
             self.on_event(
                 Event(EventKind.NO_WORK, reason=response.reason, extra={"wait": f"{wait:.0f}s"})
             )
-        self.stopping.wait(wait)
+        self._sleep(wait)
 
     def _sign(self, order: WorkOrder, path: Path) -> tuple[SubmitHeader, Path]:
         """The signed header of the submission in ``path``, and the file it signs."""
@@ -549,6 +616,20 @@ def order_rollouts(
         target_for=lambda _speed: next(budgets),
         batch_size=batch_size,
     )
+
+
+def _waiting_reason(e: BaseException, joined: bool) -> str:
+    """The reason line while a failure is waited out: what kind of trouble, then its
+    sentence."""
+    from swarmrl.work.join import IncompatibleVersionError
+
+    if isinstance(e, IncompatibleVersionError):
+        return f"incompatible version: {_sentence(e)}"
+    if isinstance(e, RemoteError):
+        return f"{'refused' if joined else 'not joined'}: {_sentence(e)}"
+    if isinstance(e, ConnectionError | TimeoutError | OSError):
+        return f"orchestrator unreachable: {_sentence(e)}"
+    return _sentence(e)
 
 
 def _sentence(e: BaseException) -> str:

@@ -95,12 +95,10 @@ def work_epochs(receipts: Iterable[dict[str, Any]]) -> set[int]:
 class ChainReader:
     """Reads :class:`ChainFacts` for the app, connecting on first use (off the UI thread)."""
 
-    def __init__(
-        self, deployment: Path, node: str, receipts: Callable[[], Iterable[dict[str, Any]]]
-    ) -> None:
+    def __init__(self, deployment: Path, node: str, epochs: Callable[[], Iterable[int]]) -> None:
         self.deployment = deployment
         self.node = node
-        self.receipts = receipts
+        self.epochs = epochs  # of the node's receipts: the daemon's journal has them
         self._chain: Contracts | None = None
         self._final: dict[int, EpochWork] = {}
         self._refs: dict[int, LeafRef] = {}
@@ -111,8 +109,7 @@ class ChainReader:
             from swarmrl.chain.deploy import load_deployment
 
             self._chain = Contracts.connect(load_deployment(self.deployment))
-        epochs = work_epochs(self.receipts())
-        return read_facts(self._chain, self.node, epochs, self._final, self._refs)
+        return read_facts(self._chain, self.node, self.epochs(), self._final, self._refs)
 
 
 class ProviderClaimer:

@@ -15,12 +15,15 @@ from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
+from libp2p.protocol_muxer.exceptions import MultiselectClientError
 
+from swarmrl import __version__
 from swarmrl.chain.eip712 import UNSIGNED, Domain
 from swarmrl.models.backend import BackendName
 from swarmrl.p2p import wire
+from swarmrl.p2p.host import RemoteError
 from swarmrl.p2p.protocol import Caller
-from swarmrl.work import assign, heartbeat, join, submit
+from swarmrl.work import VERSION_REFUSAL, WORK_PROTOCOL, assign, heartbeat, join, submit
 from swarmrl.work.assign import WORK, WorkOrder
 from swarmrl.work.heartbeat import HEARTBEAT
 from swarmrl.work.join import JOIN
@@ -38,8 +41,6 @@ class Identity:
 
 
 def node_report(backend: BackendName, device: str) -> join.NodeReport:
-    from swarmrl import __version__
-
     gpu, memory = None, None
     if device.startswith("cuda"):
         import torch
@@ -54,6 +55,7 @@ def node_report(backend: BackendName, device: str) -> join.NodeReport:
         gpu=gpu,
         gpu_memory_gib=memory,
         version=f"swarmrl {__version__} on {platform.machine()}",
+        protocol=WORK_PROTOCOL,
     )
 
 
@@ -66,6 +68,10 @@ class Session:
         self.me = me
 
     def join(self, report: join.NodeReport) -> join.JoinResponse:
+        """The orchestrator's answer to this node's signed claim. `IncompatibleVersionError`
+        (one sentence, saying what to install) where the two run releases of swarmrl
+        that cannot work together: the orchestrator refused the node's work protocol,
+        answered in another, or serves no join protocol of this id at all."""
         claim = join.JoinClaim(
             node=self.me.account.address,
             provider=to_checksum_address(self.me.provider),
@@ -73,13 +79,35 @@ class Session:
             report=report,
             issued_at=int(time.time()),
         ).signed_by(self.me.account, self.me.swarm_domain)
-        return self.host.call(JOIN, self.peer, claim)
+        try:
+            response = self.host.call(JOIN, self.peer, claim)
+        # A refusal arrives as a RemoteError over libp2p, as the Refusal itself in process.
+        except (RemoteError, wire.Refusal) as e:
+            if str(e).startswith(VERSION_REFUSAL):
+                raise join.IncompatibleVersionError(str(e)) from None
+            raise
+        except ConnectionError as e:
+            if _unsupported(e):
+                raise join.IncompatibleVersionError(
+                    f"the orchestrator does not speak {JOIN.id}: it runs another release of "
+                    "swarmrl; run the node with that release"
+                ) from None
+            raise
+        if response.protocol != WORK_PROTOCOL:
+            raise join.IncompatibleVersionError(
+                f"the orchestrator speaks work protocol {response.protocol} and this node "
+                f"{WORK_PROTOCOL} (swarmrl {__version__}): run the node with the release of "
+                "the orchestrator"
+            )
+        return response
 
     def heartbeat(
-        self, step: int | None, speed: float | None, paused: bool = False
+        self, step: int | None, speed: float | None, paused: bool = False, *, leaving: bool = False
     ) -> heartbeat.HeartbeatResponse:
+        """`leaving`: the node's last heartbeat, sent once it stops; the orchestrator counts
+        it gone and hands its open order's tasks to other nodes at once."""
         request = heartbeat.HeartbeatRequest(
-            policy_step=step, tokens_per_second=speed, paused=paused
+            policy_step=step, tokens_per_second=speed, paused=paused, leaving=leaving
         )
         return self.host.call(HEARTBEAT, self.peer, request)
 
@@ -124,3 +152,16 @@ class Session:
         if receipt.signer(self.me.swarm_domain) not in self.me.trusted:
             raise wire.WireError("the receipt is not signed by a recorder of the run")
         return response
+
+
+def _unsupported(error: BaseException) -> bool:
+    """Whether `error` ends a request that the remote peer answered with multistream-select's
+    "na": it serves no protocol of that id. py-libp2p says so only in the words of the
+    MultiselectClientError beneath the host's ConnectionError (the typed
+    ProtocolNotSupportedError it raises first is dropped before the error leaves it)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, MultiselectClientError):
+            return "not supported" in str(cause)
+        cause = cause.__cause__ or cause.__context__
+    return False

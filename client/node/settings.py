@@ -12,9 +12,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
+from client.node.conditions import parse_window
 from swarmrl.chain.paths import deployment_path
 from swarmrl.files import role_data_dir
 from swarmrl.settings_toml import (
+    SettingError,
     SwarmrlSettings,
     check_listen,
     check_peer,
@@ -132,6 +134,8 @@ class NodeSettings(SwarmrlSettings):
         le=86_400,
         description="Seconds to wait for a policy's weights before asking the swarm again.",
     )
+
+    # -- limits --------------------------------------------------------------------
     max_download_mbps: float | None = Field(
         None,
         gt=0,
@@ -139,7 +143,74 @@ class NodeSettings(SwarmrlSettings):
         description="Cap on the average rate of weight downloads, in Mbit/s (none: no cap), "
         "for a link the machine also uses. A download slower than a training step is "
         "finished while the orchestrator still takes work on its step.",
-        json_schema_extra={"example": 50.0},
+        json_schema_extra={"example": 50.0, **heading("Limits")},
+    )
+    max_upload_mbps: float | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Cap on the average rate of all the node sends, in Mbit/s (none: no cap): "
+        "weights served to peers and its submissions, which go first (the orchestrator "
+        "cuts off a submission slower than 0.5 Mbit/s).",
+        json_schema_extra={"example": 10.0},
+    )
+    max_weight_store_gib: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Most disk the downloaded weights may take, in GiB (none: no cap); the "
+        "oldest versions go first, the newest is always kept.",
+        json_schema_extra={"example": 20.0},
+    )
+    min_free_disk_gib: float = Field(
+        1.0,
+        ge=0,
+        le=1_000_000,
+        description="Free disk to leave where data_dir is, in GiB: below it the node takes "
+        "no work, and it fetches no weights that would take the disk below it.",
+    )
+    monthly_transfer_gib: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Most the node may move in a calendar month (UTC), in GiB: weights "
+        "fetched and served and submissions, in and out (none: no quota). Past it nothing "
+        "moves and the node takes no work until the month turns.",
+        json_schema_extra={"example": 500.0},
+    )
+
+    # -- when to run ---------------------------------------------------------------
+    idle_minutes: float = Field(
+        0.0,
+        ge=0,
+        le=1440,
+        description="Work only once the keyboard, the mouse and the terminals have been left "
+        "alone this many minutes; 0: whether or not someone uses the machine.",
+        json_schema_extra=heading("When to run"),
+    )
+    pause_gpu_while_active: bool = Field(
+        True,
+        description="A node that generates on a GPU pauses while the machine is in use: "
+        "input within idle_minutes, or within the last 3 minutes when idle_minutes is 0.",
+    )
+    pause_on_battery: bool = Field(True, description="Pause while the machine runs on battery.")
+    max_other_load: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Pause while processes other than the node keep the CPUs busier than "
+        "this percentage of all cores, averaged over a minute; 0: never.",
+    )
+    schedule: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description='Weekly windows to work in, local time, e.g. "mon-fri 18:00-08:00", '
+        '"sat-sun", "daily 22:00-07:00"; one that ends before it starts runs into the next '
+        "day (in the environment: separated by commas); empty: any time.",
+    )
+    pause_while_running: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Programs that pause work while any of them runs, by the name ps shows "
+        "(any case), e.g. steam (in the environment: separated by commas).",
     )
 
     @field_validator("orchestrator")
@@ -147,7 +218,7 @@ class NodeSettings(SwarmrlSettings):
     def _orchestrator(cls, value: str | None) -> str | None:
         return value if value is None else check_peer(value)
 
-    @field_validator("bootstrap", mode="before")
+    @field_validator("bootstrap", "schedule", "pause_while_running", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return split_commas(value)
@@ -161,6 +232,32 @@ class NodeSettings(SwarmrlSettings):
     @classmethod
     def _listen(cls, value: str) -> str:
         return value if value == OUTBOUND_ONLY else check_listen(value)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                parse_window(entry)
+            except ValueError as e:
+                raise SettingError(("schedule",), f"schedule {entry[:100]!r} {e}") from None
+        return value
+
+    @field_validator("pause_while_running")
+    @classmethod
+    def _programs(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.strip():
+                raise SettingError(
+                    ("pause_while_running",), "pause_while_running has an empty name"
+                )
+            if "/" in name:
+                raise SettingError(
+                    ("pause_while_running",),
+                    f"pause_while_running {name[:100]!r} must be a program's name, not a "
+                    f"path: {name.rstrip('/').rsplit('/', 1)[-1][:100]!r}",
+                )
+        return value
 
     @field_validator("device")
     @classmethod
@@ -177,3 +274,25 @@ def load_tasks(settings: NodeSettings) -> dict[str, Any]:
 
     with settings.about("tasks"):
         return {t.problem_id: t for t in read_tasks(Path(settings.tasks))}
+
+
+# What the daemon applies when node.toml changes while it runs (client.node.reload);
+# every other key takes effect at the next start.
+LIVE_KEYS = frozenset(
+    {
+        "threads",
+        # When to run
+        "idle_minutes",
+        "pause_gpu_while_active",
+        "pause_on_battery",
+        "max_other_load",
+        "schedule",
+        "pause_while_running",
+        # Limits
+        "max_download_mbps",
+        "max_upload_mbps",
+        "max_weight_store_gib",
+        "min_free_disk_gib",
+        "monthly_transfer_gib",
+    }
+)

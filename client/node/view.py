@@ -16,6 +16,7 @@ from swarmrl.work.states import SubmissionStatus
 LAST_REJECTIONS = 5
 EPOCHS_SHOWN = 6
 PENDING = "pending"
+WORKING = "working"
 CLAIMABLE = "claimable"
 
 
@@ -115,8 +116,9 @@ class NodeView:
     download: Download | None = None
     joined: bool = False
     peers: int | None = None
-    running: str = "running"  # running, pausing, paused
-    stopping: bool = False
+    running: str = "running"  # running or paused: whether the loop takes orders now
+    held: str = ""  # why it is to take none (client.node.holds); "" while nothing holds it
+    stopping: str = ""  # "", or the event that ends it: stopping or finishing
     stopped: bool = False
     retry: str = ""  # the failure being waited out, until the node joins again
     no_work: str = ""  # why the orchestrator has no order for the node, until it has one
@@ -136,6 +138,11 @@ class NodeView:
     chain: ChainFacts | None = None
     chain_error: str = ""
     message: str = ""  # the answer to the last key pressed (a claim, how to claim)
+
+    def __post_init__(self) -> None:
+        # Read back from the daemon's JSON (client.node.control), the deque has no maxlen.
+        if self.rejections.maxlen != LAST_REJECTIONS:
+            self.rejections = deque(self.rejections, maxlen=LAST_REJECTIONS)
 
     def apply(self, event: Event) -> None:
         kind = event.kind
@@ -178,11 +185,15 @@ class NodeView:
                 self.rejections.append(Rejection("validation", event.digest or "", event.reason))
         elif kind is EventKind.RETRY:
             self.joined = False
-            self.retry = f"{event.reason} (retrying in {event.extra.get('wait', '?')})"
+            self.retry = f"{event.reason} (trying again in {event.extra.get('wait', '?')})"
         elif kind is EventKind.PAUSED:
             self.running = "paused"
         elif kind is EventKind.RESUMED:
             self.running = "running"
+        elif kind is EventKind.HELD:
+            self.held = event.reason
+        elif kind in (EventKind.STOPPING, EventKind.FINISHING):
+            self.stopping = kind.value
         elif kind is EventKind.STOPPED:
             self.stopped = True
 
@@ -207,19 +218,26 @@ class NodeView:
     # ---- text the widgets show ----------------------------------------------------
 
     def state_line(self) -> str:
+        """The one reason line: "working", or why the node is not."""
         if self.stopped:
             return "stopped"
+        if self.stopping == EventKind.FINISHING.value:
+            return "finishing: the order in flight and what waits to be sent, then leaving"
         if self.stopping:
-            return "stopping: finishing the submission in flight"
-        if self.running == "pausing":
-            return "pausing after the order in flight"
-        if self.running == "paused":
-            return "paused (p resumes)"
+            return "stopping: finishing the order in flight"
+        if self.held:
+            return (
+                self.held if self.running == "paused" else f"{self.held}: after the order in flight"
+            )
         if self.retry:
-            return f"waiting: {self.retry}"
+            return self.retry
         if self.no_work:
-            return f"no work: {self.no_work}"
-        return "working" if self.joined else "joining"
+            return f"no work offered: {self.no_work}"
+        return WORKING if self.joined else "not joined yet: joining"
+
+    @property
+    def working(self) -> bool:
+        return self.state_line() == WORKING
 
     def identity_lines(self) -> list[str]:
         facts = self.chain

@@ -43,7 +43,7 @@ from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Server
 from swarmrl.rollouts import checks
 from swarmrl.tasks import Task
-from swarmrl.work import assign, heartbeat, join, submit
+from swarmrl.work import WORK_PROTOCOL, assign, heartbeat, join, submit
 from swarmrl.work.assign import WORK, WorkOrder
 from swarmrl.work.heartbeat import HEARTBEAT
 from swarmrl.work.join import JOIN
@@ -208,6 +208,12 @@ class WorkServer:
     # ---- join ----------------------------------------------------------------------
 
     def join(self, peer: str, claim: join.JoinClaim) -> join.JoinResponse:
+        # First: a node of another release may sign or mean the rest differently, and
+        # what it needs to hear is which release to run.
+        if claim.report.protocol != WORK_PROTOCOL:
+            log.info("refused a join from peer %s of work protocol %d (%s)",
+                     peer, claim.report.protocol, claim.report.version)  # fmt: skip
+            raise wire.Refusal(join.version_refusal(claim.report))
         if claim.peer_id != peer:
             raise wire.WireError(f"the join claim names peer {claim.peer_id}, not the sender")
         try:
@@ -237,11 +243,13 @@ class WorkServer:
             self.ledger.nodes.set_state(node_address, NodeState.JOINED, "joined again", now)
         state = self.ledger.nodes.get(node_address)
         assert state is not None  # just written
-        log.info("node %s joined from peer %s (%s)", node_address, peer, claim.report.device)
+        log.info("node %s joined from peer %s (%s, %s)",
+                 node_address, peer, claim.report.device, claim.report.version)  # fmt: skip
         interval = self._interval
         self._longest_interval = max(self._longest_interval, interval)
         return join.JoinResponse(
             run=self.context.run,
+            protocol=WORK_PROTOCOL,
             state=state.state,
             heartbeat_seconds=interval,
             policy_step=self.published_step(),
@@ -256,12 +264,15 @@ class WorkServer:
     ) -> heartbeat.HeartbeatResponse:
         node = self._node(peer)
         now = self.clock()
-        self._alive(node.address, now, request.tokens_per_second)
-        state = node.state
-        if allowed(state, NodeState.ACTIVE) and self.ledger.nodes.set_state(
-            node.address, NodeState.ACTIVE, "heartbeat", now
-        ):
-            state = NodeState.ACTIVE
+        if request.leaving:
+            state = self._leave(node, now)
+        else:
+            self._alive(node.address, now, request.tokens_per_second)
+            state = node.state
+            if allowed(state, NodeState.ACTIVE) and self.ledger.nodes.set_state(
+                node.address, NodeState.ACTIVE, "heartbeat", now
+            ):
+                state = NodeState.ACTIVE
         recent = self.ledger.submissions.latest(node.address, heartbeat.MAX_OUTCOMES)
         return heartbeat.HeartbeatResponse(
             state=state,
@@ -274,6 +285,17 @@ class WorkServer:
                 for s in recent
             ],
         )
+
+    def _leave(self, node: NodeRow, now: float) -> NodeState:
+        """A node that says it leaves is gone at once: it gets no order, and its silence is
+        no longer watched. What it still holds expires now, so the next node that asks for
+        work takes the tasks over instead of waiting out the deadline. Its state after."""
+        state = node.state
+        if self.ledger.nodes.set_state(node.address, NodeState.GONE, "left", now):
+            state = NodeState.GONE
+        for expired in self.ledger.orders.expire_for(node.address):
+            log.info("order %s of %s expired: its node left", expired.order_id[:12], node.address)
+        return state
 
     def _alive(self, address: str, now: float, speed: float | None = None) -> None:
         """`address` was heard from at `now`: kept in memory, written with the others'

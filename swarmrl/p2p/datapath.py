@@ -29,6 +29,11 @@ only when none is idle is it answered BUSY at once and hung up on. The client
 keeps its connection across refusals, and when the server closed one it reused
 (idle, evicted, or full at accept), it sends the request again once on a fresh
 connection. It reads straight into a reusable buffer.
+
+A server's sends go through a :class:`~swarmrl.p2p.pacing.Pacer` (the volunteer's
+upload cap, shared with the node's submissions), a few hundredths of a second of
+the cap at a time, so that its transfers together keep to the cap; while the pacer
+is halted (the monthly quota reached) every shard request is answered BUSY.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.store import Version
 
 log = logging.getLogger("swarmrl.p2p")
@@ -141,8 +147,11 @@ class ShardServer:
         queue_wait: float = QUEUE_WAIT,
         idle_timeout: float = IDLE_TIMEOUT,
         io_timeout: float = IO_TIMEOUT,
+        pacer: Pacer | None = None,
     ) -> None:
+        """`pacer`: what every byte sent goes through (None: one with no cap)."""
         self._lookup = lookup
+        self._pacer = Pacer() if pacer is None else pacer
         self._idle_timeout = idle_timeout
         self._io_timeout = io_timeout
         self._queue_wait = queue_wait
@@ -208,6 +217,8 @@ class ShardServer:
                     conn.sendall(_RESPONSE.pack(UNKNOWN_VERSION, 0))
                 elif not version.holds(index):
                     conn.sendall(_RESPONSE.pack(NOT_HELD, 0))
+                elif self._pacer.halted:
+                    conn.sendall(_RESPONSE.pack(BUSY, 0))  # the client asks another holder
                 elif not self._transfers.acquire(self._queue_wait):
                     conn.sendall(_RESPONSE.pack(BUSY, 0))  # the connection stays open
                 else:
@@ -274,7 +285,7 @@ class ShardServer:
         sent = 0
         while sent < length:
             try:
-                n = os.sendfile(conn.fileno(), fd, offset + sent, length - sent)
+                n = os.sendfile(conn.fileno(), fd, offset + sent, self._pacer.chunk(length - sent))
             except BlockingIOError:
                 if not poller.poll(self._io_timeout * 1000):
                     raise DataPathError("the client stopped reading") from None
@@ -282,12 +293,14 @@ class ShardServer:
             if n == 0:
                 raise DataPathError("the checkpoint file ended early")
             sent += n
+            self._pacer.pace(n, stopped=lambda: self._closed)
         with self._lock:
             self.bytes_served += length
             self.shards_served += 1
 
     def close(self) -> None:
         self._closed = True
+        self._pacer.wake()  # a transfer waiting its turn ends
         # close() alone does not wake a thread blocked in accept() on Linux; shutdown does.
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)

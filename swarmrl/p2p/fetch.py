@@ -19,8 +19,10 @@ which verifies them before writing. Choices:
   backed off for a while; its shard goes back to the queue.
 - Endgame: when every missing shard is already in flight, idle workers fetch
   the same shards from other peers, so one slow peer cannot hold up the end.
-- A rate cap (the volunteer's, for a link they also use) is kept on average: a
-  worker that got ahead of it waits before its next shard.
+- A rate cap (the volunteer's, for a link they also use) is kept on average: each
+  shard received goes through a :class:`~swarmrl.p2p.pacing.Pacer`, and a worker
+  that got ahead of its rate waits before its next shard. The pacer may be shared
+  (a node's downloads, one after another) and its rate changed at any time.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from swarmrl.p2p.datapath import (
     ShardClient,
     ShardUnavailableError,
 )
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.store import Version, WeightStore
 from swarmrl.shards import shard_range
 
@@ -126,7 +129,8 @@ class Progress:
 
 
 class Download:
-    """Fetches `version` into `store` with `workers` threads; `run` blocks until done."""
+    """Fetches `version` into `store` with `workers` threads, every shard through
+    `pacer` (None: one with no cap); `run` blocks until done."""
 
     def __init__(
         self,
@@ -135,7 +139,7 @@ class Download:
         book: PeerBook,
         *,
         workers: int = DEFAULT_WORKERS,
-        max_rate: float | None = None,
+        pacer: Pacer | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         on_ban: Callable[[str, str], None] | None = None,
         rng: random.Random | None = None,
@@ -144,7 +148,7 @@ class Download:
         self.version = version
         self.book = book
         self.workers = workers
-        self.max_rate = max_rate
+        self.pacer = Pacer() if pacer is None else pacer
         self._on_progress = on_progress
         self._on_ban = on_ban
         self._rng = rng or random.Random()
@@ -155,7 +159,6 @@ class Download:
         self._stopped = False
         self._started = time.monotonic()
         self._bytes = 0
-        self._paced = 0  # bytes received, duplicates of the endgame included
 
     @property
     def done(self) -> bool:
@@ -169,6 +172,7 @@ class Download:
         with self.book.lock:
             self._stopped = True
             self.book.lock.notify_all()
+        self.pacer.wake()  # a worker waiting for the rate ends
 
     def run(self, timeout: float | None = None) -> bool:
         """Fetches until every shard is held (True) or `timeout`/stop (False)."""
@@ -271,6 +275,7 @@ class Download:
             client = clients[peer.peer_id] = ShardClient(endpoint)
         mhash = self.version.manifest_hash
         started = time.monotonic()
+        data: memoryview | None = None
         try:
             length = shard_range(self.version.manifest, index)[1]
             data = client.fetch(mhash, index, length, buffer)
@@ -289,6 +294,8 @@ class Download:
             client.close()
             if self._on_ban:
                 self._on_ban(peer.peer_id, reason)
+            if data is not None:  # its bytes came all the same
+                self._pace(len(data))
             return
         except DataPathError as e:
             log.info("fetching shard %d from %s failed: %s", index, peer.peer_id, e)
@@ -314,15 +321,9 @@ class Download:
             )
         if stored and self._on_progress:
             self._on_progress(progress)
-        if self.max_rate is not None:
-            self._keep_to_rate(len(data))
+        self._pace(len(data))
 
-    def _keep_to_rate(self, received: int) -> None:
-        """Waits until the bytes received so far (`received` more) average no more than
-        `max_rate` since the download began, or until it is stopped."""
-        with self.book.lock:
-            self._paced += received
-            assert self.max_rate is not None
-            due = self._started + self._paced / self.max_rate
-            while not self._stopped and (wait := due - time.monotonic()) > 0:
-                self.book.lock.wait(wait)
+    def _pace(self, received: int) -> None:
+        """Waits until the pacer's rate allows the `received` bytes (duplicates of the
+        endgame included), or until the download is stopped."""
+        self.pacer.pace(received, stopped=lambda: self._stopped)

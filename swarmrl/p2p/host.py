@@ -19,6 +19,9 @@ a header frame, body frames of bounded size, and an empty frame that ends the
 body. The serving side may refuse from the header before reading any of the
 body, spools the body chunk by chunk into a file (never into memory), and
 checks each chunk's length against the body limit before reading the chunk.
+A host given an upload pacer (:mod:`swarmrl.p2p.pacing`: a node's upload cap,
+shared with the weights it serves) sends its upload bodies through it, first in
+line.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from swarmrl.p2p import ports, wire
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.protocol import (
     Admit,
     RequestResponse,
@@ -122,10 +126,12 @@ class Host:
         topics: Sequence[str] = (),
         start_timeout: float = 30.0,
         max_connections: int = MAX_CONNECTIONS,
+        upload_pacer: Pacer | None = None,
     ) -> None:
         """`max_connections`: open connections this host keeps, in and out; past three
         quarters of it libp2p closes the least useful ones (a node keeps a few dozen
-        peers; the orchestrator, whom every node dials, is given room for all of them)."""
+        peers; the orchestrator, whom every node dials, is given room for all of them).
+        `upload_pacer`: what the bodies of this host's uploads go through (None: no cap)."""
         if listen is not None:
             ports.check_free(listen)  # before libp2p, which would share the port or go on without
         self._key_pair = key_pair
@@ -136,6 +142,7 @@ class Host:
         self._listen = [] if listen is None else [multiaddr.Multiaddr(listen)]
         self._topics = frozenset(topics)
         self._max_connections = max_connections
+        self._upload_pacer = upload_pacer
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -367,7 +374,7 @@ class Host:
     ) -> bytes:
         stream = await self._host.new_stream(ID.from_base58(peer_id), [TProtocol(protocol)])
         try:
-            sender = _Sender(stream, header, body, chunk)
+            sender = _Sender(stream, header, body, chunk, self._upload_pacer)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sender.run, nursery.cancel_scope)
                 # The reply is read while the body is still going out: a peer that
@@ -700,19 +707,23 @@ class _Sender:
     """Writes an upload's frames; a failed write ends it quietly (the reply, read
     alongside, says why), a failed read of the local file cancels the upload."""
 
-    def __init__(self, stream: INetStream, header: bytes, body: IO[bytes], chunk: int) -> None:
+    def __init__(
+        self, stream: INetStream, header: bytes, body: IO[bytes], chunk: int, pacer: Pacer | None
+    ) -> None:
         self._stream = stream
         self._header = header
         self._body = trio.wrap_file(body)
         self._chunk = chunk
+        self._pacer = pacer
         self.read_failure: OSError | None = None
 
     async def run(self, upload: trio.CancelScope) -> None:
         try:
             await wire.write_frame(self._stream, self._header)
             while True:
+                chunk = self._chunk if self._pacer is None else self._pacer.chunk(self._chunk)
                 try:
-                    data = await self._body.read(self._chunk)
+                    data = await self._body.read(chunk)
                 except OSError as e:
                     self.read_failure = e
                     upload.cancel()
@@ -720,6 +731,9 @@ class _Sender:
                 await wire.write_frame(self._stream, data)
                 if not data:
                     return
+                if self._pacer is not None:
+                    # First: the receiver cuts off an upload slower than its minimum rate.
+                    await self._pacer.pace_trio(len(data), first=True)
         except Exception as e:
             log.debug("an upload stopped sending: %r", e)
 

@@ -33,24 +33,32 @@ def load_or_create_peer_key(path: Path) -> KeyPair:
         text = path.read_bytes().decode("ascii", errors="replace").strip()
     except FileNotFoundError:
         seed = secrets.token_bytes(32)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(seed.hex() + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)  # never replaces a key another process just wrote
-            except FileExistsError:
-                return load_or_create_peer_key(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        if not save_peer_key(path, seed):
+            return load_or_create_peer_key(path)  # another process just wrote one
         return create_new_key_pair(seed)
     if not re.fullmatch(r"[0-9a-f]{64}", text):
         raise ValueError(f"{path} is not a peer key (64 lowercase hex characters)")
     return create_new_key_pair(bytes.fromhex(text))
+
+
+def save_peer_key(path: Path, seed: bytes) -> bool:
+    """Writes the identity of `seed` at `path` (the owner's alone, synced) unless a file
+    is there; whether it wrote it. Never replaces a key another process just wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(seed.hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 def peer_id_of(key_pair: KeyPair) -> str:

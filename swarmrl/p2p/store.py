@@ -15,9 +15,10 @@ manifest are held, the rest (zeros, a torn write) are fetched again.
 
 The store keeps the newest ``keep`` complete versions and, with a byte budget,
 drops the oldest complete ones until the rest fit; it never drops the newest
-version or one being fetched. An origin's version is linked in (a hard link to
-the trainer's files where the filesystem allows, a copy otherwise), so the store
-and the trainer each drop their own copy when they are done with it.
+version or one being fetched. It takes no version that would leave less than
+``min_free`` bytes free on its disk. An origin's version is linked in (a hard
+link to the trainer's files where the filesystem allows, a copy otherwise), so
+the store and the trainer each drop their own copy when they are done with it.
 
 A step's delta (:mod:`swarmrl.p2p.deltas`) is a version of its own, named by its
 own manifest's hash, in a directory ending in ``-delta``, and carries the full
@@ -180,12 +181,22 @@ def newest_announced_step(root: Path) -> int | None:
 class WeightStore:
     """Versions on disk under `root`, safe to use from many threads."""
 
-    def __init__(self, root: Path, *, keep: int = DEFAULT_KEEP, max_bytes: int | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        keep: int = DEFAULT_KEEP,
+        max_bytes: int | None = None,
+        min_free: int = 0,
+    ):
         if keep < 1:
             raise ValueError("the store must keep at least one version")
         self.root = Path(root)
         self.keep = keep
+        # Both may change while the store is in use (a node's settings, applied live);
+        # prune() then fits the versions held to a lowered budget.
         self.max_bytes = max_bytes
+        self.min_free = min_free
         self._versions: dict[str, Version] = {}
         self._lock = threading.Lock()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -429,8 +440,11 @@ class WeightStore:
                     f"beside the {used} bytes still being fetched"
                 )
         free = shutil.disk_usage(self.root).free
-        if incoming > free:
-            raise StoreError(f"a {incoming}-byte version does not fit in {free} free bytes")
+        if incoming > free - self.min_free:
+            keeping = f", keeping {self.min_free} free" if self.min_free else ""
+            raise StoreError(
+                f"a {incoming}-byte version does not fit in {free} free bytes{keeping}"
+            )
 
     def prune(self, arriving: Version | None = None) -> None:
         """Drops complete full versions past `keep` (oldest first), then any over

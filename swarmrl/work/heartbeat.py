@@ -5,6 +5,12 @@ its next assignments); the orchestrator answers with the node's state, the
 newest policy step, the current epoch, and the outcomes of the node's recent
 submissions once validated (a receipt accepts at intake; prefill may still
 reject later, and this is how the node hears it).
+
+A node that stops says so with a last heartbeat, ``leaving``: the orchestrator
+counts it gone at once (no order, no wait for its silence) and expires its open
+order, so its tasks go to the next node that asks for work instead of waiting
+for the deadline. The answer carries the node's new state; to take part again
+it joins again.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ class HeartbeatRequest(Strict):
     policy_step: int | None = Field(default=None, ge=0, le=MAX_UINT64)
     tokens_per_second: float | None = Field(default=None, ge=0, le=1e9)
     paused: bool = False
+    leaving: bool = False
 
 
 class Outcome(Strict):

@@ -19,7 +19,7 @@ class NodeState(StrEnum):
     JOINED = "joined"  # its join was accepted; no heartbeat yet
     ACTIVE = "active"  # it sends heartbeats and may take work
     SILENT = "silent"  # it missed heartbeats; it becomes active again with the next
-    GONE = "gone"  # silent for long; it must join again
+    GONE = "gone"  # silent for long, or it said it left; it must join again
     BANNED = "banned"  # it was caught with evidence; for good
 
 

@@ -39,6 +39,9 @@ PATH_ROLES = {
     "out": "out-file",
     "path": "weights",
     "config": "config",
+    "export_file": "export-file",
+    "consent_file": "consent-file",
+    "consent_out": "out-file",
     "data_dir": "out-dir",
     "demo out": "out-dir",
     "model init out": "out-dir",
@@ -55,6 +58,7 @@ STR_ROLES = {
     "name": "key-name",
     "key": "key-name",
     "provider": "key-name",
+    "provider_address": "address",
     "wallet new name": "new-key-name",
     "wallet import name": "new-key-name",
     "amount": "amount",
@@ -77,6 +81,8 @@ STR_ROLES = {
     "run": "run-name",
     "model": "model-name",
     "rdzv_endpoint": "host-port",
+    "duration": "duration",
+    "consent_valid_for": "consent-duration",
     "bench chain nodes": "targets",
 }
 
@@ -104,6 +110,10 @@ STR_BAD_VALUES = {
     "run-name": [""],
     "model-name": [""],
     "host-port": ["", "no-port", "127.0.0.1:0", "127.0.0.1:99999", "ünïcode\u202e:1"],
+    # A snooze: a second to 7 days; a bare number is minutes.
+    "duration": ["", "soon", "0", "-1h", "1.5h", "8d", "0s", HUGE_INT],
+    # A consent's lifetime: a minute to 30 days.
+    "consent-duration": ["", "soon", "0", "-1h", "1.5h", "30s", "31d", HUGE_INT],
 }
 
 
@@ -118,6 +128,8 @@ def _valid_str(world: World, command: str, param: Param) -> str:
         # A peer that is not there: the dial fails on 127.0.0.1.
         "multiaddr": world.peer_addr,
         "run-name": "contract",
+        "duration": "30m",
+        "consent-duration": "1d",
     }.get(role, "x")
 
 
@@ -134,6 +146,16 @@ EXTRA = {
     "--target-len 2 --workers 1 --device cpu",
     "weights pull": f"--timeout 1 --key {KEY_NAME}",
     "chain deploy": f"--validator {ADDRESS} --recorder {ADDRESS} --treasury {ADDRESS}",
+    "node init": f"--provider {KEY_NAME}",
+}
+# The options a case carries in place of its command's EXTRA when the parameter given a
+# bad value is "<command> <name>": the one that only matters with others ({s}: the
+# case's folder). A consent is signed for a provider's address into a file, where the
+# provider's key is not on the machine.
+EXTRA_WITH = {
+    "node init provider_address": "--consent-out {s}/consent.json",
+    "node init consent_out": f"--provider-address {ADDRESS}",
+    "node init consent_valid_for": f"--provider-address {ADDRESS} --consent-out {{s}}/consent.json",
 }
 
 # Commands that do long work by design on any value they accept (benchmarks, the whole
@@ -245,7 +267,10 @@ class _Builder:
         """The command line: every required parameter valid except ``bad``, which gets
         ``value`` (None: left out)."""
         argv = list(self.command.path)
-        cheap = EXTRA.get(self.command.shown, "").split()
+        cheap = EXTRA.get(self.command.shown, "")
+        if bad is not None:
+            cheap = EXTRA_WITH.get(f"{self.command.shown} {bad.name}", cheap)
+        cheap = [a.replace("{s}", str(scratch)) for a in cheap.split()]
         for p in self.command.params:
             if p is bad:
                 if value is None:

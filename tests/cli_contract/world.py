@@ -181,6 +181,11 @@ def build_world(root: Path, rpc_url: str, *, huge_files: bool) -> World:
     valid["weights"] = _write(inputs / "weights.bin", b"\x01" * 4096)
     # A daemon's settings: one key both daemons have, pointing into the sandbox.
     valid["config"] = _write(inputs / "config.toml", f'data_dir = "{home}/daemon"\n'.encode())
+    valid["export-file"] = _node_export(inputs / "node-export.json")
+    # Signed for the sandbox's key and deployment: `wallet add-node` takes it as far as
+    # the chain, which refuses at once.
+    provider = "0x" + json.loads(valid["keystore"].read_text())["address"]
+    valid["consent-file"] = _consent(inputs / "consent.json", provider)
 
     damaged = world.damaged
     variants = inputs / "damaged"
@@ -194,6 +199,8 @@ def build_world(root: Path, rpc_url: str, *, huge_files: bool) -> World:
         "password",
         "deployment",
         "weights",
+        "export-file",
+        "consent-file",
     ):
         damaged[kind] = _file_variants(kind, valid[kind], variants)
         if huge_files:
@@ -205,6 +212,8 @@ def build_world(root: Path, rpc_url: str, *, huge_files: bool) -> World:
     damaged["config"]["out of range"] = _write(variants / "config-port.toml", b"metrics_port = 0\n")
     damaged["keystore"].update(_keystore_variants(valid["keystore"], variants))
     damaged["deployment"].update(_deployment_variants(valid["deployment"], variants))
+    damaged["export-file"].update(_export_variants(valid["export-file"], variants))
+    damaged["consent-file"].update(_consent_variants(valid["consent-file"], variants))
     damaged["model"] = _model_variants(valid["model"], variants)
     damaged["keystore-dir"] = _keystore_dir_variants(damaged["keystore"], variants)
     damaged["state-dir"] = _state_dir_variants(variants)
@@ -368,6 +377,95 @@ def _deployment_variants(valid: Path, where: Path) -> dict[str, Path]:
             where / "deployment-bad-address.json", json.dumps(bad_address).encode()
         ),
         "deep-nesting": _write(where / "deployment-deep.json", b"[" * 200_000),
+    }
+
+
+# The export's scrypt cost here: the lowest the reader takes, so that the cases that
+# open one (a wrong password, a sealed bundle that is no node) spend no time in the kdf.
+CHEAP_SCRYPT_N = 2
+
+
+def _bundle(account: object) -> dict[str, object]:
+    """What `node key export` seals for a node with no history: its key and a peer
+    identity (an Ed25519 seed, as swarmrl.p2p.identity keeps it)."""
+    return {
+        "format": "swarmrl node key",
+        "version": 1,
+        "node": account.address,
+        "private_key": account.key.hex().removeprefix("0x"),
+        "peer_key": "5e" * 32,
+        "receipts": [],
+        "refused": [],
+    }
+
+
+def _seal(path: Path, bundle: dict[str, object], password: str) -> Path:
+    from client.node.transfer import seal
+
+    plain = json.dumps(bundle).encode()
+    return _write(path, seal(plain, str(bundle["node"]), password, scrypt_n=CHEAP_SCRYPT_N))
+
+
+def _node_export(path: Path) -> Path:
+    """A node export as `node key export` writes it, under the sandbox's password."""
+    from eth_account import Account
+
+    return _seal(path, _bundle(Account.create()), PASSWORD)
+
+
+def _export_variants(valid: Path, where: Path) -> dict[str, Path]:
+    """Exports that parse but must not import: each refused in one sentence."""
+    from eth_account import Account
+
+    document = json.loads(valid.read_text())
+    changed = {**document, "node": "0x" + "ab" * 20}  # in the associated data
+    no_node = {**_bundle(Account.create()), "private_key": "11" * 32}  # not the node's key
+    return {
+        "wrong-password": _seal(
+            where / "export-wrong-password.json", _bundle(Account.create()), "not-" + PASSWORD
+        ),
+        "changed-node": _write(where / "export-changed-node.json", json.dumps(changed).encode()),
+        "not-a-node": _seal(where / "export-not-a-node.json", no_node, PASSWORD),
+        "json-list": _write(where / "export-json-list.json", b"[]"),
+        "deep-nesting": _write(where / "export-deep.json", b"[" * 200_000),
+    }
+
+
+def _consent(path: Path, provider: str, **change: object) -> Path:
+    """A node's consent as `node init --consent-out` writes it: a new node's, signed in
+    the sandbox deployment's registry domain (its chain and registry, as `_deployment`
+    writes them) for ``provider``; ``change`` alters the signed consent."""
+    import time
+
+    from eth_account import Account
+    from eth_utils import to_checksum_address
+
+    from client.node.setup import ConsentFile
+    from swarmrl.chain import eip712
+
+    node = Account.create()
+    values = {"provider": to_checksum_address(provider), "node": node.address, "nonce": 0}
+    values.update(deadline=int(time.time()) + 86400, **change)
+    consent = eip712.NodeConsent(**values)
+    domain = eip712.registry_domain(31337, ADDRESS)
+    signed = ConsentFile.signed(domain, consent, eip712.sign_consent(node, consent, domain))
+    return _write(path, signed.to_json())
+
+
+def _consent_variants(valid: Path, where: Path) -> dict[str, Path]:
+    """Consents that parse but are not this provider's on this deployment, or are no
+    consent: each refused in one sentence, before the chain is asked."""
+    document = json.loads(valid.read_text())
+    changed = {**document, "deadline": document["deadline"] + 1}  # not what was signed
+    elsewhere = {**document, "chain_id": 84532}
+    return {
+        "another-provider": _consent(where / "consent-another-provider.json", ADDRESS),
+        "changed": _write(where / "consent-changed.json", json.dumps(changed).encode()),
+        "another-chain": _write(where / "consent-chain.json", json.dumps(elsewhere).encode()),
+        "json-list": _write(where / "consent-json-list.json", b"[]"),
+        "deep-nesting": _write(where / "consent-deep.json", b"[" * 4000),
+        # Whitespace is valid JSON: only the size refuses it.
+        "too-large": _write(where / "consent-too-large.json", valid.read_bytes() + b" " * 4096),
     }
 
 

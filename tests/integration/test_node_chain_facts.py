@@ -3,7 +3,7 @@ staked provider's node with recorded work, read and claimed as the app does."""
 
 from __future__ import annotations
 
-from client.node.onchain import ChainReader, ProviderClaimer
+from client.node.onchain import ChainReader, ProviderClaimer, work_epochs
 from client.node.view import claimable_epochs, epoch_status, stake_status
 from swarmrl import keystore
 from swarmrl.chain import anvil as anvil_mod
@@ -33,7 +33,9 @@ def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
     write_deployment(tmp_path / "deployment.json", deployment)
     # Epoch 2 holds only a refused submission: no work of the node's to look up there.
     receipts = [{"epoch": 1, "units": 3}, {"epoch": 3, "units": 2}, {"epoch": 2, "units": 0}]
-    read = ChainReader(tmp_path / "deployment.json", node.address, lambda: receipts)
+    read = ChainReader(
+        tmp_path / "deployment.json", node.address, lambda: sorted(work_epochs(receipts))
+    )
 
     facts = read()
     assert facts.provider == provider.address

@@ -37,6 +37,7 @@ from swarmrl.p2p.messages import (
     peers_topic,
     swarm_topics,
 )
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.store import WeightStore
 from swarmrl.p2p.swarm import SwarmNode
 from swarmrl.p2p.swarm.advertiser import MAX_POLL_INTERVAL, POLL_INTERVAL, Advertiser
@@ -434,7 +435,7 @@ def _lag_behind(swarm, origin_key, tmp_path, window):
         elif e.kind == SwarmEventKind.PROGRESS and e.step == 1:
             started.set()
 
-    node = swarm("node", bootstrap=origin.addrs, on_event=on_event, max_download_rate=1024 * 1024)
+    node = swarm("node", bootstrap=origin.addrs, on_event=on_event, download_pacer=Pacer(1024**2))
     node.window = window
     origin.publish(steps[1], model="demo", step=1, shard_size=SHARD)
     assert started.wait(WAIT)

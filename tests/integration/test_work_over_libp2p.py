@@ -5,6 +5,7 @@ the node as the orchestrator's sentence."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from client.node.settings import NodeSettings
 from orchestrator.service.work_server import RateLimiter
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host, RemoteError
+from swarmrl.work import WORK_PROTOCOL, join
 from swarmrl.work.assign import WorkOrder
+from swarmrl.work.join import IncompatibleVersionError
 from swarmrl.work.submit import SUBMIT
 from tests.unit.test_work_server import (
     NODE,
@@ -102,6 +105,43 @@ def test_refusals_reach_the_node_as_the_orchestrators_sentence(served):
     with pytest.raises(RemoteError) as refused:
         session.heartbeat(None, None)
     assert str(refused.value) == "too many requests from this peer; slow down"
+
+
+def test_a_leaving_heartbeat_over_the_wire_ends_the_nodes_part_at_once(served):
+    orchestrator, server, node = served
+    session = over(node, orchestrator, server)
+    session.join(REPORT)
+    session.heartbeat(None, None)
+    order = session.work().order
+    assert session.heartbeat(None, None, leaving=True).state == "gone"
+    assert orchestrator.ledger.orders.get(order.digest(SWARM).hex()).state == "expired"
+    assert session.join(REPORT).state == "joined"  # and it may come back
+
+
+def test_a_node_of_another_work_protocol_hears_why_over_the_wire(served):
+    orchestrator, server, node = served
+    session = over(node, orchestrator, server)
+    later = REPORT.model_copy(update={"protocol": WORK_PROTOCOL + 1})
+    with pytest.raises(IncompatibleVersionError) as incompatible:
+        session.join(later)
+    assert str(incompatible.value) == join.version_refusal(later)
+    assert isinstance(incompatible.value, RETRIED)  # the node loop's retries still catch it
+
+
+def test_an_orchestrator_without_this_join_protocol_is_another_release(served):
+    """A peer of a release whose join protocol has another id: libp2p finds no protocol in
+    common, which the node hears as the release mismatch it is, not as a lost connection."""
+    orchestrator, _, node = served
+    older = dataclasses.replace(join.JOIN, id=wire.protocol_id("join", "0.9.0"))
+    with Host(create_new_key_pair()) as old:
+        old.serve(older, orchestrator.work_server.join)
+        node.connect(old.addrs[0])
+        with pytest.raises(IncompatibleVersionError) as incompatible:
+            Session(node, old.peer_id, orchestrator.session().me).join(REPORT)
+    assert str(incompatible.value) == (
+        "the orchestrator does not speak /swarmrl/join/1.0.0: it runs another release of "
+        "swarmrl; run the node with that release"
+    )
 
 
 def test_streams_held_open_by_others_take_no_upload_from_an_honest_node(served, tmp_path):

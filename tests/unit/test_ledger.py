@@ -241,7 +241,6 @@ def test_states_move_only_as_the_transition_table_allows(ledger):
     for states, moves in TRANSITIONS.items():
         assert set(moves) == {None, *states}  # every state says where it may go
     ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
-    assert not ledger.nodes.set_state(NODE, "gone", "quiet", 2.0)  # silent first
     assert ledger.nodes.set_state(NODE, "silent", "missed heartbeats", 3.0)
     assert ledger.nodes.set_state(NODE, "gone", "silent for long", 4.0)
     assert not ledger.nodes.set_state(NODE, "active", "heartbeat", 5.0)  # a gone node joins again
@@ -302,6 +301,23 @@ def test_expired_orders_cost_their_node_standing(ledger):
     assert ledger.nodes.get(NODE).abandoned == 2
     with pytest.raises(ValueError, match="no work order"):
         ledger.orders.set_state("00" * 32, "answered")
+
+
+def test_a_node_that_left_has_its_open_orders_expired_whatever_their_deadlines(ledger):
+    ledger.nodes.join(NODE, PROVIDER, "peer", "torch", {}, 1.0)
+    ledger.nodes.join(OTHER, PROVIDER, "peer-b", "torch", {}, 1.0)
+    add_order(ledger, 1, deadline=10**9)
+    add_order(ledger, 2, deadline=10**9, counter=1)
+    ledger.orders.set_state(f"{2:064x}", "answered")
+    add_order(ledger, 3, node=OTHER, deadline=10**9)
+
+    [expired] = ledger.orders.expire_for(NODE)
+    assert (expired.order_id, expired.state) == (f"{1:064x}", "expired")
+    assert ledger.nodes.get(NODE).abandoned == 1
+    assert ledger.orders.get(f"{2:064x}").state == "answered"  # answered stays answered
+    assert ledger.orders.open_for(OTHER).order_id == f"{3:064x}"  # another node's stays open
+    assert ledger.orders.orphaned(excluding=OTHER).order_id == f"{1:064x}"
+    assert ledger.orders.expire_for(NODE) == []
 
 
 def test_abandoned_orders_count_since_the_newest_answered_one_and_survive_a_reopen(tmp_path):

@@ -122,6 +122,7 @@ def test_node_status_shows_what_was_refused_with_its_reason(tmp_path):
     command = [swarmrl, "node", "status", "--config", tmp_path / "node.toml"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.splitlines() == [
+        f"not running (`swarmrl node run` starts it); data in {tmp_path / 'data'}",
         "receipts 0  units 0  rejected 0  refused 1  waiting to be sent 0",
         f"refused {digest[:12]} (order {ORDER[:12]}): work order abab is already expired",
     ]

@@ -185,25 +185,33 @@ def test_only_the_last_rejections_are_kept():
     assert view.intake_rejected == LAST_REJECTIONS + 2
 
 
-def test_the_state_line_follows_pause_retry_work_and_stop():
+def test_the_reason_line_follows_holds_retries_work_and_endings():
     view = NodeView(NODE)
-    assert view.state_line() == "joining"
-    view.apply(Event(EventKind.RETRY, reason="the orchestrator is gone", extra={"wait": "2.0s"}))
-    assert view.state_line() == "waiting: the orchestrator is gone (retrying in 2.0s)"
+    assert view.state_line() == "not joined yet: joining"
+    retry = "orchestrator unreachable: connection refused"
+    view.apply(Event(EventKind.RETRY, reason=retry, extra={"wait": "2.0s"}))
+    assert view.state_line() == f"{retry} (trying again in 2.0s)"
+    assert not view.working
     view.apply(Event(EventKind.JOINED, step=0))
     assert view.state_line() == "working"
+    assert view.working
     view.apply(Event(EventKind.NO_WORK, reason="no policy is published yet", extra={"wait": "2s"}))
-    assert view.state_line() == "no work: no policy is published yet (asking again in 2s)"
+    assert view.state_line() == "no work offered: no policy is published yet (asking again in 2s)"
     view.apply(Event(EventKind.ORDER, step=0, order="abc", total=8))
     assert view.state_line() == "working"
-    view.running = "pausing"
-    assert view.state_line() == "pausing after the order in flight"
+    view.apply(Event(EventKind.HELD, reason="paused by you"))
+    assert view.state_line() == "paused by you: after the order in flight"
     view.apply(Event(EventKind.PAUSED))
-    assert view.state_line() == "paused (p resumes)"
+    assert view.state_line() == "paused by you"
+    view.apply(Event(EventKind.HELD, reason="on battery: work resumes on mains power"))
+    assert view.state_line() == "on battery: work resumes on mains power"
+    view.apply(Event(EventKind.HELD, reason=""))
     view.apply(Event(EventKind.RESUMED))
     assert view.state_line() == "working"
-    view.stopping = True
-    assert view.state_line() == "stopping: finishing the submission in flight"
+    view.apply(Event(EventKind.FINISHING))
+    assert view.state_line().startswith("finishing: the order in flight")
+    view.apply(Event(EventKind.STOPPING))
+    assert view.state_line() == "stopping: finishing the order in flight"
     view.apply(Event(EventKind.STOPPED))
     assert view.state_line() == "stopped"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.join import JOIN, JoinResponse
 from tests.codecs import CodecSuite, refused, replaced
 from tests.unit.work_examples import CLAIM, NODE, REPORT, RUN, SWARM
@@ -12,6 +13,7 @@ from tests.unit.work_examples import CLAIM, NODE, REPORT, RUN, SWARM
 REQUEST = CLAIM.signed_by(NODE, SWARM)
 RESPONSE = JoinResponse(
     run=RUN,
+    protocol=WORK_PROTOCOL,
     state="joined",
     heartbeat_seconds=10.0,
     policy_step=3,
@@ -29,11 +31,15 @@ BAD = [
     # Wrong types: strict, no coercion.
     ("asked", "report", "torch"),
     ("asked", "report.cpu_cores", 8.5),
+    ("asked", "report.protocol", "1"),
+    ("answered", "protocol", 1.0),
     # Out of range.
     ("asked", "issued_at", -1),
     ("asked", "report.backend", "tensorflow"),
     ("asked", "report.cpu_cores", 0),
     ("asked", "report.device", "x" * 129),
+    ("asked", "report.protocol", -1),
+    ("answered", "protocol", 2**64),
     ("answered", "heartbeat_seconds", 0.0),
     ("answered", "weights", ["/ip4/1.2.3.4/tcp/1"] * 9),
     # Malformed identifiers.
@@ -58,7 +64,12 @@ def test_the_limits_hold_the_largest_valid_claim_and_reply():
     claim = CLAIM.model_copy(
         update={
             "report": REPORT.model_copy(
-                update={"device": "d" * 128, "gpu": "g" * 128, "version": "v" * 128}
+                update={
+                    "device": "d" * 128,
+                    "gpu": "g" * 128,
+                    "version": "v" * 128,
+                    "protocol": 2**64 - 1,
+                }
             ),
             "peer_id": "z" * 128,
         }
@@ -67,6 +78,7 @@ def test_the_limits_hold_the_largest_valid_claim_and_reply():
     assert len(body) <= JOIN.request_limit
     joined = JoinResponse(
         run=RUN,
+        protocol=2**64 - 1,
         state="joined",
         heartbeat_seconds=3600.0,
         policy_step=2**64 - 1,

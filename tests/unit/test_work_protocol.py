@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from swarmrl.chain.eip712 import UNSIGNED, pool_domain, swarm_domain
 from swarmrl.p2p import wire
+from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.assign import Slot, WorkOrder
 from swarmrl.work.join import JoinClaim, NodeReport
 from swarmrl.work.submit import Receipt
@@ -75,6 +76,7 @@ REPORT_CHANGES = {
     "gpu": "H100",
     "gpu_memory_gib": 80.0,
     "version": "swarmrl 1",
+    "protocol": WORK_PROTOCOL + 1,
 }
 
 

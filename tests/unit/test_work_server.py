@@ -15,7 +15,7 @@ import pytest
 from benchmarks import load_nodes
 from client.node.events import Event, EventKind
 from client.node.loop import Node
-from client.node.session import Identity, Session
+from client.node.session import Identity, Session, node_report
 from client.node.settings import NodeSettings
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
@@ -27,16 +27,17 @@ from orchestrator.service.work_server import (
     WorkServer,
     heartbeat_interval,
 )
+from swarmrl import __version__
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.direct import DirectServer
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.tasks import Task
-from swarmrl.work import submit
+from swarmrl.work import VERSION_REFUSAL, WORK_PROTOCOL, submit
 from swarmrl.work.assign import WORK, WorkOrder
 from swarmrl.work.heartbeat import HEARTBEAT
-from swarmrl.work.join import JOIN, JoinClaim, NodeReport
+from swarmrl.work.join import JOIN, IncompatibleVersionError, JoinClaim, JoinResponse, NodeReport
 from swarmrl.work.submit import SUBMIT, Receipt, SubmitHeader
 
 ACCOUNTS = dev_accounts(8)
@@ -51,7 +52,9 @@ CHAIN_ID = 31337
 POOL = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"
 RUN = "0x" + "5a" * 32
 SWARM, POOL_DOMAIN = swarm_domain(CHAIN_ID, POOL), pool_domain(CHAIN_ID, POOL)
-REPORT = NodeReport(backend="torch", device="cpu", cpu_cores=4, version="swarmrl test")
+REPORT = NodeReport(
+    backend="torch", device="cpu", cpu_cores=4, version="swarmrl test", protocol=WORK_PROTOCOL
+)
 TASKS = {
     t.problem_id: t
     for t in (
@@ -164,12 +167,12 @@ def orchestrator(tmp_path) -> Orchestrator:
     o.ledger.close()
 
 
-def claim(account=NODE, *, peer=None, issued_at=None, signer=None) -> JoinClaim:
+def claim(account=NODE, *, peer=None, issued_at=None, signer=None, report=REPORT) -> JoinClaim:
     unsigned = JoinClaim(
         node=account.address,
         provider=PROVIDER.address,
         peer_id=peer or PEERS[account.address],
-        report=REPORT,
+        report=report,
         issued_at=int(time.time()) if issued_at is None else issued_at,
     )
     return unsigned.signed_by(signer or account, SWARM)
@@ -247,6 +250,62 @@ def test_a_banned_node_cannot_rejoin(orchestrator):
             orchestrator.session(peer=peer).join(REPORT)
     row = orchestrator.ledger.nodes.get(NODE.address)
     assert (row.state, row.peer_id) == ("banned", PEERS[NODE.address])
+
+
+def other_protocol(sentence: str) -> NodeReport:
+    """The report of a node of a later release, `sentence` its version."""
+    return REPORT.model_copy(update={"protocol": WORK_PROTOCOL + 1, "version": sentence})
+
+
+def test_a_claim_of_another_work_protocol_is_refused_naming_both_and_the_release(orchestrator):
+    report = other_protocol("swarmrl 9.0.0 on riscv64")
+    with pytest.raises(wire.Refusal) as refused:
+        orchestrator.work_server.join(PEERS[NODE.address], claim(report=report))
+    assert str(refused.value) == (
+        f"this orchestrator speaks work protocol {WORK_PROTOCOL} and the node "
+        f"{WORK_PROTOCOL + 1} (swarmrl 9.0.0 on riscv64): run the node with swarmrl "
+        f"{__version__}, the release of the orchestrator"
+    )
+    assert str(refused.value).startswith(VERSION_REFUSAL)
+    assert orchestrator.ledger.nodes.all() == []
+    assert orchestrator.chain.asked == []  # refused before asking the chain
+
+
+def test_the_node_knows_the_version_refusal_from_other_refusals(orchestrator):
+    with pytest.raises(IncompatibleVersionError) as refused:
+        orchestrator.session().join(other_protocol("swarmrl 9.0.0"))
+    assert str(refused.value).startswith(f"{VERSION_REFUSAL} {WORK_PROTOCOL} and the node ")
+    assert isinstance(refused.value, wire.WireError)  # what the node loop's retries catch
+    orchestrator.chain.refusal = "provider has staked less than the pool's minimum"
+    with pytest.raises(wire.Refusal, match="staked less"):  # any other refusal: as it came
+        orchestrator.session().join(REPORT)
+
+
+def test_a_reply_in_another_work_protocol_raises_incompatible_version(orchestrator):
+    """An orchestrator of another release that let the node in anyway: the node stops
+    there rather than misread what it says next."""
+    later = DirectServer()
+
+    def join_later(peer: str, claimed: JoinClaim) -> JoinResponse:
+        joined = orchestrator.work_server.join(peer, claimed)
+        return joined.model_copy(update={"protocol": WORK_PROTOCOL + 1})
+
+    later.serve(JOIN, join_later)
+    me = orchestrator.session().me
+    session = Session(later.caller(PEERS[NODE.address]), "12D3KooWOrigin", me)
+    with pytest.raises(IncompatibleVersionError) as incompatible:
+        session.join(REPORT)
+    assert str(incompatible.value) == (
+        f"the orchestrator speaks work protocol {WORK_PROTOCOL + 1} and this node "
+        f"{WORK_PROTOCOL} (swarmrl {__version__}): run the node with the release of the "
+        "orchestrator"
+    )
+
+
+def test_a_node_reports_the_work_protocol_and_release_it_runs():
+    report = node_report("torch", "cpu")
+    assert report.protocol == WORK_PROTOCOL
+    assert report.version.startswith(f"swarmrl {__version__} on ")
 
 
 def gone(orchestrator, node=NODE) -> None:
@@ -361,6 +420,55 @@ def test_heartbeat_and_work_before_join_are_refused(orchestrator):
         session.heartbeat(None, None)
     with pytest.raises(wire.Refusal, match="has not joined"):
         session.work()
+
+
+# ---- leaving --------------------------------------------------------------------------
+
+
+def test_a_leaving_heartbeat_makes_the_node_gone_and_its_tasks_another_nodes_at_once(
+    orchestrator,
+):
+    session = orchestrator.active()
+    order = session.work().order
+    order_id = order.digest(SWARM).hex()
+    assert session.heartbeat(None, None, leaving=True).state == "gone"
+    left = orchestrator.ledger.nodes.transitions(NODE.address)[-1]
+    assert (left.from_state, left.to_state, left.reason) == ("active", "gone", "left")
+    assert orchestrator.ledger.orders.get(order_id).state == "expired"
+    with pytest.raises(wire.Refusal, match=f"node {NODE.address} is gone"):
+        session.work()
+    # Long before the order's deadline, with no sweep: the next node takes its tasks.
+    theirs = orchestrator.active(OTHER).work().order
+    assert [s.problem_id for s in theirs.tasks] == [s.problem_id for s in order.tasks]
+    assert orchestrator.ledger.orders.get(order_id).state == "reassigned"
+
+
+def test_a_node_that_joined_and_left_at_once_is_gone(orchestrator):
+    session = orchestrator.session()
+    session.join(REPORT)
+    assert session.heartbeat(None, None, leaving=True).state == "gone"
+
+
+def test_a_node_that_left_is_not_watched_for_silence_and_joins_again(orchestrator):
+    s = orchestrator.settings
+    session = orchestrator.active()
+    session.heartbeat(None, 80.0, leaving=True)
+    seen = orchestrator.ledger.nodes.get(NODE.address).last_seen
+    orchestrator.work_server.sweep(seen + s.gone_after + 1)
+    assert session.heartbeat(None, None).state == "gone"  # a heartbeat does not bring it back
+    assert session.join(REPORT).state == "joined"
+    assert session.heartbeat(None, None).state == "active"
+    assert session.work().order.counter == 0  # it never held one
+    moves = [t.to_state for t in orchestrator.ledger.nodes.transitions(NODE.address)]
+    assert moves == ["joined", "active", "gone", "joined", "active"]
+
+
+def test_a_banned_node_that_says_it_leaves_stays_banned(orchestrator):
+    session = orchestrator.active()
+    orchestrator.ledger.nodes.set_state(NODE.address, "banned", "evidence", time.time())
+    with pytest.raises(wire.Refusal, match="is banned"):
+        session.heartbeat(None, None, leaving=True)
+    assert orchestrator.ledger.nodes.get(NODE.address).state == "banned"
 
 
 # ---- work ---------------------------------------------------------------------------
@@ -990,7 +1098,7 @@ def test_a_node_held_back_says_why_once_per_reason_and_waits_as_told(orchestrato
     # No weight swarm: the weights it would load before asking are not under test.
     node.swarm = SimpleNamespace()
     node._weights = lambda at_least, precision: tmp_path
-    node.stopping.set()  # every wait returns at once: what it would wait is in the event
+    node.stop()  # every wait returns at once: what it would wait is in the event
     orchestrator.published = None
     node._one_order()
     node._one_order()
@@ -1004,3 +1112,28 @@ def test_a_node_held_back_says_why_once_per_reason_and_waits_as_told(orchestrato
     ]
     assert events[0].reason == "no policy is published yet"
     assert events[1].reason.startswith(f"node {NODE.address} left its last 3 work orders")
+
+
+def test_a_finishing_node_sends_what_waits_then_leaves_and_stops(orchestrator, tmp_path):
+    """`swarmrl node finish`: the loop hands in what its journal holds, tells the
+    orchestrator it leaves, and ends; the orchestrator has the node gone, not silent."""
+    events: list[EventKind] = []
+    node = Node(
+        NodeSettings(data_dir=tmp_path / "node", keystore_dir=tmp_path / "keys"),
+        account=NODE,
+        on_event=lambda event: events.append(event.kind),
+    )
+    session = orchestrator.active()
+    sent: list[str] = []
+    node._identity = lambda: None  # type: ignore[method-assign]
+    node._start_swarm = lambda me: None  # type: ignore[method-assign]
+    node._resend = lambda: sent.append("resent")  # type: ignore[method-assign]
+    node.session = session
+    node.state.joined = True
+    node.pause()  # a paused node drains all the same
+    node.finish()
+    node.run()
+    assert sent == ["resent"]
+    assert events[-2:] == [EventKind.LEFT, EventKind.STOPPED]
+    left = orchestrator.ledger.nodes.transitions(NODE.address)[-1]
+    assert (left.to_state, left.reason) == ("gone", "left")

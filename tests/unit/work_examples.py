@@ -12,6 +12,7 @@ from client.node.session import Identity, Session
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.eip712 import pool_domain, swarm_domain
 from swarmrl.rollouts.records import Rollout, write_rollouts
+from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.assign import Slot, WorkOrder
 from swarmrl.work.join import JoinClaim, NodeReport
 from swarmrl.work.submit import Receipt
@@ -26,7 +27,13 @@ RUN = "0x" + "5a" * 32
 PEER = "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
 
 REPORT = NodeReport(
-    backend="torch", device="cpu", cpu_cores=8, gpu=None, gpu_memory_gib=None, version="swarmrl 0"
+    backend="torch",
+    device="cpu",
+    cpu_cores=8,
+    gpu=None,
+    gpu_memory_gib=None,
+    version="swarmrl 0",
+    protocol=WORK_PROTOCOL,
 )
 CLAIM = JoinClaim(
     node=NODE.address,

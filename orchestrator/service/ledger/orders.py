@@ -118,12 +118,20 @@ class Orders:
     def expire(self, now: float) -> list[OrderRow]:
         """Open orders past their deadline become 'expired'; each costs its node one
         abandoned order in the same transaction. Returns them (as expired)."""
+        return self._expire("deadline < ?", (now,))
+
+    def expire_for(self, node: str) -> list[OrderRow]:
+        """The node's open orders become 'expired' whatever their deadlines, as `expire`
+        does past them: it left, and no answer will come. Returns them (as expired)."""
+        return self._expire("node = ?", (to_checksum_address(node),))
+
+    def _expire(self, where: str, args: tuple[object, ...]) -> list[OrderRow]:
         with self._connection.write() as db:
             before = sources(OrderState.EXPIRED)
             rows = db.execute(
-                f"UPDATE orders SET state = ? WHERE state IN ({marks(before)}) AND deadline < ? "
+                f"UPDATE orders SET state = ? WHERE state IN ({marks(before)}) AND {where} "
                 "RETURNING *",
-                (OrderState.EXPIRED, *before, now),
+                (OrderState.EXPIRED, *before, *args),
             ).fetchall()
             expired = sorted(
                 (_order(r) for r in rows), key=lambda o: (o.order.deadline, o.order_id)

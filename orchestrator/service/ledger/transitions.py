@@ -20,8 +20,11 @@ _State = TypeVar("_State", bound=StrEnum)
 TRANSITIONS: dict[type[StrEnum], dict[StrEnum | None, frozenset[StrEnum]]] = {
     NodeState: {
         None: frozenset({NodeState.JOINED}),
-        NodeState.JOINED: frozenset({NodeState.ACTIVE, NodeState.SILENT, NodeState.BANNED}),
-        NodeState.ACTIVE: frozenset({NodeState.SILENT, NodeState.BANNED}),
+        # Gone from any state that beats: a node that says it leaves is gone at once.
+        NodeState.JOINED: frozenset(
+            {NodeState.ACTIVE, NodeState.SILENT, NodeState.GONE, NodeState.BANNED}
+        ),
+        NodeState.ACTIVE: frozenset({NodeState.SILENT, NodeState.GONE, NodeState.BANNED}),
         NodeState.SILENT: frozenset(
             {NodeState.ACTIVE, NodeState.JOINED, NodeState.GONE, NodeState.BANNED}
         ),

@@ -57,6 +57,7 @@ from swarmrl.p2p.messages import (
     Holding,
     peers_topic,
 )
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.records import PeerRecord, SignatureError
 from swarmrl.p2p.store import WeightStore, bits
 
@@ -208,9 +209,11 @@ class Advertiser:
         account: LocalAccount | None,
         reachable: bool,
         on_event: Callable[[Event], None],
+        pacer: Pacer | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`clock`: the seconds the poll schedule counts in."""
+        """`pacer`: what the shard bytes served go through (None: no cap); `clock`: the
+        seconds the poll schedule counts in."""
         self.host = host
         self.store = store
         self.book = book
@@ -244,6 +247,7 @@ class Advertiser:
                 host=_listen_host(listen),
                 transfer_slots=slots,
                 max_connections=conns,
+                pacer=pacer,
             )
         )
         # `reachable`: the listen address is known to be reachable (an origin others

@@ -36,6 +36,7 @@ from swarmrl.p2p.fetch import Download, PeerBook
 from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
 from swarmrl.p2p.messages import MAX_ANNOUNCEMENT_BYTES, checkpoints_topic
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.records import Announcement, SignatureError
 from swarmrl.p2p.store import Version, WeightStore
 from swarmrl.shards import Manifest
@@ -62,7 +63,7 @@ class Fetcher:
         run: str,
         trusted: frozenset[str],
         workers: int,
-        max_rate: float | None = None,
+        pacer: Pacer,
         steps: threading.RLock,
         on_event: Callable[[Event], None],
         on_change: Callable[[], None],
@@ -73,7 +74,7 @@ class Fetcher:
         self.domain = domain
         self.trusted = trusted
         self.workers = workers
-        self.max_rate = max_rate  # bytes per second a download may average, None: no cap
+        self.pacer = pacer  # every download's, so a changed rate reaches the one running
         self._on_event = on_event
         self._on_change = on_change  # what this peer holds changed
         self._downloads: dict[str, Download] = {}
@@ -240,7 +241,7 @@ class Fetcher:
             version,
             self.book,
             workers=self.workers,
-            max_rate=self.max_rate,
+            pacer=self.pacer,
             on_progress=lambda p: self._on_event(
                 Event(SwarmEventKind.PROGRESS, p.step, progress=p)
             ),

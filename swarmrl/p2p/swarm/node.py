@@ -18,6 +18,7 @@ from swarmrl.p2p.events import Event
 from swarmrl.p2p.fetch import DEFAULT_WORKERS, PeerBook
 from swarmrl.p2p.host import DEFAULT_LISTEN, Host
 from swarmrl.p2p.messages import Advert, swarm_topics
+from swarmrl.p2p.pacing import Pacer
 from swarmrl.p2p.store import Version, WeightStore
 from swarmrl.p2p.swarm.advertiser import Advertiser
 from swarmrl.p2p.swarm.fetcher import Fetcher
@@ -31,7 +32,13 @@ class SwarmNode:
     """One peer on `host` (started with :func:`~swarmrl.p2p.messages.swarm_topics`):
     publish or wait for checkpoints, then close it. The host stays its owner's, who
     may serve other protocols on it and closes it after this peer; :meth:`standalone`
-    makes a peer with a host of its own."""
+    makes a peer with a host of its own.
+
+    Its downloads go through `download_pacer` and the shards it serves through
+    `upload_pacer` (:mod:`swarmrl.p2p.pacing`; a node shares the latter with its own
+    uploads and both with its transfer count); None: a pacer of its own, with no cap.
+    Either pacer's rate may be changed while the peer runs (:attr:`download_pacer`,
+    :attr:`upload_pacer`)."""
 
     def __init__(
         self,
@@ -45,11 +52,14 @@ class SwarmNode:
         reachable: bool = False,
         bootstrap: Iterable[str] = (),
         workers: int = DEFAULT_WORKERS,
-        max_download_rate: float | None = None,
+        download_pacer: Pacer | None = None,
+        upload_pacer: Pacer | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.host = host
         self.store = store
+        self.download_pacer = Pacer() if download_pacer is None else download_pacer
+        self.upload_pacer = Pacer() if upload_pacer is None else upload_pacer
         self.book = PeerBook()  # filled by the advertiser, read by the fetcher's downloads
         self._own_host: Host | None = None
         on_event = on_event or (lambda event: None)
@@ -65,6 +75,7 @@ class SwarmNode:
             account=account,
             reachable=reachable,
             on_event=on_event,
+            pacer=self.upload_pacer,
         )
         try:
             self.fetcher = Fetcher(
@@ -75,7 +86,7 @@ class SwarmNode:
                 run=run,
                 trusted=trusted,
                 workers=workers,
-                max_rate=max_download_rate,
+                pacer=self.download_pacer,
                 steps=steps,
                 on_event=on_event,
                 on_change=self.advertiser.changed,
@@ -113,7 +124,8 @@ class SwarmNode:
         reachable: bool = False,
         bootstrap: Iterable[str] = (),
         workers: int = DEFAULT_WORKERS,
-        max_download_rate: float | None = None,
+        download_pacer: Pacer | None = None,
+        upload_pacer: Pacer | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> SwarmNode:
         """A peer on a host of its own (listening on `listen`; None: outbound only),
@@ -130,7 +142,8 @@ class SwarmNode:
                 reachable=reachable,
                 bootstrap=bootstrap,
                 workers=workers,
-                max_download_rate=max_download_rate,
+                download_pacer=download_pacer,
+                upload_pacer=upload_pacer,
                 on_event=on_event,
             )
         except BaseException:

@@ -1,0 +1,130 @@
+"""node.toml edited while the daemon runs: live keys applied at the next look, others
+named as waiting for a restart, a broken file one warning and no change."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+
+import pytest
+
+from client.node.daemon import Daemon
+from client.node.reload import SettingsFile
+from client.node.settings import NodeSettings
+from swarmrl.settings_toml import load_settings, write_settings
+
+PEER = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.upper().startswith("SWARMRL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def _write(path, **values):
+    base = {"data_dir": path.parent / "node", "keystore_dir": path.parent / "keys"}
+    write_settings(path, {**base, "orchestrator": PEER, **values})
+    # Each edit a second later than the last: one within the clock's grain still counts.
+    info = os.stat(path)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000 * next(EDITS)))
+
+
+EDITS = itertools.count(1)
+
+
+def test_a_live_key_is_applied_and_nothing_happens_without_an_edit(tmp_path, caplog):
+    path = tmp_path / "node.toml"
+    _write(path, threads=2)
+    watched = SettingsFile(path, load_settings(NodeSettings, path))
+    assert watched.changed() is None
+    _write(path, threads=3)
+    with caplog.at_level(logging.INFO, logger="swarmrl.node"):
+        new = watched.changed()
+    assert new is not None
+    assert new.threads == 3
+    assert f"{path} changed threads: applied" in caplog.text
+    assert watched.changed() is None
+
+
+def test_a_key_that_needs_a_restart_waits_and_is_named(tmp_path, caplog):
+    path = tmp_path / "node.toml"
+    _write(path)
+    running = load_settings(NodeSettings, path)
+    watched = SettingsFile(path, running)
+    _write(path, max_batch=7, threads=4)
+    with caplog.at_level(logging.INFO, logger="swarmrl.node"):
+        new = watched.changed()
+    assert new is not None
+    assert (new.max_batch, new.threads) == (running.max_batch, 4)
+    assert "changed max_batch: that takes effect at the next start" in caplog.text
+
+
+def test_a_file_that_no_longer_loads_changes_nothing(tmp_path, caplog):
+    path = tmp_path / "node.toml"
+    _write(path, threads=2)
+    watched = SettingsFile(path, load_settings(NodeSettings, path))
+    path.write_text("threads = 'many'\n")
+    with caplog.at_level(logging.WARNING, logger="swarmrl.node"):
+        assert watched.changed() is None
+    assert "changed but does not load, so nothing changes" in caplog.text
+    assert watched.current.threads == 2
+
+
+class Runner:
+    address = "0x" + "ab" * 20
+
+    def __init__(self) -> None:
+        self.applied: list[NodeSettings] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        self.stopped.wait()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def finish(self) -> None: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def apply(self, settings: NodeSettings) -> None:
+        self.applied.append(settings)
+
+
+def test_the_daemon_hands_the_node_what_changed(tmp_path):
+    path = tmp_path / "node.toml"
+    _write(path, threads=1)
+    runner = Runner()
+    daemon = Daemon(
+        runner, tmp_path, settings_file=SettingsFile(path, load_settings(NodeSettings, path))
+    )
+    daemon.tick()
+    assert runner.applied == []
+    _write(path, threads=5)
+    daemon.tick()
+    assert [s.threads for s in runner.applied] == [5]
+
+
+def test_the_loop_takes_new_torch_threads_from_its_own_thread(tmp_path):
+    import torch
+
+    from client.node.loop import Node
+
+    before = torch.get_num_threads()
+    node = Node(NodeSettings(data_dir=tmp_path / "node", keystore_dir=tmp_path), account=None)
+    try:
+        node.apply(node.settings.model_copy(update={"threads": 1}))
+        node._take_threads()
+        assert torch.get_num_threads() == 1
+        node.apply(node.settings.model_copy(update={"threads": 2}))
+        node._take_threads()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
