@@ -38,13 +38,12 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Log, ProgressBar, Static
 from textual_plotext import PlotextPlot
 
-from client.node.control import Command, ControlError, End, Reply, Update
+from client.node.control import LOG_LINES, Command, ControlError, End, Reply, Update
 from client.node.events import Event, EventKind
 from client.node.view import ChainFacts, NodeView, claimable_epochs, how_to_claim
 from swarmrl.chain.tokens import format_tokens
 
 CHAIN_SECONDS = 15.0
-LOG_LINES = 2000
 CHART_TICKS = 8
 SNOOZE_SECONDS = 3600.0  # z: BOINC's snooze, an hour
 

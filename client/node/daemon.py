@@ -304,9 +304,15 @@ class Daemon:
             self.tick()
 
     def run(self) -> None:
-        """Serves the socket while the node works, until it stops."""
+        """Serves the socket while the node works, until it stops. What ended it is
+        logged before the socket closes, so an attached app shows it."""
         with self.serving():
-            self.runner.run()
+            try:
+                self.runner.run()
+            except Exception as e:
+                said = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+                log.error("the node stopped: %s", said)
+                raise
 
 
 def _close(updates: queue.Queue[Update | None], end: End) -> None:

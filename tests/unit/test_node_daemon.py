@@ -321,3 +321,38 @@ def test_the_machines_conditions_hold_the_node_and_release_it(tmp_path):
     daemon.release(Hold.PAUSED)
     assert runner.calls[-1] == "resume"
     assert daemon.view.held == ""
+
+
+def test_what_ends_the_node_reaches_an_attached_app_before_the_end(tmp_path):
+    started = threading.Event()
+
+    class Failing(StandIn):
+        def run(self) -> None:
+            started.wait()
+            raise ValueError("node 0xab has no provider on chain; run `swarmrl node init`")
+
+    daemon = Daemon(Failing(), tmp_path)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            daemon.run()
+        except ValueError as e:
+            raised.append(e)
+
+    ran = threading.Thread(target=run)
+    ran.start()
+    while not ControlClient(tmp_path).running():
+        threading.Event().wait(0.01)
+    watch = ControlClient(tmp_path).watch()
+    updates = [next(watch)]
+    started.set()
+    updates.extend(watch)
+    ran.join()
+    assert len(raised) == 1  # and the daemon's caller still hears it
+    lines = [line for u in updates for line in u.lines]
+    assert lines[-1].endswith(
+        "ERROR swarmrl.node the node stopped: node 0xab has no provider on chain; "
+        "run `swarmrl node init`"
+    )
+    assert updates[-1].end is End.STOPPED
