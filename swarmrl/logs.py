@@ -11,6 +11,14 @@ import time
 from pathlib import Path
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+MAX_SAID = 300  # the most of an error's text one line carries
+
+
+def one_line(error: BaseException, said: str | None = None) -> str:
+    """`error` as one bounded line: the first line of `said` (what to say of it instead,
+    as a sentence naming an RPC failure) or of its text, else its type's name."""
+    lines = (said or str(error)).splitlines()
+    return lines[0][:MAX_SAID] if lines else type(error).__name__
 
 
 class UtcFormatter(logging.Formatter):

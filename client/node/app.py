@@ -42,6 +42,7 @@ from client.node.control import LOG_LINES, Command, ControlError, End, Reply, Up
 from client.node.events import Event, EventKind
 from client.node.view import ChainFacts, NodeView, claimable_epochs, how_to_claim
 from swarmrl.chain.tokens import format_tokens
+from swarmrl.logs import one_line
 
 CHAIN_SECONDS = 15.0
 CHART_TICKS = 8
@@ -533,5 +534,4 @@ def _sentence(e: Exception) -> str:
     """An exception as one line: RPC failures named without web3's URLs and dumps."""
     from swarmrl.chain.errors import rpc_failure_sentence
 
-    text = rpc_failure_sentence(e) or str(e) or type(e).__name__
-    return text.splitlines()[0][:300]
+    return one_line(e, rpc_failure_sentence(e))

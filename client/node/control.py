@@ -36,6 +36,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from client.node.events import Event
 from client.node.journal import JournalSummary
 from client.node.view import NodeView
+from swarmrl.logs import one_line
 from swarmrl.schema import Strict, error_location
 
 log = logging.getLogger("swarmrl.node")
@@ -243,7 +244,7 @@ class _Connection(socketserver.StreamRequestHandler):
             reply = self.server.handler.command(request)
         except Exception as e:  # a command that fails says why; the daemon goes on
             log.exception("control command %s failed", request.command)
-            reply = Reply(error=str(e).splitlines()[0][:300] or type(e).__name__)
+            reply = Reply(error=one_line(e))
         self._send(reply)
 
     def _watch(self) -> None:

@@ -39,7 +39,7 @@ from client.node.events import Event, EventKind
 from client.node.holds import Hold, Holds
 from client.node.onchain import work_epochs
 from client.node.view import NodeView
-from swarmrl.logs import FORMAT, UtcFormatter
+from swarmrl.logs import FORMAT, UtcFormatter, one_line
 
 if TYPE_CHECKING:
     from client.node.journal import Journal
@@ -310,8 +310,7 @@ class Daemon:
             try:
                 self.runner.run()
             except Exception as e:
-                said = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-                log.error("the node stopped: %s", said)
+                log.error("the node stopped: %s", one_line(e))
                 raise
 
 

@@ -39,6 +39,7 @@ from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import claim_data_dir
 from swarmrl.locks import exclusive_use
+from swarmrl.logs import one_line
 from swarmrl.models import choose_backend, resolve_device
 from swarmrl.p2p import wire
 from swarmrl.p2p.events import Event as SwarmEvent
@@ -359,7 +360,7 @@ class Node:
                     self.state.step, self.state.speed, self.state.paused
                 )
             except RETRIED as e:
-                log.info("heartbeat failed: %s", _sentence(e))
+                log.info("heartbeat failed: %s", one_line(e))
                 continue
             for outcome in response.outcomes:
                 self._note_outcome(outcome)
@@ -624,16 +625,12 @@ def _waiting_reason(e: BaseException, joined: bool) -> str:
     from swarmrl.work.join import IncompatibleVersionError
 
     if isinstance(e, IncompatibleVersionError):
-        return f"incompatible version: {_sentence(e)}"
+        return f"incompatible version: {one_line(e)}"
     if isinstance(e, RemoteError):
-        return f"{'refused' if joined else 'not joined'}: {_sentence(e)}"
+        return f"{'refused' if joined else 'not joined'}: {one_line(e)}"
     if isinstance(e, ConnectionError | TimeoutError | OSError):
-        return f"orchestrator unreachable: {_sentence(e)}"
-    return _sentence(e)
-
-
-def _sentence(e: BaseException) -> str:
-    return str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return f"orchestrator unreachable: {one_line(e)}"
+    return one_line(e)
 
 
 def thread_count(settings: NodeSettings) -> int:

@@ -356,3 +356,21 @@ def test_what_ends_the_node_reaches_an_attached_app_before_the_end(tmp_path):
         "run `swarmrl node init`"
     )
     assert updates[-1].end is End.STOPPED
+
+
+def test_a_command_that_fails_without_words_is_named_and_the_server_goes_on(tmp_path):
+    class Failing:
+        def command(self, request):
+            raise ValueError()
+
+        def watch(self, updates):
+            return lambda: None
+
+    server = ControlServer(socket_path(tmp_path), Failing())
+    try:
+        with pytest.raises(ControlError, match=r"^ValueError$"):
+            ControlClient(tmp_path).call(Command.STATUS)
+        with pytest.raises(ControlError, match=r"^ValueError$"):
+            ControlClient(tmp_path).call(Command.PAUSE)
+    finally:
+        server.close()
