@@ -117,7 +117,6 @@ class Daemon:
         self.view = NodeView(node=runner.address)
         self.lines: deque[str] = deque(maxlen=LOG_LINES)
         self.holds = Holds()
-        self._held = ""
         # Events arrive from the loop's threads, commands from the socket's: one lock
         # keeps the view, the holds and the watchers consistent.
         self._lock = threading.RLock()
@@ -234,8 +233,7 @@ class Daemon:
         else:
             self.runner.resume()
         reason = self.holds.reason()
-        if reason != self._held:
-            self._held = reason
+        if reason != self.view.held:  # the view took the last reason told
             self.hear(Event(EventKind.HELD, reason=reason))
 
     def tick(self) -> None:
