@@ -273,7 +273,18 @@ def link_or_copy(source: Path, target: Path) -> None:
             shutil.copyfile(source, tmp)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: readers see the old file or the whole new one."""
+def write_atomically(path: Path, data: bytes, *, keep_previous: bool = False) -> None:
+    """Replace ``path`` with ``data``: readers see the old file or the whole new one.
+    ``keep_previous``: the file replaced stays beside it (:func:`previous_copy`), for a
+    state file whose loss costs more than its last change (a disk that tears a write)."""
+    path = Path(path)
+    if keep_previous and path.is_file():
+        with replacing(previous_copy(path)) as tmp:
+            shutil.copyfile(path, tmp)
     with replacing(path) as tmp:
         tmp.write_bytes(data)
+
+
+def previous_copy(path: Path) -> Path:
+    """Where ``write_atomically(path, keep_previous=True)`` keeps the file it replaced."""
+    return path.with_name(path.name + ".prev")

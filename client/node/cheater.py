@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from client.node.events import log_event
-from client.node.loop import Node, order_rollouts, sole_runner
+from client.node.loop import Node, sole_runner
 from client.node.settings import NodeSettings, load_tasks
+from client.node.worker import LocalWorker, order_rollouts
 from swarmrl import keystore
 from swarmrl.logs import setup_logging
 from swarmrl.settings_toml import load_settings
@@ -587,17 +588,17 @@ class CheatingNode(Node):
     ) -> None:
         super().__init__(settings, account, on_event=on_event, tasks=tasks)
         self.cheat = cheat
+        # In the node's own process: the cheat loads and generates as it likes.
+        self.local = LocalWorker(cheat.load, cheat.reload)
+        self.workers = self.local
 
-    def _load_backend(self, model_dir: Path, precision: Precision) -> Backend:
-        return self.cheat.load(model_dir, precision)
-
-    def _reload(self, backend: Backend, model_dir: Path) -> None:
-        self.cheat.reload(backend, model_dir)
+    def _start_workers(self) -> LocalWorker:
+        return self.local
 
     def _records(self, order: WorkOrder) -> list[Rollout]:
-        assert self.backend is not None  # loaded before any order
+        assert self.local.backend is not None  # loaded before any order
         return self.cheat.records(
-            self.backend,
+            self.local.backend,
             order,
             self.tasks,
             node=self.address,

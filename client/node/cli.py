@@ -417,7 +417,8 @@ def status(
         typer.echo(
             f"{running.reason}\n"
             f"node {running.node}  swarmrl {running.version}  pid {running.pid}  "
-            f"policy step {step}  peers {running.peers or 0}  rollouts {running.rollouts}"
+            f"workers {running.workers}  policy step {step}  peers {running.peers or 0}  "
+            f"rollouts {running.rollouts}"
         )
     if journal is not None:
         typer.echo(

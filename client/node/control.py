@@ -81,6 +81,7 @@ class Status(Strict):
     started_at: float
     working: bool
     reason: str  # the view's state line: "working", or why not
+    workers: int  # 0 until they started
     policy_step: int | None
     newest_step: int | None
     peers: int | None

@@ -129,6 +129,9 @@ class Daemon:
         with self._lock:
             self.view.apply(event)
             self._send(Update.of_event(event))
+            if event.kind is EventKind.FAILING:  # held until the owner resumes
+                self.holds.set(Hold.FAILING, detail=event.reason)
+                self._apply()
 
     def hear_state(self, state: NodeState, peers: int) -> None:
         with self._lock:
@@ -168,7 +171,7 @@ class Daemon:
                 return Reply(error="snooze needs a duration")
             self.hold(Hold.SNOOZED, self.clock() + request.seconds)
         elif c is Command.RESUME:
-            self.release(Hold.PAUSED, Hold.SNOOZED)
+            self.release(Hold.PAUSED, Hold.SNOOZED, Hold.FAILING)
         elif c is Command.FINISH:
             self.finish()
         elif c is Command.STOP:
@@ -203,6 +206,7 @@ class Daemon:
                 started_at=self.started_at,
                 working=v.working,
                 reason=v.state_line(),
+                workers=v.workers,
                 policy_step=v.step,
                 newest_step=v.newest,
                 peers=v.peers,

@@ -54,6 +54,7 @@ class _Found:
 
     backend: BackendName = "torch"
     device: str = "cpu"
+    hardware: bool = False  # the backend check passed: backend and device are known
     node: str | None = None  # the node's address, readable without the password
     account: Any = None  # the unlocked node key
     peer_key: Any = None
@@ -68,6 +69,7 @@ def run_checks(settings: NodeSettings, password: str | None) -> list[Check]:
     found = _Found()
     checks = [
         ("backend", lambda: _backend(settings, found)),
+        ("workers", lambda: _workers(settings, found)),
         ("disk", lambda: _disk(settings)),
         ("sandbox", _sandbox),
         ("keystore", lambda: _keystore(settings, password, found)),
@@ -141,8 +143,37 @@ def _backend(settings: NodeSettings, found: _Found) -> str:
         raise _CheckFailedError(
             f'backend vllm needs a GPU and the device is {device}; set backend = "torch"'
         )
-    found.backend, found.device = backend, device
+    found.backend, found.device, found.hardware = backend, device, True
     return f"ok: {backend} on {hardware}; vllm {'installed' if has_vllm else 'not installed'}"
+
+
+def _workers(settings: NodeSettings, found: _Found) -> str:
+    """Each worker the node will run, and on which GPUs (with their free memory) or
+    cores."""
+    import torch
+
+    from client.node.workers import describe, plan_workers
+
+    if not found.hardware:
+        raise _CheckSkippedError("backend")
+    cuda = found.device.startswith("cuda")
+    plans = plan_workers(
+        settings,
+        device=found.device,
+        backend=found.backend,
+        gpu_count=torch.cuda.device_count() if cuda else 0,
+        cores=sorted(os.sched_getaffinity(0)),
+    )
+    lines = []
+    for plan in plans:
+        gpus = [f"{torch.cuda.get_device_name(g)} {_free(torch, g)}" for g in plan.gpus]
+        lines.append(describe(plan) + (f" ({', '.join(gpus)})" if gpus else ""))
+    return f"ok: {len(plans)} worker(s): " + "; ".join(lines)
+
+
+def _free(torch: Any, gpu: int) -> str:
+    free, total = torch.cuda.mem_get_info(gpu)
+    return f"{free / GiB:.1f} of {total / GiB:.1f} GiB free"
 
 
 def _gpu(torch: Any, device: str, configured: str) -> str:
@@ -157,9 +188,7 @@ def _gpu(torch: Any, device: str, configured: str) -> str:
         raise _CheckFailedError(
             f'device is {device} but torch sees {count} GPU(s); set device = "cuda:0"'
         )
-    free, total = torch.cuda.mem_get_info(index)
-    name = torch.cuda.get_device_name(index)
-    return f"{name} (cuda:{index}), {free / GiB:.1f} of {total / GiB:.1f} GiB free"
+    return f"{torch.cuda.get_device_name(index)} (cuda:{index}), {_free(torch, index)}"
 
 
 def _disk(settings: NodeSettings) -> str:

@@ -15,6 +15,7 @@ log = logging.getLogger("swarmrl.node")
 
 
 class EventKind(enum.Enum):
+    WORKERS = "workers"  # the worker processes started: total, and what each runs on
     JOINED = "joined"
     WEIGHTS_ANNOUNCED = "weights_announced"  # a newer policy step is out: how far behind
     WEIGHTS_PROGRESS = "weights_progress"
@@ -28,6 +29,7 @@ class EventKind(enum.Enum):
     REFUSED = "refused"  # the orchestrator refused a submission for good; it is settled
     OUTCOME = "outcome"
     RETRY = "retry"
+    FAILING = "failing"  # workers keep dying: no work until the owner resumes the node
     PAUSED = "paused"  # the order in flight is handed in; no new work is taken
     RESUMED = "resumed"
     HELD = "held"  # why the node is to take no new work changed; reason "": nothing holds it
@@ -75,5 +77,9 @@ def describe(event: Event) -> str:
 
 def log_event(event: Event) -> None:
     """The node's log line for an event."""
-    level = logging.WARNING if event.kind in (EventKind.RETRY, EventKind.REFUSED) else logging.INFO
+    level = (
+        logging.WARNING
+        if event.kind in (EventKind.RETRY, EventKind.REFUSED, EventKind.FAILING)
+        else logging.INFO
+    )
     log.log(level, describe(event))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 class Hold(enum.Enum):
     PAUSED = "paused by you"
+    FAILING = "workers keep failing"
     SNOOZED = "snoozed"
     SCHEDULE = "outside the schedule"
     USER_ACTIVE = "user active"

@@ -25,7 +25,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from client.node.journal import Entry, Journal
 from client.node.limits import Limits
 from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
+from client.node.workers import WorkersFailingError
 from swarmrl.files import claim_data_dir
 from swarmrl.locks import exclusive_use
 from swarmrl.logs import one_line
@@ -52,10 +53,10 @@ from swarmrl.work.states import SubmissionStatus
 if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 load
     from eth_account.signers.local import LocalAccount
 
-    from swarmrl.models.backend import Backend, Precision, SamplingParams
+    from client.node.workers import Workers
+    from swarmrl.models.backend import Precision
     from swarmrl.p2p.swarm import SwarmNode
     from swarmrl.rollouts.records import Rollout
-    from swarmrl.tasks import Task
     from swarmrl.work.submit import Receipt, SubmitHeader
 
 log = logging.getLogger("swarmrl.node")
@@ -137,9 +138,10 @@ class Node:
         self._wake = threading.Event()  # cuts a wait short: a stop, a pause, a resume
         self._threads: int | None = None  # the torch threads taken, once taken
         self.backoff = Backoff(base=1.0, cap=30.0)
-        self.backend: Backend | None = None
-        self.backend_step: int | None = None
-        self.backend_precision: Precision | None = None  # what the backend computes in
+        # What generates: started when the loop starts (client.node.workers).
+        self.workers: Workers | None = None
+        self.backend_step: int | None = None  # the policy step the workers hold
+        self.backend_precision: Precision | None = None  # what they compute in
         # The process's one libp2p host: the weight swarm and the work session share it.
         self.host: Host | None = None
         self.swarm: SwarmNode | None = None
@@ -239,7 +241,8 @@ class Node:
                 log.info("bootstrap peer %s unreachable: %s", addr, e)
         device = resolve_device(self.settings.device)
         backend = choose_backend(self.settings.backend, self.settings.device)
-        response = self.session.join(node_report(backend, device))
+        workers = self.workers.count if self.workers is not None else 1
+        response = self.session.join(node_report(backend, device, workers))
         self.state.joined = True
         self.heartbeat_seconds = response.heartbeat_seconds
         # A download the orchestrator would still take work from is finished, not dropped.
@@ -251,8 +254,14 @@ class Node:
     # ---- the loop -----------------------------------------------------------------
 
     def run(self) -> None:
-        me = self._identity()
-        self._start_swarm(me)
+        self.workers = self._start_workers()
+        self.on_event(Event(EventKind.WORKERS, total=self.workers.count))
+        try:
+            me = self._identity()
+            self._start_swarm(me)
+        except BaseException:
+            self.workers.close()
+            raise
         beat = threading.Thread(target=self._heartbeats, name="swarmrl-heartbeat", daemon=True)
         try:
             while not self.stopping.is_set():
@@ -283,8 +292,13 @@ class Node:
                         Event(EventKind.RETRY, reason=reason, extra={"wait": f"{delay:.1f}s"})
                     )
                     self._sleep(delay)
+                except WorkersFailingError as e:
+                    # Restarting them again would only burn the machine: the owner looks.
+                    self.state.paused = True
+                    self.on_event(Event(EventKind.FAILING, reason=one_line(e)))
         finally:
             self.stopping.set()
+            self.workers.close()
             self.on_event(Event(EventKind.STOPPED))
             if self.swarm is not None:
                 self.swarm.close()
@@ -299,13 +313,15 @@ class Node:
         self._wake.set()
 
     def _take_threads(self) -> None:
-        """The torch threads the settings give, set from the loop's own thread (torch's
-        thread count is the calling thread's to set)."""
+        """The threads the settings give, set from the loop's own thread (torch's thread
+        count is the calling thread's to set), and shared among the workers."""
         threads = thread_count(self.settings)
         if threads != self._threads:
             from swarmrl.cores import take_threads
 
             take_threads(threads)
+            if self._threads is not None and self.workers is not None:
+                self.workers.threads(threads)
             self._threads = threads
 
     def _sleep(self, seconds: float) -> None:
@@ -340,6 +356,8 @@ class Node:
 
     def resume(self) -> None:
         self.state.paused = False
+        if self.workers is not None:
+            self.workers.forgive()
         self._wake.set()
 
     def _paused(self) -> bool:
@@ -423,36 +441,50 @@ class Node:
         return model_dir
 
     def _hold(self, model_dir: Path, step: int, precision: Precision) -> None:
-        """The backend holds the policy in ``model_dir`` (of ``step``) in ``precision``:
-        loaded the first time and whenever an order asks for another precision, its
-        weights replaced in place when only the step is new."""
-        if self.backend is None or self.backend_precision != precision:
-            self.backend = None  # the old engine's memory is freed before another loads
-            self.backend = self._load_backend(model_dir, precision)
-            self.backend_precision = precision
-        elif self.backend_step != step:
-            self._reload(self.backend, model_dir)
-        self.backend_step = step
+        """The workers hold the policy in ``model_dir`` (of ``step``) in ``precision``."""
+        assert self.workers is not None  # started before anything is held
+        self.workers.hold(model_dir, step, precision)
+        self.backend_step, self.backend_precision = step, precision
         self.state.step = step
 
     def _device_precision(self) -> Precision:
         return "bf16" if resolve_device(self.settings.device).startswith("cuda") else "fp32"
 
-    def _load_backend(self, model_dir: Path, precision: Precision) -> Backend:
-        """The backend the settings choose, holding the policy in ``model_dir``."""
-        from swarmrl.models import load_backend
+    def _start_workers(self) -> Workers:
+        """A worker process per GPU group (or per cpu_workers), as the settings plan them
+        on this machine; one sentence when the machine cannot run them."""
+        from client.node.workers import Pool, engine, plan_workers
 
-        device = None if self.settings.device == "auto" else self.settings.device
-        return load_backend(
-            choose_backend(self.settings.backend, self.settings.device),
-            model_dir,
+        device = resolve_device(self.settings.device)
+        backend = choose_backend(self.settings.backend, self.settings.device)
+        gpu_count = 0
+        if device.startswith("cuda"):
+            import torch
+
+            gpu_count = torch.cuda.device_count()
+        plans = plan_workers(
+            self.settings,
             device=device,
-            precision=precision,
+            backend=backend,
+            gpu_count=gpu_count,
+            cores=sorted(os.sched_getaffinity(0)),
         )
-
-    def _reload(self, backend: Backend, model_dir: Path) -> None:
-        """The backend takes the newer policy in ``model_dir`` in place."""
-        backend.load_weights(model_dir)
+        cap = self.settings.worker_memory_gib
+        pool = Pool(
+            plans,
+            backend=backend,
+            engine=engine(self.settings),
+            log_dir=self.data_dir,
+            outbox=self.outbox,
+            memory_cap_bytes=None if cap is None else int(cap * 2**30),
+            max_exits=self.settings.worker_exits,
+        )
+        try:
+            pool.start()
+        except BaseException:
+            pool.close()
+            raise
+        return pool
 
     def _one_order(self) -> None:
         assert self.session is not None
@@ -527,10 +559,9 @@ class Node:
         return self.session.sign(order, self.backend_step or 0, path), path
 
     def _records(self, order: WorkOrder) -> list[Rollout]:
-        """The records answering ``order``, generated with the policy the backend holds."""
-        assert self.backend is not None  # loaded by _weights before any order
-        return order_rollouts(
-            self.backend,
+        """The records answering ``order``, generated with the policy the workers hold."""
+        assert self.workers is not None  # started before any order
+        return self.workers.records(
             order,
             self.tasks,
             node=self.account.address,
@@ -580,43 +611,6 @@ class Node:
         if self._tasks is None:
             self._tasks = load_tasks(self.settings)
         return self._tasks
-
-
-def order_rollouts(
-    backend: Backend,
-    order: WorkOrder,
-    tasks: Mapping[str, Task],
-    *,
-    node: str,
-    step: int,
-    batch_size: int,
-    params: SamplingParams | None = None,
-) -> list[Rollout]:
-    """The records answering ``order``: a group for each of its tasks (from ``tasks``, the
-    node's copy of the task set) with the budget the order states, generated by
-    ``backend`` holding the policy of ``step`` with the order's sampling (or ``params``),
-    proven and scored with the shared verifiers."""
-    from swarmrl.models.backend import SamplingParams
-    from swarmrl.rollouts.generate import Provenance, generate_rollouts
-    from swarmrl.tasks.rewards import task_reward
-
-    if params is None:
-        params = SamplingParams(
-            max_tokens=order.max_tokens, temperature=order.temperature, top_p=order.top_p
-        )
-    budgets = iter(slot.budget for slot in order.tasks)
-    return generate_rollouts(
-        backend,
-        [tasks[slot.problem_id] for slot in order.tasks],
-        n=order.group_size,
-        params=params,
-        provenance=Provenance(run=order.run, policy_step=step, node=node),
-        seed=order.seed,
-        score=task_reward,
-        # Called once per task, in order: each task gets the budget its order states.
-        target_for=lambda _speed: next(budgets),
-        batch_size=batch_size,
-    )
 
 
 def _waiting_reason(e: BaseException, joined: bool) -> str:

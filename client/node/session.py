@@ -40,7 +40,7 @@ class Identity:
     trusted: frozenset[str]  # checksummed addresses that may sign orders and receipts
 
 
-def node_report(backend: BackendName, device: str) -> join.NodeReport:
+def node_report(backend: BackendName, device: str, workers: int = 1) -> join.NodeReport:
     gpu, memory = None, None
     if device.startswith("cuda"):
         import torch
@@ -54,6 +54,7 @@ def node_report(backend: BackendName, device: str) -> join.NodeReport:
         cpu_cores=len(os.sched_getaffinity(0)),
         gpu=gpu,
         gpu_memory_gib=memory,
+        workers=workers,
         version=f"swarmrl {__version__} on {platform.machine()}",
         protocol=WORK_PROTOCOL,
     )

@@ -135,6 +135,59 @@ class NodeSettings(SwarmrlSettings):
         description="Seconds to wait for a policy's weights before asking the swarm again.",
     )
 
+    # -- workers and GPUs ----------------------------------------------------------
+    gpus: Annotated[list[int], NoDecode] = Field(
+        default_factory=list,
+        description="The GPUs to work on, by CUDA index, when the device is cuda (in the "
+        "environment: separated by commas); empty: every GPU torch sees. The node runs a "
+        "worker per GPU (per tensor_parallel_size GPUs), all under its one key and stake.",
+        json_schema_extra={"example": [0, 1], **heading("Workers and GPUs")},
+    )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="GPUs one worker shards the model over (vllm); it must divide the GPUs.",
+    )
+    gpu_memory_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Share of each GPU's memory a worker may take (none: vllm's 0.9, all for "
+        "torch); lower it to leave room for the machine's own use of the GPU.",
+        json_schema_extra={"example": 0.8},
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        le=1 << 20,
+        description="Longest prompt and completion vllm plans memory for (none: the "
+        "model's); lower it when the model's own does not fit the GPU.",
+        json_schema_extra={"example": 8192},
+    )
+    cpu_workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Workers on a CPU node, each pinned to its share of the cores (one per "
+        "socket, say).",
+    )
+    worker_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="RAM cap of each worker, in GiB (none: no cap): a worker past it is "
+        "stopped and started again, which counts as one of its exits.",
+        json_schema_extra={"example": 16.0},
+    )
+    worker_exits: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Worker exits in a row, with no order done between them, after which "
+        "the node takes no work until you resume it (BOINC gives a task 100).",
+    )
+
     # -- limits --------------------------------------------------------------------
     max_download_mbps: float | None = Field(
         None,
@@ -218,7 +271,7 @@ class NodeSettings(SwarmrlSettings):
     def _orchestrator(cls, value: str | None) -> str | None:
         return value if value is None else check_peer(value)
 
-    @field_validator("bootstrap", "schedule", "pause_while_running", mode="before")
+    @field_validator("bootstrap", "schedule", "pause_while_running", "gpus", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return split_commas(value)
@@ -257,6 +310,13 @@ class NodeSettings(SwarmrlSettings):
                     f"pause_while_running {name[:100]!r} must be a program's name, not a "
                     f"path: {name.rstrip('/').rsplit('/', 1)[-1][:100]!r}",
                 )
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: list[int]) -> list[int]:
+        if any(g < 0 for g in value) or len(set(value)) != len(value):
+            raise SettingError(("gpus",), "gpus must list each GPU's index once, from 0")
         return value
 
     @field_validator("device")

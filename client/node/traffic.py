@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from swarmrl.files import write_atomically
+from swarmrl.files import previous_copy, write_atomically
 
 log = logging.getLogger("swarmrl.node")
 
@@ -88,7 +88,8 @@ class Traffic:
             self._saved_at = now
             month, moved = count
             try:
-                write_atomically(self.path, json.dumps({"month": month, "bytes": moved}).encode())
+                count_json = json.dumps({"month": month, "bytes": moved}).encode()
+                write_atomically(self.path, count_json, keep_previous=True)
             except OSError as e:
                 # Counting goes on in memory; the next save tries again (a disk frees up).
                 if not self._failing:
@@ -110,16 +111,27 @@ def _next_month(now: float) -> datetime:
 
 
 def _read(path: Path, month: str) -> tuple[str, int]:
-    """The month and count kept at `path`; this `month` and 0 if it holds another
-    month's, none, or one that does not read (said in the log: a count begins again)."""
+    """The month and count kept at `path` (or, if that does not read, in the copy it
+    replaced); this `month` and 0 if it holds another month's, none, or none that reads
+    (said in the log: a count begins again)."""
     try:
-        kept = json.loads(path.read_bytes())
-        kept_month, moved = kept["month"], kept["bytes"]
-        if not isinstance(kept_month, str) or not isinstance(moved, int) or moved < 0:
-            raise ValueError("not a month and a count of bytes")
+        kept_month, moved = _read_count(path)
     except FileNotFoundError:
         return month, 0
     except (OSError, ValueError, TypeError, KeyError) as e:
-        log.warning("the transfer count in %s does not read (%s); counting from 0", path, e)
-        return month, 0
+        try:
+            kept_month, moved = _read_count(previous_copy(path))
+            log.warning("the transfer count in %s does not read (%s); the copy before it "
+                        "does", path, e)  # fmt: skip
+        except (OSError, ValueError, TypeError, KeyError):
+            log.warning("the transfer count in %s does not read (%s); counting from 0", path, e)
+            return month, 0
     return (month, moved) if kept_month == month else (month, 0)
+
+
+def _read_count(path: Path) -> tuple[str, int]:
+    kept = json.loads(path.read_bytes())
+    kept_month, moved = kept["month"], kept["bytes"]
+    if not isinstance(kept_month, str) or not isinstance(moved, int) or moved < 0:
+        raise ValueError("not a month and a count of bytes")
+    return kept_month, moved

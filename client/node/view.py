@@ -111,6 +111,7 @@ class Rejection:
 @dataclass
 class NodeView:
     node: str
+    workers: int = 0  # its worker processes, once started
     step: int | None = None  # the policy step the node generates with
     newest: int | None = None  # the newest policy step announced
     download: Download | None = None
@@ -158,6 +159,8 @@ class NodeView:
         elif kind is EventKind.WEIGHTS_READY and event.step is not None:
             total = self.download.total if self.download else 1
             self.download = Download(event.step, total, total)
+        elif kind is EventKind.WORKERS:
+            self.workers = event.total or 0
         elif kind is EventKind.NO_WORK:
             self.no_work = f"{event.reason} (asking again in {event.extra.get('wait', '?')})"
         elif kind is EventKind.ORDER:
@@ -268,6 +271,8 @@ class NodeView:
             f"rollouts    {self.rollouts}{per_second}",
             f"tokens/s    {speed}",
         ]
+        if self.workers > 1:
+            lines.append(f"workers     {self.workers}, an order split among them")
         if self.download is not None:
             d = self.download
             lines.append(f"weights of step {d.step}: {d.done}/{d.total} shards")

@@ -129,7 +129,7 @@ def _nodes(nodes: list[dict[str, Any]]) -> RenderableType:
         table.add_row(
             _short(n["address"]),
             Text(n["state"], style=_STATE_STYLES.get(n["state"], "")),
-            n["backend"],
+            n["backend"] + (f" x{n['workers']}" if n["workers"] > 1 else ""),
             "-" if speed is None else f"{speed:.0f}",
             order_cell(n),
             str(n["accepted"]),

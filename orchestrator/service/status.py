@@ -72,6 +72,8 @@ def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
                 "address": n.address,
                 "state": n.state,
                 "backend": n.backend,
+                # One node, one key and stake, with a worker per GPU group (the report's).
+                "workers": int(n.hardware.get("workers", 1)),
                 "tokens_per_second": n.speed,
                 "order_prompts": prompts,  # its newest order's size: follows its speed
                 "order_budget": budget,
@@ -116,13 +118,15 @@ def render_status(summary: dict[str, Any]) -> str:
         "submissions: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summary["submissions"].items())) or "none"),
         "",
-        f"{'node':<44} {'state':<8} {'tok/s':>7} {'order':>9} {'acc':>5} {'rej':>5} {'units':>6}",
+        f"{'node':<44} {'state':<8} {'wkr':>3} {'tok/s':>7} {'order':>9} {'acc':>5} {'rej':>5} "
+        f"{'units':>6}",
     ]
     for n in summary["nodes"]:
         speed = n["tokens_per_second"]
         order = order_cell(n)
         lines.append(
-            f"{n['address']:<44} {n['state']:<8} {'-' if speed is None else f'{speed:.0f}':>7} "
+            f"{n['address']:<44} {n['state']:<8} {n['workers']:>3} "
+            f"{'-' if speed is None else f'{speed:.0f}':>7} "
             f"{order:>9} {n['accepted']:>5} {n['rejected']:>5} {n['units']:>6}"
         )
     lines.append("")

@@ -243,8 +243,9 @@ class WorkServer:
             self.ledger.nodes.set_state(node_address, NodeState.JOINED, "joined again", now)
         state = self.ledger.nodes.get(node_address)
         assert state is not None  # just written
-        log.info("node %s joined from peer %s (%s, %s)",
-                 node_address, peer, claim.report.device, claim.report.version)  # fmt: skip
+        r = claim.report
+        log.info("node %s joined from peer %s (%s, %d worker%s, %s)", node_address, peer,
+                 r.device, r.workers, "s" if r.workers > 1 else "", r.version)  # fmt: skip
         interval = self._interval
         self._longest_interval = max(self._longest_interval, interval)
         return join.JoinResponse(

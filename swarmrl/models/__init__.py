@@ -15,7 +15,14 @@ import importlib.util
 from pathlib import Path
 from typing import get_args
 
-from swarmrl.models.backend import Backend, BackendName, Precision, dtype_name, torch_dtype
+from swarmrl.models.backend import (
+    Backend,
+    BackendName,
+    Engine,
+    Precision,
+    dtype_name,
+    torch_dtype,
+)
 
 BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
 
@@ -47,18 +54,41 @@ def load_backend(
     *,
     device: str | None = None,
     precision: Precision | None = None,
+    engine: Engine | None = None,
 ) -> Backend:
     """The named backend holding the model in ``model_dir``, computing in ``precision``
     (None: the backend's own choice: for torch bf16 on a GPU and fp32 on the CPU, for
-    vLLM its dtype "auto")."""
+    vLLM its dtype "auto"), sized by ``engine`` (None: the engine's defaults)."""
+    engine = engine or Engine()
     if name == "torch":
         from swarmrl.models.torch_backend import TorchBackend
 
+        if engine.tensor_parallel_size != 1:
+            raise ValueError(
+                f"tensor_parallel_size {engine.tensor_parallel_size} needs the vllm backend; "
+                "torch runs a worker on one GPU"
+            )
         dtype = None if precision is None else torch_dtype(precision)
-        return TorchBackend(model_dir, device=device, dtype=dtype)
+        backend = TorchBackend(model_dir, device=device, dtype=dtype)
+        if engine.gpu_memory_fraction is not None and backend.device.type == "cuda":
+            import torch
+
+            torch.cuda.set_per_process_memory_fraction(engine.gpu_memory_fraction, backend.device)
+        return backend
     if name == "vllm":
         from swarmrl.models.vllm_backend import VLLMBackend
 
-        engine = None if precision is None else {"dtype": dtype_name(precision)}
-        return VLLMBackend(model_dir, engine_kwargs=engine)
+        return VLLMBackend(model_dir, engine_kwargs=vllm_engine(precision, engine))
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def vllm_engine(precision: Precision | None, engine: Engine) -> dict[str, object]:
+    """``vllm.LLM``'s arguments for ``precision`` and ``engine`` (those set)."""
+    kwargs: dict[str, object] = {"tensor_parallel_size": engine.tensor_parallel_size}
+    if precision is not None:
+        kwargs["dtype"] = dtype_name(precision)
+    if engine.gpu_memory_fraction is not None:
+        kwargs["gpu_memory_utilization"] = engine.gpu_memory_fraction
+    if engine.max_model_len is not None:
+        kwargs["max_model_len"] = engine.max_model_len
+    return kwargs

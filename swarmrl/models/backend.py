@@ -37,6 +37,16 @@ PROOF_CHUNK = 32
 PROOF_TOPK = 128
 
 
+@dataclass(frozen=True)
+class Engine:
+    """How a GPU engine is sized (a node's settings): vLLM takes all three, torch the
+    memory fraction and a tensor-parallel size of 1 only."""
+
+    tensor_parallel_size: int = 1  # GPUs one engine shards the model over
+    gpu_memory_fraction: float | None = None  # of each GPU's memory; None: the engine's own
+    max_model_len: int | None = None  # the longest prompt + completion; None: the model's
+
+
 def dtype_name(precision: Precision) -> str:
     """The dtype ``precision`` stands for, as torch and vLLM name it (``bfloat16``)."""
     return _DTYPES[precision]

@@ -43,6 +43,11 @@ def batch_seed(seed: int, batch: int) -> int:
     return int.from_bytes(keccak(f"{seed}/{batch}".encode())[:8], "big")
 
 
+def groups_per_batch(n: int, batch_size: int) -> int:
+    """How many tasks' groups of ``n`` are sampled in one batch of about ``batch_size``."""
+    return max(1, batch_size // n)
+
+
 def generate_rollouts(
     backend: Backend,
     tasks: Sequence[Task],
@@ -54,21 +59,25 @@ def generate_rollouts(
     score: Callable[[Task, str], float],
     target_for: Callable[[float | None], int],
     batch_size: int = 32,
+    first_batch: int = 0,
     on_batch: Callable[[int, int, float], None] | None = None,
 ) -> list[Rollout]:
     """``n`` sealed records per task, in task order.
 
     ``score`` is the task reward of a completion's text; ``on_batch`` hears
-    (records so far, total, tokens/s of the batch).
+    (records so far, total, tokens/s of the batch). ``first_batch`` numbers the first
+    batch: ``tasks`` that start at a batch boundary of a longer list, numbered as there,
+    draw the seeds that list's batches draw, so a list split among workers on batch
+    boundaries samples what it would whole.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    groups_per_batch = max(1, batch_size // n)
+    per_batch = groups_per_batch(n, batch_size)
     total = len(tasks) * n
     speed: float | None = None
     records: list[Rollout] = []
-    for batch, start in enumerate(range(0, len(tasks), groups_per_batch)):
-        chunk = tasks[start : start + groups_per_batch]
+    for batch, start in enumerate(range(0, len(tasks), per_batch), start=first_batch):
+        chunk = tasks[start : start + per_batch]
         targets = [target_for(speed) for _ in chunk]
         prompts = [
             prompt_ids(backend.tokenizer, t.prompt, target)

@@ -46,6 +46,7 @@ class NodeReport(Strict):
     cpu_cores: int = Field(ge=1, le=4096)
     gpu: Short | None = None
     gpu_memory_gib: float | None = Field(default=None, ge=0, le=1 << 20)
+    workers: int = Field(default=1, ge=1, le=4096)  # one per GPU group: its orders are split
     version: Short  # the release, for people: "swarmrl 0.1.0 on x86_64"
     protocol: int = Field(ge=0, le=MAX_UINT64)  # its WORK_PROTOCOL, which must be the run's
 

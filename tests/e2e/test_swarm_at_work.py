@@ -15,6 +15,12 @@ trainer's published policy bit for bit, most of them rebuilt from deltas; the ch
 is rejected and slashed with its own signed submission, no honest node is; a node
 behind NAT (listening nowhere) still pulls weights and works.
 
+One honest node runs two workers under its one identity (a machine with two GPUs,
+simulated on the CPU): its orders are split between them and its merged submissions
+are accepted. It is also the soak: its daemon and workers are spared the faults, and
+their resident memory, sampled every minute for the whole run (at least 5 minutes;
+``SWARMRL_SOAK=long``: 2 hours, the swarm working on), must not grow after warm-up.
+
 That the held-out reward rises is the demo's end-to-end test (tests/e2e/test_demo.py):
 the same swarm, recipe and cast, measured by the demo's own rule; this run only needs
 steps enough to crash and recover in the middle of.
@@ -26,9 +32,11 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from orchestrator.local_swarm import (
@@ -55,11 +63,48 @@ FAULTS = len(Target)  # each target once, in an order and at points the seed dra
 # staked so, every provider covers its nodes with room to spare.
 STAKE = 1000
 OUTBOUND_ONLY = "node6"
+SOAK_NODE = "node4"  # two workers; never killed
+SOAK_MINUTES = 120 if os.environ.get("SWARMRL_SOAK") == "long" else 5
+SAMPLE_SECONDS = 60.0
+WARM_UP_SAMPLES = 2  # the model, the task set and the first generations are in by then
+# Resident memory after warm-up may exceed warm-up's highest by this share and no more:
+# room for the allocators' noise, far below what a leak of a rollout or a policy per
+# order would add over the run.
+GROWTH = 0.15
 
 
 def _ledger(data_dir: Path) -> list[dict]:
     out = swarmrl("orchestrator", "ledger", "--json", "--config", data_dir.parent / "orch.toml")
     return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+class Soak:
+    """The resident memory of a process and its children, summed, every minute."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.began = time.monotonic()
+        self.samples: list[int] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(SAMPLE_SECONDS):
+            try:
+                daemon = psutil.Process(self.pid)
+                tree = [daemon, *daemon.children(recursive=True)]
+                self.samples.append(sum(p.memory_info().rss for p in tree))
+            except psutil.Error:
+                return  # it ended: the checks say so
+
+    def minutes(self) -> float:
+        return (time.monotonic() - self.began) / 60
+
+    def stop(self) -> list[int]:
+        self._done.set()
+        self._thread.join()
+        return self.samples
 
 
 def _fault_seed() -> int:
@@ -89,7 +134,8 @@ def _run(swarm, default_model, tmp_path):
         model=default_model,
         tasks=tasks,
         data_dir=data,
-        steps=STEPS,
+        # The trainer goes on past STEPS for as long as the soak lasts.
+        steps=STEPS * 1000,
         gone_after=60,
         # The trainer as a two-rank FSDP2 job and two validator workers, as on a machine
         # of several GPUs (the demo keeps one of each: tests/e2e/test_demo.py).
@@ -109,9 +155,11 @@ def _run(swarm, default_model, tmp_path):
 
     def config(key: str) -> Path:
         # One node listens nowhere, as behind NAT: it still pulls and works.
-        outbound = {"listen": "none"} if key == OUTBOUND_ONLY else {}
+        extra: dict[str, object] = {"listen": "none"} if key == OUTBOUND_ONLY else {}
+        if key == SOAK_NODE:
+            extra = {"cpu_workers": 2, "threads": 2}
         return node_toml(
-            swarm, tmp_path / f"{key}.toml", key=key, tasks=tasks, orchestrator=addr, **outbound
+            swarm, tmp_path / f"{key}.toml", key=key, tasks=tasks, orchestrator=addr, **extra
         )
 
     def start_node(key: str):
@@ -119,6 +167,7 @@ def _run(swarm, default_model, tmp_path):
 
     for key in HONEST:
         start_node(key)
+    soak = Soak(swarm.processes[SOAK_NODE].pid)
     cheater_key = CHEATER[0]
     swarm.start(
         cheater_key,
@@ -127,7 +176,8 @@ def _run(swarm, default_model, tmp_path):
     )
 
     # Faults at random points: each target killed with SIGKILL and started again.
-    plan = FaultPlan.draw(_fault_seed(), count=FAULTS, steps=(2, STEPS - 2), nodes=list(HONEST))
+    spared = [key for key in HONEST if key != SOAK_NODE]
+    plan = FaultPlan.draw(_fault_seed(), count=FAULTS, steps=(2, STEPS - 2), nodes=spared)
     print(plan)  # with the failure's output: SWARMRL_FAULT_SEED replays it
     faults = Faults(
         swarm,
@@ -142,8 +192,23 @@ def _run(swarm, default_model, tmp_path):
     faults.wait_for_step(STEPS, 1500)
     time.sleep(5)  # the last submissions in flight land
     for key in list(swarm.processes):
-        if key != "orchestrator":
+        if key not in ("orchestrator", SOAK_NODE):
             swarm.kill(key, 15)
+
+    # The recorder closes the epochs and slashes the cheater, while the soak goes on.
+    cheater_address = keystore.info(swarm.keystore_dir, cheater_key).address
+
+    def cheater_slashed() -> bool:
+        status = json.loads(
+            swarmrl("orchestrator", "status", "--json", "--config", orch_toml).stdout
+        )
+        return any(s["node"] == cheater_address for s in status["slashes"])
+
+    wait_for(cheater_slashed, "the cheater's slash", 240, swarm)
+    wait_for(lambda: soak.minutes() >= SOAK_MINUTES, "the soak's end", SOAK_MINUTES * 60, swarm)
+    samples = soak.stop()
+    print(f"soak: {SOAK_NODE}'s resident MiB by minute: {[round(s / 2**20) for s in samples]}")
+    swarm.kill(SOAK_NODE, 15)
 
     nodes = {key: tmp_path / f"{key}.toml" for key in [*HONEST, cheater_key]}
     violations = faults.check(nodes)
@@ -153,10 +218,18 @@ def _run(swarm, default_model, tmp_path):
 
     rows = _ledger(data)
 
+    # The soak: the daemon and its two workers ran the whole run, and after warm-up their
+    # memory stayed where it was.
+    assert len(samples) >= SOAK_MINUTES - 1, samples
+    warm = max(samples[:WARM_UP_SAMPLES])
+    mib = [round(s / 2**20) for s in samples]
+    assert max(samples[WARM_UP_SAMPLES:]) <= warm * (1 + GROWTH), f"resident MiB by minute: {mib}"
+    soak_log = (tmp_path / f"{SOAK_NODE}.log").read_text()
+    assert "2 workers: worker 0 on cpu" in soak_log
+
     honest_addresses = set()
     for key in HONEST:
         honest_addresses.add(keystore.info(swarm.keystore_dir, key).address)
-    cheater_address = keystore.info(swarm.keystore_dir, cheater_key).address
     cheats = [r for r in rows if r["node"] == cheater_address]
     assert cheats
     assert all(r["status"] == "rejected" for r in cheats)
@@ -172,18 +245,9 @@ def _run(swarm, default_model, tmp_path):
         # bit (the WHOLE promise above compares every version held with the trainer's).
         assert "rebuilt from step" in log, key
 
-    # The recorder closes the epochs and slashes the cheater.
     from swarmrl.chain.contracts import Contracts
 
     chain = Contracts.connect(swarm.deployment)
-
-    def cheater_slashed() -> bool:
-        status = json.loads(
-            swarmrl("orchestrator", "status", "--json", "--config", orch_toml).stdout
-        )
-        return any(s["node"] == cheater_address for s in status["slashes"])
-
-    wait_for(cheater_slashed, "the cheater's slash", 240, swarm)
     status = json.loads(swarmrl("orchestrator", "status", "--json", "--config", orch_toml).stdout)
     assert {s["node"] for s in status["slashes"]} == {cheater_address}
     for key in HONEST:

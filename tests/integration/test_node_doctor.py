@@ -7,6 +7,7 @@ chain's address, the orchestrator's.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -32,6 +33,7 @@ PASSWORD = "correct horse"
 TASKS = Path(__file__).parents[1] / "data" / "intellect2_tasks.jsonl"
 ORDER = (
     "backend",
+    "workers",
     "disk",
     "sandbox",
     "keystore",
@@ -92,7 +94,7 @@ def test_a_node_that_is_set_up_and_staked_passes_the_chain_checks(tmp_path, volu
     checks = run_checks(settings_for(tmp_path), PASSWORD)
 
     found = by_name(checks)
-    for name in ("backend", "disk", "sandbox", "keystore", "chain", "stake", "joined", "tasks"):
+    for name in set(ORDER) - {"orchestrator", "inbound"}:
         assert found[name].ok, found[name]
     assert found["keystore"].detail == (
         f"ok: key 'node' unlocks: node {volunteer.node}, peer {volunteer.peer_id}"
@@ -130,6 +132,22 @@ def test_a_data_dir_that_is_an_orchestrators_or_a_file_fails_the_disk_check(tmp_
     disk = by_name(run_checks(settings_for(tmp_path, data_dir=a_file), PASSWORD))["disk"]
     assert not disk.ok
     assert disk.detail.startswith(f"data_dir: {a_file} exists and is not a folder")
+
+
+def test_workers_lists_each_worker_and_what_it_runs_on(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    settings = settings_for(tmp_path, device="cpu", backend="torch", cpu_workers=2, threads=2)
+    workers = by_name(run_checks(settings, PASSWORD))["workers"]
+    assert workers.ok
+    assert workers.detail.startswith("ok: 2 worker(s): worker 0 on cpu, 1 thread(s) on cores ")
+    assert "; worker 1 on cpu, 1 thread(s) on cores" in workers.detail
+    assert str(cores[-1]) in workers.detail
+    # What the machine cannot run: the sentence the node would refuse to start with.
+    settings = settings_for(tmp_path, device="cpu", backend="torch", gpus=[0])
+    workers = by_name(run_checks(settings, PASSWORD))["workers"]
+    assert workers == Check(
+        "workers", False, "gpus and tensor_parallel_size need a GPU; the device is cpu"
+    )
 
 
 def test_all_ok_is_exit_code_zero():

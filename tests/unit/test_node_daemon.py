@@ -126,6 +126,20 @@ def test_pause_and_resume_hold_the_loop_and_say_why(served):
     assert client.status().reason == "working"
 
 
+def test_workers_that_keep_failing_hold_the_node_until_it_is_resumed(served):
+    daemon, runner, _, client = served
+    why = "3 worker exits in a row; the last: worker 1 exited with code -9 (out of memory)"
+    daemon.hear(Event(EventKind.FAILING, reason=why))
+    assert runner.calls == ["pause"]
+    daemon.hear(Event(EventKind.PAUSED))
+    assert client.status().reason == f"workers keep failing: {why}"
+    daemon.tick()  # no condition of the machine lifts it
+    assert runner.calls == ["pause"]
+    client.call(Command.RESUME)
+    assert runner.calls == ["pause", "resume"]
+    assert daemon.view.held == ""
+
+
 def test_a_snooze_ends_by_itself_and_a_pause_outlasts_it(served):
     daemon, runner, clock, client = served
     reply = client.call(Command.SNOOZE, seconds=60.0)

@@ -160,6 +160,19 @@ def test_a_count_that_does_not_read_begins_at_zero_and_says_so(tmp_path, caplog)
     assert "does not read" in caplog.text
 
 
+def test_a_count_torn_on_disk_is_read_from_the_copy_it_replaced(tmp_path, caplog):
+    path = tmp_path / TRAFFIC_FILE
+    traffic = Traffic(path, clock=Clock(NOVEMBER))
+    traffic.add(5 * GiB)
+    traffic.close()
+    traffic.add(GiB)
+    traffic.close()  # 6 GiB now, 5 GiB in the copy it replaced
+    path.write_bytes(path.read_bytes()[:7])  # torn
+    with caplog.at_level(logging.WARNING, logger="swarmrl.node"):
+        assert Traffic(path, clock=Clock(NOVEMBER)).moved(NOVEMBER) == 5 * GiB
+    assert "the copy before it does" in caplog.text
+
+
 # ---- free disk ----------------------------------------------------------------------
 
 

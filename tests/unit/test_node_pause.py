@@ -8,6 +8,7 @@ import threading
 from client.node.events import Event, EventKind
 from client.node.loop import Node
 from client.node.settings import NodeSettings
+from client.node.worker import LocalWorker
 
 
 class Swarm:
@@ -34,6 +35,7 @@ def test_a_paused_node_finishes_its_order_then_waits_for_resume(tmp_path):
         else:
             node.stop()
 
+    node._start_workers = lambda: LocalWorker(load=None)  # type: ignore[method-assign]
     node._identity = lambda: None  # type: ignore[method-assign]
     node._start_swarm = lambda me: setattr(node, "swarm", Swarm())  # type: ignore[method-assign]
     node._resend = lambda: None  # type: ignore[method-assign]
@@ -47,6 +49,52 @@ def test_a_paused_node_finishes_its_order_then_waits_for_resume(tmp_path):
     node.resume()
     loop.join(timeout=60)
     assert not loop.is_alive()
-    assert orders == [[], [EventKind.PAUSED, EventKind.RESUMED]]
-    assert events == [EventKind.PAUSED, EventKind.RESUMED, EventKind.STOPPED]
+    assert orders == [[EventKind.WORKERS], [EventKind.WORKERS, EventKind.PAUSED, EventKind.RESUMED]]
+    assert events == [EventKind.WORKERS, EventKind.PAUSED, EventKind.RESUMED, EventKind.STOPPED]
     assert not node.state.paused
+
+
+def test_workers_that_keep_failing_pause_the_loop_until_it_resumes(tmp_path):
+    from client.node.workers import WorkersFailingError
+
+    events: list[Event] = []
+    idle = threading.Event()
+
+    def hear(event: Event) -> None:
+        events.append(event)
+        if event.kind is EventKind.PAUSED:
+            idle.set()
+
+    forgiven: list[bool] = []
+    node = Node(NodeSettings(data_dir=tmp_path, keystore_dir=tmp_path), account=None, on_event=hear)
+    workers = LocalWorker(load=None)
+    workers.forgive = lambda: forgiven.append(True)  # type: ignore[method-assign]
+    calls = []
+
+    def one_order() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise WorkersFailingError("3 worker exits in a row; the last: worker 0 exited")
+        node.stop()
+
+    node._start_workers = lambda: workers  # type: ignore[method-assign]
+    node._identity = lambda: None  # type: ignore[method-assign]
+    node._start_swarm = lambda me: setattr(node, "swarm", Swarm())  # type: ignore[method-assign]
+    node._resend = lambda: None  # type: ignore[method-assign]
+    node._one_order = one_order  # type: ignore[method-assign]
+    node.state.joined = True
+    loop = threading.Thread(target=node.run)
+    loop.start()
+    try:
+        assert idle.wait(timeout=60), "the loop never went idle"
+        failing = [e for e in events if e.kind is EventKind.FAILING]
+        assert [e.reason for e in failing] == ["3 worker exits in a row; the last: worker 0 exited"]
+        assert node.state.paused
+        assert calls == [1]  # no order taken while it failed
+        node.resume()
+        loop.join(timeout=60)
+        assert calls == [1, 1]
+        assert forgiven == [True]
+    finally:
+        node.stop()
+        loop.join(timeout=60)

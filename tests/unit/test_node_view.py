@@ -239,3 +239,6 @@ def test_the_work_panel_says_how_far_behind_the_newest_step_the_node_works():
     assert "policy step 3 (2 behind step 5)" in view.work_lines()
     view.apply(Event(EventKind.GENERATED, step=5, rollouts=1))
     assert "policy step 5" in view.work_lines()
+    assert not any(line.startswith("workers") for line in view.work_lines())  # just one
+    view.apply(Event(EventKind.WORKERS, total=2))
+    assert "workers     2, an order split among them" in view.work_lines()

@@ -65,10 +65,10 @@ def summary(**changes):
         "submissions": {"received": 3, "accepted": 40, "rejected": 2},
         "rollouts_accepted": 320,
         "nodes": [
-            {"address": NODE_CHECKSUM, "state": "active", "backend": "vllm",
+            {"address": NODE_CHECKSUM, "state": "active", "backend": "vllm", "workers": 8,
              "tokens_per_second": 1234.4, "order_prompts": 16, "order_budget": 512,
              "accepted": 40, "rejected": 1, "units": 320},
-            {"address": OTHER_CHECKSUM, "state": "silent", "backend": "torch",
+            {"address": OTHER_CHECKSUM, "state": "silent", "backend": "torch", "workers": 1,
              "tokens_per_second": None, "order_prompts": None, "order_budget": None,
              "accepted": 0, "rejected": 1, "units": 0},
         ],
@@ -94,7 +94,7 @@ def test_a_frame_shows_the_step_rate_nodes_queue_and_transactions():
     assert "validation queue 3" in text
     assert "▁▃█ 0.412" in text.replace("  ", " ")
     node_rows = [line for line in text.splitlines() if NODE_CHECKSUM[:6] in line]
-    assert any("active" in r and "vllm" in r and "1234" in r and "320" in r for r in node_rows)
+    assert any("active" in r and "vllm x8" in r and "1234" in r and "320" in r for r in node_rows)
     assert any("16x512" in r for r in node_rows)  # its newest order: 16 prompts, budget 512
     assert any(OTHER_CHECKSUM[:6] in line and "silent" in line for line in text.splitlines())
     chain = [line for line in text.splitlines() if " tx " in line]
@@ -140,7 +140,7 @@ def test_a_frame_before_the_first_step_and_while_stopping():
 
 def data_dir_with_a_run(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    ledger.nodes.join(NODE, PROVIDER, "peer-a", "vllm", {}, now=1.0)
+    ledger.nodes.join(NODE, PROVIDER, "peer-a", "vllm", {"workers": 8}, now=1.0)
     ledger.nodes.join(OTHER, PROVIDER, "peer-b", "torch", {}, now=2.0)
     ledger.nodes.set_state(NODE, "active", "heartbeat", now=3.0)
     ledger.nodes.touch({NODE: Seen(at=3.0, speed=250.0)})
@@ -203,6 +203,8 @@ def test_the_summary_reads_the_ledger_and_the_metrics(tmp_path):
         250.0,
     )
     assert [(n["order_prompts"], n["order_budget"]) for n in s["nodes"]] == [(8, 128), (None, None)]
+    # One node of eight workers; one that joined before nodes said, one.
+    assert [n["workers"] for n in s["nodes"]] == [8, 1]
     assert [(n["accepted"], n["rejected"], n["units"]) for n in s["nodes"]] == [
         (2, 0, 16),
         (0, 1, 0),

@@ -195,13 +195,13 @@ def test_a_cheating_node_loads_and_keeps_what_its_cheat_says(tmp_path, model_dir
     node._hold(a, 1, "fp32")
     node._hold(b, 2, "fp32")
     assert node.backend_step == 2
-    assert torch.equal(weights(node.backend), weights(TorchBackend(a, device="cpu")))
+    assert torch.equal(weights(node.local.backend), weights(TorchBackend(a, device="cpu")))
     # The demo's cheater keeps its random weights through every new step.
     node = CheatingNode(settings, None, RandomWeights(tmp_path / "random"))
     node._hold(a, 1, "fp32")
-    cheap = weights(node.backend).clone()
+    cheap = weights(node.local.backend).clone()
     node._hold(b, 2, "fp32")
-    assert torch.equal(weights(node.backend), cheap)
+    assert torch.equal(weights(node.local.backend), cheap)
     assert not torch.equal(cheap, weights(TorchBackend(b, device="cpu")))
 
 

@@ -19,8 +19,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from swarmrl import toploc
-from swarmrl.models import tiny
-from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, SamplingParams
+from swarmrl.models import load_backend, tiny, vllm_engine
+from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Engine, SamplingParams
 from swarmrl.models.vllm_backend import VLLMBackend
 from tests.model_fixtures import random_tiny_model
 
@@ -171,6 +171,30 @@ def test_the_engine_runs_eagerly_with_processed_logprobs(model_dir, monkeypatch)
     assert backend.tokenizer.decode([40, 41]) == tiny.ALPHABET[36:38]
     # The worker functions travel pickled to vLLM's worker processes.
     assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
+
+
+def test_a_nodes_engine_settings_reach_vllm(model_dir):
+    engine = Engine(tensor_parallel_size=2, gpu_memory_fraction=0.8, max_model_len=8192)
+    kwargs = vllm_engine("bf16", engine)
+    assert kwargs == {
+        "tensor_parallel_size": 2,
+        "dtype": "bfloat16",
+        "gpu_memory_utilization": 0.8,
+        "max_model_len": 8192,
+    }
+    backend = VLLMBackend(model_dir, engine_kwargs=kwargs, vllm=FAKE_VLLM)
+    assert backend._llm.kwargs == {
+        "enforce_eager": True,
+        "logprobs_mode": "processed_logprobs",
+        **kwargs,
+    }
+    # Unset, they are vLLM's own: only the tensor-parallel size (1) is said.
+    assert vllm_engine(None, Engine()) == {"tensor_parallel_size": 1}
+
+
+def test_torch_runs_one_gpu_a_worker(model_dir):
+    with pytest.raises(ValueError, match=r"^tensor_parallel_size 2 needs the vllm backend"):
+        load_backend("torch", model_dir, device="cpu", engine=Engine(tensor_parallel_size=2))
 
 
 def test_settings_the_capture_relies_on_cannot_be_overridden(model_dir):

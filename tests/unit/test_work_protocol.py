@@ -75,6 +75,7 @@ REPORT_CHANGES = {
     "cpu_cores": 9,
     "gpu": "H100",
     "gpu_memory_gib": 80.0,
+    "workers": 8,
     "version": "swarmrl 1",
     "protocol": WORK_PROTOCOL + 1,
 }

@@ -1,0 +1,164 @@
+"""A node's worker processes, for real: two workers on the CPU (a machine with two GPUs,
+simulated) make the records one worker makes, bit for bit; a dead worker is started again
+and its part done again; workers that keep dying stop the node's work; a worker dies with
+its daemon, even one killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from client.node.worker import LocalWorker
+from client.node.workers import Pool, WorkerPlan, WorkersFailingError
+from orchestrator.tasks.generators import demo_tasks
+from swarmrl.models import load_backend
+from swarmrl.models.backend import Engine
+from swarmrl.work.assign import Slot, WorkOrder
+from tests.model_fixtures import random_tiny_model
+
+TASKS = {t.problem_id: t for t in demo_tasks(6, seed=3)}
+ORDER = WorkOrder(
+    run="0x" + "5a" * 32,
+    node="0x" + "11" * 20,
+    counter=1,
+    min_step=0,
+    seed=12345,
+    group_size=2,
+    max_tokens=12,
+    temperature=1.0,
+    top_p=1.0,
+    precision="fp32",
+    tasks=[Slot(problem_id=p, budget=64) for p in TASKS],
+    deadline=2_000_000_000,
+)
+BATCH = 4  # two tasks' groups a batch: three batches to split
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return random_tiny_model(tmp_path_factory.mktemp("model") / "m", seed=5)
+
+
+def cpu_pool(tmp_path, workers=2, **options) -> Pool:
+    plans = [
+        WorkerPlan(i, "cpu", (), (sorted(os.sched_getaffinity(0))[0],), 1) for i in range(workers)
+    ]
+    (tmp_path / "outbox").mkdir(exist_ok=True)
+    return Pool(
+        plans,
+        backend="torch",
+        engine=Engine(),
+        log_dir=tmp_path,
+        outbox=tmp_path / "outbox",
+        **options,
+    )
+
+
+def records(workers, model):
+    workers.hold(model, 1, "fp32")
+    return workers.records(ORDER, TASKS, node=ORDER.node, step=1, batch_size=BATCH)
+
+
+@pytest.fixture(scope="module")
+def one_worker(model):
+    """The order as one worker in this process makes it (one thread, as each worker)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        worker = LocalWorker(lambda d, p: load_backend("torch", d, device="cpu", precision=p))
+        return records(worker, model)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_two_workers_make_what_one_makes_bit_for_bit(tmp_path, model, one_worker):
+    pool = cpu_pool(tmp_path)
+    pool.start()
+    try:
+        split = records(pool, model)
+        # Each worker made a part: both measured a speed of their own.
+        assert all(w.speed != 1.0 for w in pool.workers)
+    finally:
+        pool.close()
+    assert len(split) == len(TASKS) * ORDER.group_size
+    assert split == one_worker
+    assert not list((tmp_path / "outbox").iterdir())  # the parts' files are gone
+
+
+def test_a_killed_worker_is_started_again_and_does_its_part(tmp_path, model, one_worker):
+    pool = cpu_pool(tmp_path)
+    pool.start()
+    try:
+        pool.hold(model, 1, "fp32")
+        first = pool.workers[1].process
+        first.kill()
+        first.wait()
+        assert records(pool, model) == one_worker
+        assert pool.workers[1].process is not first
+        assert pool.exits == 0  # an order done forgives the exit before it
+    finally:
+        pool.close()
+
+
+def test_workers_that_keep_dying_stop_the_work_with_the_reason(tmp_path):
+    # A RAM cap no process meets: every worker is killed as soon as it is watched.
+    pool = cpu_pool(tmp_path, workers=1, memory_cap_bytes=1, max_exits=3)
+    pool.start()
+
+    def keep_asking():
+        while True:
+            pool.threads(1)
+
+    last = r"worker 0 exited with code -9 \(over the RAM cap: "
+    try:
+        with pytest.raises(
+            WorkersFailingError, match=rf"^3 worker exits in a row; the last: {last}"
+        ):
+            keep_asking()
+    finally:
+        pool.close()
+
+
+DAEMON = """
+import os, sys, time
+from pathlib import Path
+from client.node.workers import Pool, WorkerPlan
+from swarmrl.models.backend import Engine
+pool = Pool([WorkerPlan(0, "cpu", (), (sorted(os.sched_getaffinity(0))[0],), 1)], backend="torch",
+            engine=Engine(), log_dir=Path(sys.argv[1]), outbox=Path(sys.argv[1]))
+pool.start()
+print(pool.workers[0].process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_dies_with_its_daemon_killed_with_sigkill(tmp_path):
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", DAEMON, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        worker = int(daemon.stdout.readline())
+        os.kill(worker, 0)  # it runs
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+        deadline = time.monotonic() + 60
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker)
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie is dead, awaiting its reaper
+    except FileNotFoundError:
+        return False
