@@ -572,15 +572,15 @@ class Node:
     def _generate(self, order: WorkOrder, order_id: str) -> tuple[Path, dict[str, float]]:
         """The order's rollouts in a file of the outbox, and what making them cost."""
         from swarmrl.rollouts.records import write_rollouts
-        from swarmrl.tasks.math import cpu_seconds_with_checker
 
-        # math-verify's worker scores the rewards: its CPU is generation's too.
-        began, cpu = time.perf_counter(), cpu_seconds_with_checker()
+        assert self.workers is not None  # started before any order
+        # The workers' CPU, math-verify's that scores their rewards included.
+        began, cpu = time.perf_counter(), self.workers.cpu_seconds()
         records = self._records(order)
         seconds = time.perf_counter() - began
         cost = {
             "rollouts": len(records),
-            "generate_cpu_seconds": cpu_seconds_with_checker() - cpu,
+            "generate_cpu_seconds": self.workers.cpu_seconds() - cpu,
             "generate_seconds": seconds,
         }
         tokens = sum(len(r.output_ids) for r in records)

@@ -13,7 +13,6 @@ cheater's node, whose cheats replace how it loads and generates).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from swarmrl.models.backend import BackendName, Engine, Precision
+from swarmrl.processes import die_with_parent
 from swarmrl.schema import Strict
 from swarmrl.work.assign import WorkOrder
 
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from swarmrl.tasks import Task
 
 log = logging.getLogger("swarmrl.node.worker")
-
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class Spec(Strict):
@@ -81,6 +79,7 @@ class Reply(Strict):
     kind: Literal["value", "os"] | None = None  # which exception the error was
     tokens: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the worker's and its reward checker's, generating
 
 
 # ---- the worker's body ------------------------------------------------------------------
@@ -131,6 +130,12 @@ class LocalWorker:
         return order_rollouts(
             self.backend, order, tasks, node=node, step=step, batch_size=batch_size, batches=batches
         )
+
+    def cpu_seconds(self) -> float:
+        """CPU time this process (and its reward checker) has taken so far."""
+        from swarmrl.tasks.math import cpu_seconds_with_checker
+
+        return cpu_seconds_with_checker()
 
     def threads(self, threads: int) -> None:
         from swarmrl.cores import take_threads
@@ -193,17 +198,6 @@ def order_rollouts(
 # ---- the process ------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when the thread that started it ends (the daemon's main
-    thread: client.node.workers starts workers from it alone). Linux only: elsewhere a
-    worker sees its stdin close instead, once the daemon is gone."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-
-
 def _serve(spec: Spec, requests: Any, replies: Any) -> None:
     from swarmrl.cores import take_threads
     from swarmrl.models import load_backend
@@ -236,7 +230,7 @@ def _serve(spec: Spec, requests: Any, replies: Any) -> None:
             elif request.generate is not None:
                 g = request.generate
                 rows = {t.problem_id: t for t in map(Task.from_row, g.tasks)}
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), worker.cpu_seconds()
                 records = worker.records(
                     WorkOrder.model_validate_json(g.order),
                     rows,
@@ -248,7 +242,9 @@ def _serve(spec: Spec, requests: Any, replies: Any) -> None:
                 seconds = time.perf_counter() - began
                 write_rollouts(records, Path(g.out))
                 tokens = sum(len(r.output_ids) for r in records)
-                answer(Reply(tokens=tokens, seconds=seconds))
+                answer(
+                    Reply(tokens=tokens, seconds=seconds, cpu_seconds=worker.cpu_seconds() - cpu)
+                )
             elif request.threads is not None:
                 worker.threads(request.threads)
                 answer(Reply())
@@ -264,7 +260,9 @@ def main() -> None:
     """``python -m client.node.worker``: started by client.node.workers, never by hand."""
     # The protocol's stdout is a copy of fd 1; fd 1 itself now goes to the log (stderr),
     # so nothing a library prints can break a reply.
-    _die_with_parent()
+    # Whatever kills the daemon kills its workers: client.node.workers starts them from
+    # the daemon's main thread alone.
+    die_with_parent()
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

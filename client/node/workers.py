@@ -68,6 +68,10 @@ class Workers(Protocol):
 
     def threads(self, threads: int) -> None: ...
 
+    def cpu_seconds(self) -> float:
+        """CPU time generation has taken so far, its reward checks included."""
+        ...
+
     def forgive(self) -> None:
         """The owner resumed the node: failures so far are forgiven."""
         ...
@@ -310,6 +314,7 @@ class Pool:
         self.memory_cap = memory_cap_bytes
         self.max_exits = max_exits
         self.exits = 0  # since the last order done or forgiven
+        self._cpu_seconds = 0.0  # what the workers said their parts took
         self._held: tuple[Path, int, Precision] | None = None
         self._closed = threading.Event()
         self._watch = threading.Thread(
@@ -364,6 +369,7 @@ class Pool:
             )
             reply = worker.call(Request(generate=request))
             worker.speed = max(reply.tokens / max(reply.seconds, 1e-9), 1e-3)
+            self._cpu_seconds += reply.cpu_seconds
             try:
                 return read_rollouts(out)
             finally:
@@ -373,6 +379,9 @@ class Pool:
         results = self._concurrently([(w, functools.partial(part, w, run)) for w, run in jobs])
         self.exits = 0
         return [record for records in results for record in records]
+
+    def cpu_seconds(self) -> float:
+        return self._cpu_seconds
 
     def forgive(self) -> None:
         self.exits = 0

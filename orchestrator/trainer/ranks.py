@@ -17,7 +17,6 @@ and opens the process group: NCCL on its own GPU, gloo on a CPU.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import faulthandler
 import os
 import signal
@@ -32,6 +31,7 @@ import torch.distributed as dist
 
 from orchestrator.trainer.launch import TrainerLaunch
 from swarmrl.cores import take_threads
+from swarmrl.processes import die_with_parent
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 # A collective that waits longer than this ends the job: every wait the trainer does
 # (for rollouts, for a checkpoint) is a round of short collectives, never one long one.
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def run_job(launch: TrainerLaunch, job: str, entry: Callable[..., None], *args: Any) -> None:
@@ -149,10 +148,6 @@ def loopback_interface() -> str:
 
 def _die_with_parent() -> None:
     """SIGKILL when the agent that started this rank dies (Linux; elsewhere, nothing)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent()
     if os.getppid() == 1:  # the agent died before the call above
         os._exit(1)

@@ -14,7 +14,6 @@ mined after the last dump is lost, as blocks are in a reorganisation.
 
 from __future__ import annotations
 
-import ctypes
 import gzip
 import os
 import re
@@ -35,6 +34,7 @@ from web3.types import RPCEndpoint
 
 from swarmrl.chain.errors import ChainConfigError, ChainError, RpcUnavailableError
 from swarmrl.files import write_atomically
+from swarmrl.processes import die_with_parent
 
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_CHAIN_ID = 31337
@@ -42,7 +42,6 @@ DEV_ACCOUNTS = 10
 HOST = "127.0.0.1"
 # Process ids are C ints: os.kill raises OverflowError past this.
 MAX_PID = 2**31 - 1
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_ANVIL = REPO_ROOT / "contracts" / "node_modules" / ".bin" / "anvil"
 _LISTENING = re.compile(rb"Listening on 127\.0\.0\.1:(\d+)")
@@ -313,13 +312,10 @@ def _spawn(
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: ask Linux for SIGTERM when the parent dies.
-
-    Linux ties this to the thread that started the child, so an attached anvil
-    is started from a thread that lives as long as it should (the main one).
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    """In the child before exec: SIGTERM when the parent dies (anvil then dumps its state).
+    An attached anvil is started from a thread that lives as long as it should (the
+    main one): see swarmrl.processes."""
+    die_with_parent(signal.SIGTERM)
 
 
 def _terminate(process: subprocess.Popen[bytes], timeout: float = 5.0) -> None:

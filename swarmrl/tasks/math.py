@@ -24,7 +24,6 @@ import math
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from swarmrl.processes import die_with_parent
 from swarmrl.tasks.format import TaskType, answer_text
 
 # Longer answers are not worth parsing.
@@ -269,20 +269,12 @@ _WORKER_CODE = (
 )
 
 
-def _die_with_parent() -> None:
-    """A worker deep in sympy when its parent dies would spin on, orphaned, for minutes."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
 def serve_worker() -> None:
     """The worker's loop: a JSON ``[a, b]`` per line in, ``1`` or ``0`` per line out."""
     import resource
 
-    _die_with_parent()
+    # A worker deep in sympy when its parent dies would spin on, orphaned, for minutes.
+    die_with_parent()
     with contextlib.suppress(ValueError, OSError):  # some platforms have no RLIMIT_AS
         resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY_BYTES, _WORKER_MEMORY_BYTES))
     _equal("x", "x")  # import and warm math-verify before saying ready

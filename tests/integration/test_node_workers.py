@@ -84,6 +84,8 @@ def test_two_workers_make_what_one_makes_bit_for_bit(tmp_path, model, one_worker
         split = records(pool, model)
         # Each worker made a part: both measured a speed of their own.
         assert all(w.speed != 1.0 for w in pool.workers)
+        # What generating cost is the workers' CPU, not the idle daemon's.
+        assert pool.cpu_seconds() > 0
     finally:
         pool.close()
     assert len(split) == len(TASKS) * ORDER.group_size

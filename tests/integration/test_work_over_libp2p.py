@@ -19,6 +19,7 @@ from client.node.journal import Journal
 from client.node.loop import RETRIED, Node
 from client.node.session import Session
 from client.node.settings import NodeSettings
+from client.node.worker import LocalWorker
 from orchestrator.service.work_server import RateLimiter
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host, RemoteError
@@ -203,8 +204,12 @@ class JournaledNode:
         self.node._identity = lambda: None  # type: ignore[method-assign]
         self.node._start_swarm = lambda me: setattr(self.node, "swarm", NoSwarm())  # type: ignore[method-assign]
         self.node._one_order = self.ask  # type: ignore[method-assign]
+        # Its one worker holds nothing: these nodes generate nothing.
+        self.node._start_workers = lambda: LocalWorker(load=None)  # type: ignore[method-assign]
 
     def hear(self, event: Event) -> None:
+        if event.kind is EventKind.WORKERS:
+            return
         self.events.append(event)
         if event.kind is EventKind.RETRY:
             self.node.stop()
