@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from swarmrl.models.backend import BackendName, Engine, Precision
 from swarmrl.processes import die_with_parent
 from swarmrl.schema import Strict
-from swarmrl.work.assign import WorkOrder
+from swarmrl.work.assign import Slot, WorkOrder
 
 if TYPE_CHECKING:
     from swarmrl.models.backend import Backend, SamplingParams
@@ -166,19 +166,15 @@ def order_rollouts(
     proven and scored with the shared verifiers. ``batches`` (of the order's batches of
     ``batch_size``) generates that part alone, with the seeds the whole order's draw."""
     from swarmrl.models.backend import SamplingParams
-    from swarmrl.rollouts.generate import Provenance, generate_rollouts, groups_per_batch
+    from swarmrl.rollouts.generate import Provenance, generate_rollouts
     from swarmrl.tasks.rewards import task_reward
 
     if params is None:
         params = SamplingParams(
             max_tokens=order.max_tokens, temperature=order.temperature, top_p=order.top_p
         )
-    slots = order.tasks
-    first = 0
-    if batches is not None:
-        per_batch = groups_per_batch(order.group_size, batch_size)
-        slots = slots[batches.start * per_batch : batches.stop * per_batch]
-        first = batches.start
+    slots = order.tasks if batches is None else batch_slots(order, batch_size, batches)
+    first = 0 if batches is None else batches.start
     budgets = iter(slot.budget for slot in slots)
     return generate_rollouts(
         backend,
@@ -193,6 +189,21 @@ def order_rollouts(
         batch_size=batch_size,
         first_batch=first,
     )
+
+
+def order_batches(order: WorkOrder, batch_size: int) -> int:
+    """How many batches of about ``batch_size`` sequences ``order``'s groups make."""
+    from swarmrl.rollouts.generate import groups_per_batch
+
+    return -(-len(order.tasks) // groups_per_batch(order.group_size, batch_size))
+
+
+def batch_slots(order: WorkOrder, batch_size: int, batches: range) -> list[Slot]:
+    """The tasks of ``order``'s ``batches`` (of about ``batch_size`` sequences each)."""
+    from swarmrl.rollouts.generate import groups_per_batch
+
+    per_batch = groups_per_batch(order.group_size, batch_size)
+    return order.tasks[batches.start * per_batch : batches.stop * per_batch]
 
 
 # ---- the process ------------------------------------------------------------------------

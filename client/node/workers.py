@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from client.node.worker import Generate, Load, Reply, Request, Spec
+from client.node.worker import Generate, Load, Reply, Request, Spec, batch_slots, order_batches
 from swarmrl.models.backend import BackendName, Engine, Precision
 from swarmrl.work.assign import WorkOrder
 
@@ -315,7 +315,7 @@ class Pool:
         self.max_exits = max_exits
         self.exits = 0  # since the last order done or forgiven
         self._cpu_seconds = 0.0  # what the workers said their parts took
-        self._held: tuple[Path, int, Precision] | None = None
+        self._held: Request | None = None  # the policy every worker holds, as asked
         self._closed = threading.Event()
         self._watch = threading.Thread(
             target=self._watch_memory, name="swarmrl-workers", daemon=True
@@ -333,11 +333,11 @@ class Pool:
                  "; ".join(describe(w.plan) for w in self.workers))  # fmt: skip
 
     def hold(self, model_dir: Path, step: int, precision: Precision) -> None:
-        if self._held == (model_dir, step, precision):
-            return
         request = Request(load=Load(model_dir=str(model_dir), step=step, precision=precision))
+        if request == self._held:
+            return
         self._all(lambda w: w.call(request))
-        self._held = (model_dir, step, precision)
+        self._held = request
 
     def threads(self, threads: int) -> None:
         each = max(1, threads // self.count)
@@ -346,16 +346,13 @@ class Pool:
     def records(
         self, order: WorkOrder, tasks: Mapping[str, Task], *, node: str, step: int, batch_size: int
     ) -> list[Rollout]:
-        from swarmrl.rollouts.generate import groups_per_batch
         from swarmrl.rollouts.records import read_rollouts
 
-        per_batch = groups_per_batch(order.group_size, batch_size)
-        batches = -(-len(order.tasks) // per_batch)
-        parts = split_batches(batches, [w.speed for w in self.workers])
+        parts = split_batches(order_batches(order, batch_size), [w.speed for w in self.workers])
         digest = hashlib.sha256(order.model_dump_json().encode()).hexdigest()[:16]
 
         def part(worker: ProcessWorker, run: range) -> list[Rollout]:
-            slots = order.tasks[run.start * per_batch : run.stop * per_batch]
+            slots = batch_slots(order, batch_size, run)
             out = self.outbox / f"{digest}.worker-{worker.plan.index}.parquet"
             request = Generate(
                 order=order.model_dump_json(),
@@ -437,10 +434,7 @@ class Pool:
     def _restart(self, worker: ProcessWorker) -> None:
         worker.start()
         if self._held is not None:
-            model_dir, step, precision = self._held
-            worker.call(
-                Request(load=Load(model_dir=str(model_dir), step=step, precision=precision))
-            )
+            worker.call(self._held)
 
     def _exited(self, worker: ProcessWorker, why: str) -> None:
         self.exits += 1
