@@ -152,18 +152,11 @@ def _workers(settings: NodeSettings, found: _Found) -> str:
     cores."""
     import torch
 
-    from client.node.workers import describe, plan_workers
+    from client.node.workers import describe, plan_here
 
     if not found.hardware:
         raise _CheckSkippedError("backend")
-    cuda = found.device.startswith("cuda")
-    plans = plan_workers(
-        settings,
-        device=found.device,
-        backend=found.backend,
-        gpu_count=torch.cuda.device_count() if cuda else 0,
-        cores=sorted(os.sched_getaffinity(0)),
-    )
+    plans = plan_here(settings, device=found.device, backend=found.backend)
     lines = []
     for plan in plans:
         gpus = [f"{torch.cuda.get_device_name(g)} {_free(torch, g)}" for g in plan.gpus]

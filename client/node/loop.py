@@ -453,21 +453,11 @@ class Node:
     def _start_workers(self) -> Workers:
         """A worker process per GPU group (or per cpu_workers), as the settings plan them
         on this machine; one sentence when the machine cannot run them."""
-        from client.node.workers import Pool, engine, plan_workers
+        from client.node.workers import Pool, engine, plan_here
 
-        device = resolve_device(self.settings.device)
         backend = choose_backend(self.settings.backend, self.settings.device)
-        gpu_count = 0
-        if device.startswith("cuda"):
-            import torch
-
-            gpu_count = torch.cuda.device_count()
-        plans = plan_workers(
-            self.settings,
-            device=device,
-            backend=backend,
-            gpu_count=gpu_count,
-            cores=sorted(os.sched_getaffinity(0)),
+        plans = plan_here(
+            self.settings, device=resolve_device(self.settings.device), backend=backend
         )
         cap = self.settings.worker_memory_gib
         pool = Pool(

@@ -141,6 +141,22 @@ def plan_workers(
     ]
 
 
+def plan_here(settings: NodeSettings, *, device: str, backend: BackendName) -> list[WorkerPlan]:
+    """``plan_workers`` on this machine: the GPUs torch sees and this process's cores."""
+    gpu_count = 0
+    if device.startswith("cuda"):
+        import torch
+
+        gpu_count = torch.cuda.device_count()
+    return plan_workers(
+        settings,
+        device=device,
+        backend=backend,
+        gpu_count=gpu_count,
+        cores=sorted(os.sched_getaffinity(0)),
+    )
+
+
 def engine(settings: NodeSettings) -> Engine:
     """The engine settings of each worker."""
     return Engine(
