@@ -368,20 +368,21 @@ def claim(
         if epochs:
             amount = chain.claim(node, epochs)
         else:
-            ready = _claimable_now(chain, chain.address, node)
+            ready = _claimable_now(chain, name, node)
             epochs = [found.work.epoch for found in ready]
             # The refs are at hand already: no second search of the logs.
             amount = chain.claim_refs([found.ref for found in ready])
         typer.echo(f"claimed {format_tokens(amount)} for epochs {', '.join(map(str, epochs))}")
 
 
-def _claimable_now(chain: Contracts, provider: str, node: str) -> list[Unclaimed]:
-    """The work of `node` that `provider` can claim now; ValueError saying when the
-    first becomes claimable, or that there is none."""
+def _claimable_now(chain: Contracts, name: str, node: str) -> list[Unclaimed]:
+    """The work of `node` that the signing key `name` can claim now; ValueError saying
+    when the first becomes claimable, whose key claims it, or that there is none."""
     from client.node.view import CLAIMABLE, PENDING, epoch_status
 
     now = chain.chain_time()
-    unclaimed = _unclaimed(chain, provider, [node])
+    every = _unclaimed(chain, [node])
+    unclaimed = [found for found in every if found.provider == chain.address]
     ready = [found for found in unclaimed if epoch_status(found.work, now) == CLAIMABLE]
     if ready:
         return ready
@@ -389,6 +390,9 @@ def _claimable_now(chain: Contracts, provider: str, node: str) -> list[Unclaimed
         found.work for found in unclaimed if epoch_status(found.work, now).startswith(PENDING)
     ]
     if not pending:
+        others = _not_yours(name, chain.address, node, every, now)
+        if others is not None:
+            raise ValueError(others)
         if unclaimed:
             raise ValueError(
                 f"nothing to claim: the unclaimed work of node {node} is never to be paid "
@@ -422,10 +426,12 @@ def claimable(
     provider = keystore.info(_dir(keystore_dir), name).address
     with _chain_errors():
         chain = _protocol(deployment, rpc_url)
-        unclaimed = _unclaimed(chain, provider, [node] if node else chain.nodes_ever_of(provider))
+        every = _unclaimed(chain, [node] if node else chain.nodes_ever_of(provider))
         now = chain.chain_time()
+    unclaimed = [found for found in every if found.provider == provider]
     if not unclaimed:
-        typer.echo(f"no unclaimed work is recorded for provider {provider}")
+        others = None if node is None else _not_yours(name, provider, node, every, now)
+        typer.echo(others or f"no unclaimed work is recorded for provider {provider}")
         return
     ready = 0
     for found in unclaimed:
@@ -440,16 +446,18 @@ def claimable(
 
 
 class Unclaimed(NamedTuple):
-    """A node's recorded work of one epoch, as shown, and the leaf that claims it."""
+    """A node's recorded work of one epoch, as shown, the leaf that claims it, and the
+    provider of the membership it was recorded under: the only one who can claim it."""
 
     node: str
     work: EpochWork
     ref: LeafRef
+    provider: str | None
 
 
-def _unclaimed(chain: Contracts, provider: str, nodes: list[str]) -> list[Unclaimed]:
-    """Every epoch's work of `nodes` recorded under a membership of `provider` that is
-    still open (neither claimed, invalidated nor released), in order: payable or not,
+def _unclaimed(chain: Contracts, nodes: list[str]) -> list[Unclaimed]:
+    """Every epoch's work of `nodes` that is still open (neither claimed, invalidated
+    nor released), in order, whichever provider it was recorded under: payable or not,
     since a leaf of a slashed membership or of one that had left is shown as such."""
     from eth_utils import to_checksum_address
 
@@ -460,15 +468,42 @@ def _unclaimed(chain: Contracts, provider: str, nodes: list[str]) -> list[Unclai
     for node in nodes:
         for epoch in chain.recorded_epochs(node):
             work = chain.work_of(epoch, node)
-            if (
-                work is not None
-                and work.membership.provider == provider
-                and work.settlement is Settlement.OPEN
-            ):
+            if work is not None and work.settlement is Settlement.OPEN:
                 found.append(
-                    Unclaimed(to_checksum_address(node), epoch_work(epoch, work), work.ref)
+                    Unclaimed(
+                        to_checksum_address(node),
+                        epoch_work(epoch, work),
+                        work.ref,
+                        work.membership.provider,
+                    )
                 )
     return found
+
+
+def _not_yours(
+    name: str, account: str, node: str, unclaimed: list[Unclaimed], now: int
+) -> str | None:
+    """The sentence naming the other providers whose keys claim the payable work of
+    `node` among `unclaimed`, and how much each, for key `name` (of `account`) that
+    has none; None if no other provider's key claims any."""
+    from client.node.view import CLAIMABLE, PENDING, epoch_status
+
+    owed: dict[str, int] = {}
+    for found in unclaimed:
+        status = epoch_status(found.work, now)
+        payable = status == CLAIMABLE or status.startswith(PENDING)
+        if payable and found.provider is not None and found.provider != account:
+            owed[found.provider] = owed.get(found.provider, 0) + found.work.reward
+    if not owed:
+        return None
+    whose = ", and ".join(
+        f"provider {provider}, whose key claims its {format_tokens(reward)} tokens"
+        for provider, reward in owed.items()
+    )
+    return (
+        f"nothing to claim with key {name} ({account}): the unclaimed work of node "
+        f"{node} was recorded under {whose}"
+    )
 
 
 @app.command()

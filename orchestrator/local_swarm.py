@@ -2,7 +2,9 @@
 nodes as real processes started the way a person starts them (the `swarmrl` command).
 
 The end-to-end tests, `swarmrl bench swarm` and the demo build their swarms with it;
-it only runs commands, so it imports neither the node nor the orchestrator.
+it only runs commands, so it imports neither the node nor the orchestrator. A step that
+fails at run time (a command, a process that exits, anvil, a wait that runs out) is a
+`SwarmError`: one sentence naming what failed and the log to read.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from swarmrl import keystore
 from swarmrl.chain.anvil import Anvil, dev_accounts
+from swarmrl.chain.cli import LOG_FILE
 from swarmrl.chain.deploy import (
     DEV_RECORDER,
     DEV_VALIDATOR,
@@ -31,11 +34,15 @@ from swarmrl.chain.deploy import (
     run_id_from_name,
     write_deployment,
 )
+from swarmrl.chain.errors import ChainConfigError, ChainError, rpc_failure_sentence
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.settings_toml import write_settings
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 PASSWORD = "correct horse battery staple"
+# The swarm's chain folder, under its root: the `swarmrl` commands' $SWARMRL_CHAIN_DIR,
+# and where anvil logs, as `swarmrl chain up`'s does.
+CHAIN_DIR = "chain"
 # How long a stopped process group has to end, every process in it, before it is killed:
 # the orchestrator gives each of its three children 15 s to finish their work.
 STOP_SECONDS = 60.0
@@ -67,6 +74,15 @@ LEARNING_RECIPE: dict[str, object] = {
 T = TypeVar("T")
 
 
+class SwarmError(RuntimeError):
+    """A step of a local swarm failed; ``str(e)`` is one sentence naming what failed and
+    the log to read."""
+
+
+class SwarmTimeoutError(SwarmError):
+    """A wait ran out while every process of the swarm still ran."""
+
+
 @dataclass
 class Swarm:
     root: Path
@@ -81,11 +97,13 @@ class Swarm:
     # Every process group started, kept after the process is gone: `still_running` looks
     # for anything left in them (an orchestrator's trainer, say) once all were stopped.
     groups: dict[int, str] = field(default_factory=dict)
+    # Where each started process's output goes, by name.
+    logs: dict[str, Path] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
-            "SWARMRL_CHAIN_DIR": str(self.root / "chain"),
+            "SWARMRL_CHAIN_DIR": str(self.root / CHAIN_DIR),
             "PYTHONUNBUFFERED": "1",
         }
 
@@ -106,15 +124,21 @@ class Swarm:
         )
         self.processes[name] = process
         self.groups[process.pid] = name
+        self.logs[name] = log
         if nice > 0:
             _lower_session_priority(process.pid, nice)
         return process
 
-    def check_running(self) -> None:
-        """Raises if a process this swarm started has exited."""
+    def check_running(self, when: str) -> None:
+        """SwarmError if anvil or a process this swarm started has exited; `when` says
+        what the swarm was doing ("before step 3", "while training")."""
+        check_anvil(self.anvil, when)
         for name, process in self.processes.items():
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}")
+                raise SwarmError(
+                    f"{name} exited with code {process.returncode} {when}; its log is "
+                    f"{self.logs[name]}"
+                )
 
     def still_running(self) -> list[str]:
         """Names of the started processes with anything of their group still alive."""
@@ -124,7 +148,10 @@ class Swarm:
         """Sends `sig` to the process group of `name` and waits until every process in it
         has ended; one that outlives STOP_SECONDS is killed (SIGKILL), and an error."""
         if self._stop({name: self.processes.pop(name)}, sig):
-            raise RuntimeError(f"{name} did not stop within {STOP_SECONDS:.0f} s of signal {sig}")
+            raise SwarmError(
+                f"{name} did not stop within {STOP_SECONDS:.0f} s of signal {sig}; its log is "
+                f"{self.logs[name]}"
+            )
 
     def restart_anvil(self) -> None:
         """kill -9 of anvil, then anvil again on its port from its last dump: the chain
@@ -226,36 +253,50 @@ def make_swarm(
 ) -> Swarm:
     """anvil, the protocol deployed on it, the dev keys in a keystore, under `root`.
     `keep_chain`: anvil's chain is dumped every CHAIN_DUMP_SECONDS, so that
-    `Swarm.restart_anvil` can kill it and start it again (the fault runs)."""
-    anvil = Anvil.start()
-    deployment = deploy_dev(
-        anvil,
-        run_id=run_id_from_name(run),
-        params=ProtocolParams(
-            min_stake_per_node=100 * TOKEN,
-            unbonding_period=7200,
-            invalidation_window=invalidation_window,
-            reward_per_unit=TOKEN // 100,
-            slash_penalty=50 * TOKEN,
-            quorum=1,
-        ),
-        tokens_each=1_000 * TOKEN,
-        pool_funding=100_000 * TOKEN,
-    )
-    deployment_file = root / "deployment.json"
-    write_deployment(deployment_file, deployment)
-    keys = root / "keys"
-    password_file = root / "password"
-    password_file.write_text(PASSWORD + "\n")
-    accounts = dev_accounts()
-    keystore.save(keys, "recorder", bytes(accounts[DEV_RECORDER].key), PASSWORD)
-    keystore.save(keys, "validator", bytes(accounts[DEV_VALIDATOR].key), PASSWORD)
-    for i in PROVIDERS:
-        keystore.save(keys, f"provider{i}", bytes(accounts[i].key), PASSWORD)
-    chain_state = None
-    if keep_chain:
-        chain_state = root / "anvil-state.json"
-        anvil.keep_state(chain_state, CHAIN_DUMP_SECONDS)
+    `Swarm.restart_anvil` can kill it and start it again (the fault runs). Nothing is
+    left running when it fails."""
+    log = root / CHAIN_DIR / LOG_FILE
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        anvil = Anvil.start(log_path=log)
+    except ChainConfigError:
+        raise  # no anvil to run: its sentence says how to get one
+    except ChainError as e:
+        raise SwarmError(f"{e}; its log is {log}") from None
+    try:
+        with on_chain(anvil, "deploying the protocol"):
+            deployment = deploy_dev(
+                anvil,
+                run_id=run_id_from_name(run),
+                params=ProtocolParams(
+                    min_stake_per_node=100 * TOKEN,
+                    unbonding_period=7200,
+                    invalidation_window=invalidation_window,
+                    reward_per_unit=TOKEN // 100,
+                    slash_penalty=50 * TOKEN,
+                    quorum=1,
+                ),
+                tokens_each=1_000 * TOKEN,
+                pool_funding=100_000 * TOKEN,
+            )
+        deployment_file = root / "deployment.json"
+        write_deployment(deployment_file, deployment)
+        keys = root / "keys"
+        password_file = root / "password"
+        password_file.write_text(PASSWORD + "\n")
+        accounts = dev_accounts()
+        keystore.save(keys, "recorder", bytes(accounts[DEV_RECORDER].key), PASSWORD)
+        keystore.save(keys, "validator", bytes(accounts[DEV_VALIDATOR].key), PASSWORD)
+        for i in PROVIDERS:
+            keystore.save(keys, f"provider{i}", bytes(accounts[i].key), PASSWORD)
+        chain_state = None
+        if keep_chain:
+            chain_state = root / "anvil-state.json"
+            with on_chain(anvil, "dumping the chain"):
+                anvil.keep_state(chain_state, CHAIN_DUMP_SECONDS)
+    except BaseException:
+        anvil.stop()
+        raise
     return Swarm(root, anvil, deployment, deployment_file, keys, password_file, chain_state)
 
 
@@ -286,11 +327,39 @@ def cli(swarm: Swarm, *args: object) -> subprocess.CompletedProcess[str]:
 
 
 def run_cli(swarm: Swarm, *args: object) -> str:
-    """`cli`, which must succeed; its standard output."""
+    """`cli`, which must succeed; its standard output. A failure is a SwarmError: anvil's
+    exit if it exited (every such command talks to the chain), else the command's own
+    last line."""
     out = cli(swarm, *args)
     if out.returncode != 0:
-        raise AssertionError(f"swarmrl {' '.join(map(str, args))} failed: {out.stderr}")
+        command = f"`swarmrl {' '.join(map(str, args))}`"
+        check_anvil(swarm.anvil, f"during {command}")
+        lines = out.stderr.strip().splitlines() or [f"exit code {out.returncode}"]
+        raise SwarmError(
+            f"{command} failed: {lines[-1].removeprefix('error: ')}; anvil's log is "
+            f"{swarm.anvil.log_path}"
+        )
     return out.stdout
+
+
+def check_anvil(anvil: Anvil, when: str) -> None:
+    """SwarmError if anvil has exited; `when` says what the swarm was doing."""
+    if (code := anvil.process.poll()) is not None:
+        raise SwarmError(f"anvil exited with code {code} {when}; its log is {anvil.log_path}")
+
+
+@contextlib.contextmanager
+def on_chain(anvil: Anvil, what: str) -> Iterator[None]:
+    """Runs the block, `what` on anvil's chain ("staking"): a chain or RPC failure in it
+    is a SwarmError naming anvil's log (anvil's exit, if it exited)."""
+    try:
+        yield
+    except Exception as e:
+        sentence = str(e) if isinstance(e, ChainError) else rpc_failure_sentence(e)
+        if sentence is None:
+            raise
+        check_anvil(anvil, f"while {what}")
+        raise SwarmError(f"{what} failed: {sentence}; anvil's log is {anvil.log_path}") from None
 
 
 def orchestrator_toml(
@@ -335,19 +404,24 @@ def node_toml(
 
 
 def wait_for(condition: Callable[[], T | None], what: str, limit: float, swarm: Swarm) -> T:
-    """The first true value `condition` returns, asked every half second; RuntimeError
-    if a process of `swarm` exits first, AssertionError after `limit` seconds."""
+    """The first true value `condition` returns, asked every half second; SwarmError if
+    anvil or a process of `swarm` exits first, SwarmTimeoutError after `limit` seconds."""
     deadline = time.monotonic() + limit
     while True:
         value = condition()
         if value:
             return value
-        for name, process in swarm.processes.items():
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode} before {what}")
+        swarm.check_running(f"before {what}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {limit:.0f} s")
+            raise SwarmTimeoutError(f"no {what} within {limit:.0f} s; {_logs_to_read(swarm)}")
         time.sleep(0.5)
+
+
+def _logs_to_read(swarm: Swarm) -> str:
+    """Where a wait that ran out is explained, as the end of a sentence: the running
+    processes' logs, or anvil's when none runs."""
+    logs = [str(swarm.logs[name]) for name in swarm.processes] or [str(swarm.anvil.log_path)]
+    return f"the log{'s are' if len(logs) > 1 else ' is'} {', '.join(logs)}"
 
 
 def free_port() -> int:

@@ -20,6 +20,9 @@ promise:
   for bit with nothing kept beside it; every submission intake kept
   hashes to what its node signed; the trainer met no unreadable rollout file.
 
+A hung worker (`hang_a_worker`, `stop_with_a_hung_worker`) is a fault of another kind:
+SIGSTOP of a node's worker, never continued, which the node must get past by itself.
+
 The orchestrator and the nodes are processes; this module reads the orchestrator's
 files itself and asks a node through its command (`swarmrl node status --json`).
 """
@@ -38,8 +41,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from orchestrator.local_swarm import SWARMRL, Swarm, alive, processes, wait_for
+from orchestrator.local_swarm import (
+    SWARMRL,
+    Swarm,
+    SwarmError,
+    SwarmTimeoutError,
+    alive,
+    processes,
+    wait_for,
+)
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.home import ledger_path
 from orchestrator.trainer import checkpoint as ckpt
@@ -170,13 +182,13 @@ class Faults:
         return ckpt.latest_step(self.run_dir) or 0
 
     def wait_for_step(self, step: int, limit: float) -> None:
-        """Returns once the trainer wrote checkpoint `step`; AssertionError after `limit`
-        seconds, RuntimeError if a process of the swarm exits first."""
+        """Returns once the trainer wrote checkpoint `step`; SwarmTimeoutError after `limit`
+        seconds, SwarmError if a process of the swarm exits first."""
         wait_for(lambda: self.step() >= step, f"step {step}", limit, self.swarm)
 
     def run(self, plan: FaultPlan, *, limit: float) -> None:
         """Injects `plan`'s faults in order, each once the trainer reached its step;
-        AssertionError if a step takes over `limit` seconds to come."""
+        SwarmTimeoutError if a step takes over `limit` seconds to come."""
         for fault in plan.faults:
             self.wait_for_step(fault.step, limit)
             time.sleep(fault.delay)
@@ -237,7 +249,7 @@ class Faults:
 
         try:
             wait_for(restarted, "the trainer started again", RESTART_SECONDS, self.swarm)
-        except AssertionError:
+        except SwarmTimeoutError:
             self.seen.problems.append(f"the daemon did not start the trainer (pid {pid}) again")
         return True
 
@@ -302,7 +314,7 @@ class Faults:
 
             try:
                 wait_for(all_recorded, "every closed epoch recorded", close_limit, self.swarm)
-            except AssertionError:
+            except SwarmTimeoutError:
                 out += [f"epoch {e} of {n} closed and is not on chain" for e, n in
                         ledger.epochs.unrecorded(closed)]  # fmt: skip
             held: dict[str, set[int]] = {}
@@ -350,7 +362,7 @@ class Faults:
 
         try:
             found = wait_for(line, "the trainer started again", RESTART_SECONDS, self.swarm)
-        except AssertionError:
+        except SwarmTimeoutError:
             return None
         return int(found.group(1))
 
@@ -411,6 +423,12 @@ def broken_weights(store: Path) -> list[str]:
 
 def node_receipts(swarm: Swarm, config: Path) -> list[str]:
     """The submissions a node holds receipts for, as its `node status --json` says."""
+    digests: list[str] = node_status(swarm, config)["receipt_digests"]
+    return digests
+
+
+def node_status(swarm: Swarm, config: Path) -> dict[str, Any]:
+    """What a node's `node status --json` says (its daemon's, while one runs)."""
     out = subprocess.run(
         [str(SWARMRL), "node", "status", "--json", "--config", str(config)],
         capture_output=True,
@@ -419,8 +437,80 @@ def node_receipts(swarm: Swarm, config: Path) -> list[str]:
         timeout=300,
         check=True,
     )
-    digests: list[str] = json.loads(out.stdout)["receipt_digests"]
-    return digests
+    status: dict[str, Any] = json.loads(out.stdout)
+    return status
+
+
+# ---- a hung worker ----------------------------------------------------------------------
+
+# The most a node may take to notice a hung worker and hand its order in: the deadline
+# of the request it hangs in (a minute at least), then a worker's start, load and part.
+HUNG_SECONDS = 600.0
+_KILLED_HUNG = b"taken for hung); started again"
+_SUBMITTED = b" swarmrl.node submitted "
+
+
+@dataclass(frozen=True)
+class Hang:
+    """What a node did about its worker stopped mid-work: seconds from the SIGSTOP until
+    it killed the worker, and until it handed an order in again."""
+
+    killed: float
+    submitted: float
+
+
+def hang_a_worker(swarm: Swarm, key: str) -> Hang:
+    """SIGSTOP of node `key`'s worker, never continued, as a GPU or driver hang looks to
+    the node: the node must kill it once the request it hangs in is past its deadline,
+    start it again, and hand its order in; SwarmTimeoutError if it does not."""
+    log = swarm.logs[key]
+    before = log.read_bytes()
+    os.kill(worker_of(swarm, key), signal.SIGSTOP)
+    stopped = time.monotonic()
+    wait_for(
+        lambda: _KILLED_HUNG in log.read_bytes()[len(before) :],
+        f"{key} killing its hung worker",
+        HUNG_SECONDS,
+        swarm,
+    )
+    killed = time.monotonic() - stopped
+    wait_for(
+        lambda: _SUBMITTED in log.read_bytes()[len(before) :].split(_KILLED_HUNG, 1)[1],
+        f"{key} handing an order in after its hung worker",
+        HUNG_SECONDS,
+        swarm,
+    )
+    return Hang(killed, time.monotonic() - stopped)
+
+
+def stop_with_a_hung_worker(swarm: Swarm, key: str, config: Path) -> float:
+    """SIGSTOP of node `key`'s worker, then, once the node says it waits for the part the
+    worker hangs in (`node status`), SIGTERM of the node: the seconds until every process
+    of it ended (Swarm.kill: SwarmError past STOP_SECONDS)."""
+    os.kill(worker_of(swarm, key), signal.SIGSTOP)
+
+    def hung() -> bool:
+        running = node_status(swarm, config)["running"]
+        return running is not None and any(" generating batch" in w for w in running["waiting"])
+
+    wait_for(hung, f"{key} waiting for its hung worker's part", HUNG_SECONDS, swarm)
+    began = time.monotonic()
+    swarm.kill(key, signal.SIGTERM)
+    return time.monotonic() - began
+
+
+def worker_of(swarm: Swarm, key: str) -> int:
+    """The pid of node `key`'s (first) worker process."""
+    daemon = swarm.processes[key].pid
+    for proc in processes():
+        if proc.parent == daemon and proc.alive:
+            try:
+                command = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            except OSError:
+                continue  # it ended while we looked
+            if b"client.node.worker" in command:
+                return proc.pid
+    raise SwarmError(f"{key} runs no worker; its log is {swarm.logs[key]}")
 
 
 def unlike_published(store: Path, run_dir: Path) -> list[str]:

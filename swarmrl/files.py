@@ -16,7 +16,9 @@ ROLE_FILE = ".swarmrl-role"
 
 
 def data_dir(name: str, override: str) -> Path:
-    """$``override``, else ``swarmrl/<name>`` under the XDG data home."""
+    """$``override``, else ``swarmrl/<name>`` under the XDG data home. Where $``override``
+    is also a daemon's SWARMRL_<KEY>, that key belongs in settings_toml.LOCATION_KEYS, so
+    that the variable moves its default only and a file's key wins."""
     if env := os.environ.get(override):
         return Path(env)
     return _swarmrl_home() / name
@@ -195,7 +197,7 @@ def replacing(path: Path) -> Iterator[Path]:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         _remove_empty(made)
-        raise OSError(f"cannot write {path}: {os_error_reason(e)}") from None
+        raise os_error(f"cannot write {path}: {os_error_reason(e)}", e.errno) from None
     os.close(fd)
     try:
         yield Path(tmp)
@@ -207,7 +209,7 @@ def replacing(path: Path) -> Iterator[Path]:
         _remove_empty(made)
         if e.filename not in (None, tmp) and e.filename2 != tmp:
             raise  # about another file the block touched: its name is the user's
-        raise OSError(f"cannot write {path}: {os_error_reason(e)}") from None
+        raise os_error(f"cannot write {path}: {os_error_reason(e)}", e.errno) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         _remove_empty(made)
@@ -237,6 +239,15 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
     if len(raw) > limit:
         raise ValueError(f"{path} is too large to be {what}")
     return raw
+
+
+def os_error(sentence: str, errno: int | None) -> OSError:
+    """An OSError that says ``sentence`` (no errno number in its text) and carries
+    ``errno``: an error told again in the user's terms stays the kind it was (a full
+    disk, a missing file) for the callers that tell them apart."""
+    error = OSError(sentence)
+    error.errno = errno
+    return error
 
 
 def os_error_reason(error: OSError) -> str:

@@ -4,10 +4,12 @@ from, and the commented TOML template (and the markdown reference) generated fro
 model's own fields, so that neither can drift from what the daemon accepts.
 
 Precedence: the environment (``SWARMRL_<KEY>``, any case) over the file over the
-defaults. Relative paths in the file are relative to the file; in the environment,
-relative to the working directory. Every settings file swarmrl writes comes from
-``write_settings``, which writes each path absolute, so that a path given relative to
-the writer's working directory means the same folder when the file is read back.
+defaults, but for the keys in LOCATION_KEYS, whose variables move their defaults only,
+so the file's key wins. Relative paths in the file are relative to the file; in the
+environment, relative to the working directory. Every settings file swarmrl writes
+comes from ``write_settings``, which writes each path absolute, so that a path given
+relative to the writer's working directory means the same folder when the file is
+read back.
 """
 
 from __future__ import annotations
@@ -43,10 +45,20 @@ MAX_FILE_BYTES = 1024 * 1024
 # Inputs quoted back in an error are cut here, so the sentence stays a sentence.
 MAX_QUOTED_CHARS = 80
 _TEMPLATE_WIDTH = 92
-# Keys no SWARMRL_<KEY> variable sets. $SWARMRL_DATA_DIR is the folder that holds each
-# daemon's own data_dir (swarmrl.files.role_data_dir): read as the data_dir of both, it
-# put a node and an orchestrator started from one shell into one folder.
-NOT_FROM_ENVIRONMENT = frozenset({"data_dir"})
+# Keys whose SWARMRL_<KEY> is a location variable, not the key's override: every swarmrl
+# command reads it for where things live on this machine (swarmrl.files.data_dir), so a
+# shell exports it for the wallet and chain commands too. Read as the key, it would
+# silently override what a daemon's file sets with what was meant for those commands (and
+# $SWARMRL_DATA_DIR, the folder that holds each daemon's own data_dir, would put a node and
+# an orchestrator started from one shell into one folder). It moves the key's default
+# only; the file's key wins. Key -> where its variable points, for the template's header.
+LOCATION_KEYS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "data_dir": "a folder holding one per daemon (node/, orchestrator/)",
+        "keystore_dir": "the keystore folder of every command",
+        "deployment": "the deployment file every command reads",
+    }
+)
 
 
 class SettingError(ValueError):
@@ -73,6 +85,12 @@ class SwarmrlSettings(BaseSettings):
     # that is not there) is reported with the place to change it.
     _file: Path | None = PrivateAttr(None)
     _from_env: dict[str, str] = PrivateAttr(default_factory=dict)
+    _from_file: frozenset[str] = PrivateAttr(frozenset())
+
+    @property
+    def file_keys(self) -> frozenset[str]:
+        """The keys the settings file set (none without a file)."""
+        return self._from_file
 
     def __eq__(self, other: object) -> bool:
         # The same values are the same settings, from a file or from the environment.
@@ -129,10 +147,10 @@ Settings = TypeVar("Settings", bound=SwarmrlSettings)
 
 
 class _Environment(EnvSettingsSource):
-    """``SWARMRL_<KEY>`` for every key but those in NOT_FROM_ENVIRONMENT."""
+    """``SWARMRL_<KEY>`` for every key but those in LOCATION_KEYS."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        if field_name in NOT_FROM_ENVIRONMENT:
+        if field_name in LOCATION_KEYS:
             return None, field_name, False
         return super().get_field_value(field, field_name)
 
@@ -206,7 +224,7 @@ def load_settings(model_cls: type[Settings], path: Path | None) -> Settings:
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         raise ValueError(_sentence(first, env, from_file, source)) from None
-    settings._file, settings._from_env = path, env
+    settings._file, settings._from_env, settings._from_file = path, env, frozenset(from_file)
     return settings
 
 
@@ -326,7 +344,7 @@ def _env_names(model_cls: type[SwarmrlSettings]) -> dict[str, str]:
     wanted = {
         f"{ENV_PREFIX}{key}".lower(): key
         for key in model_cls.model_fields
-        if key not in NOT_FROM_ENVIRONMENT
+        if key not in LOCATION_KEYS
     }
     return {wanted[name.lower()]: name for name in os.environ if name.lower() in wanted}
 
@@ -450,16 +468,20 @@ def _header(model_cls: type[SwarmrlSettings]) -> list[str]:
     return [
         *"\n\n".join(paragraphs).splitlines(),
         "",
-        f"Every key is optional; {ENV_PREFIX}<KEY> in the environment overrides this file"
-        + _except(model_cls)
-        + ".",
+        *_precedence(model_cls),
         "Relative paths are relative to the folder of this file.",
     ]
 
 
-def _except(model_cls: type[SwarmrlSettings]) -> str:
-    keys = [key for key in model_cls.model_fields if key in NOT_FROM_ENVIRONMENT]
-    return f" (except {', '.join(keys)})" if keys else ""
+def _precedence(model_cls: type[SwarmrlSettings]) -> list[str]:
+    """Which variables override the file, and which only move a default (LOCATION_KEYS)."""
+    keys = [key for key in model_cls.model_fields if key in LOCATION_KEYS]
+    return [
+        f"Every key is optional; {ENV_PREFIX}<KEY> in the environment overrides this file, except",
+        "these variables, which say where things live for every swarmrl command: each only",
+        "moves the default of its key, and the key set in this file wins over it.",
+        *(f"  ${ENV_PREFIX}{key.upper()} moves {key}: {LOCATION_KEYS[key]}" for key in keys),
+    ]
 
 
 def _help(field: FieldInfo) -> str:

@@ -396,13 +396,12 @@ def status(
     and what was refused for good (read from its journal when it does not run)."""
     from client.node.control import ControlClient, NotRunningError
 
-    settings = _settings(config)
-    data_dir = Path(settings.data_dir)
+    data_dir = _data_dir(config)
     try:
         running = ControlClient(data_dir).status()
         journal = running.journal
     except NotRunningError:
-        running, journal = None, _journal_summary(settings)
+        running, journal = None, _journal_summary(Path(_settings(config).data_dir))
     if as_json:
         out = {
             "running": None if running is None else running.model_dump(exclude={"journal"}),
@@ -415,7 +414,7 @@ def status(
     else:
         step = "-" if running.policy_step is None else running.policy_step
         typer.echo(
-            f"{running.reason}\n"
+            "\n".join([running.reason, *(f"waiting for {w}" for w in running.waiting)]) + "\n"
             f"node {running.node}  swarmrl {running.version}  pid {running.pid}  "
             f"workers {running.workers}  policy step {step}  peers {running.peers or 0}  "
             f"rollouts {running.rollouts}"
@@ -430,14 +429,13 @@ def status(
             typer.echo(f"refused {r.digest[:12]} (order {r.order_id[:12]}): {r.reason}")
 
 
-def _journal_summary(settings: Any) -> Any:
+def _journal_summary(data_dir: Path) -> Any:
     """The journal of a node that does not run, read holding its data dir (a node
     starting meanwhile is refused until this is done, and so cannot race the read)."""
     from client.node.journal import Journal
     from client.node.loop import holding_data_dir
     from client.node.settings import ROLE
 
-    data_dir = Path(settings.data_dir)
     folder = data_dir / "journal"
     if not folder.is_dir():
         raise ValueError(f"{data_dir} holds no node journal; has the node run yet?")
@@ -445,11 +443,29 @@ def _journal_summary(settings: Any) -> Any:
         return Journal(folder).summary()
 
 
+def _data_dir(config: Path | None) -> Path:
+    """The node's data dir, for the commands that talk to its daemon: the config's, or
+    while the config does not load (an edit half done, a file cut short), the one the
+    daemon started with it noted (control.note_config), so that a node can be looked at
+    and stopped whatever its file holds now."""
+    from client.node.control import ControlClient, noted_data_dir
+
+    try:
+        return Path(_settings(config).data_dir)
+    except ValueError as e:
+        noted = None if config is None else noted_data_dir(config)
+        if noted is None or not ControlClient(noted).running():
+            raise
+        typer.secho(
+            f"warning: {e}; asking the node that runs with it", err=True, fg=typer.colors.YELLOW
+        )
+        return noted
+
+
 def _control(config: Path | None, command: str, **fields: Any) -> Any:
     from client.node.control import Command, ControlClient
 
-    settings = _settings(config)
-    return ControlClient(Path(settings.data_dir)).call(Command(command), **fields)
+    return ControlClient(_data_dir(config)).call(Command(command), **fields)
 
 
 @node_app.command("pause")
@@ -502,7 +518,7 @@ def logs(
     """The running node's last log lines (its log file holds them all)."""
     from client.node.control import Command, ControlClient
 
-    client = ControlClient(Path(_settings(config).data_dir))
+    client = ControlClient(_data_dir(config))
     if not follow:
         for line in client.call(Command.LOGS, lines=lines).lines:
             typer.echo(line)

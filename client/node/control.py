@@ -27,6 +27,7 @@ import socketserver
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -36,6 +37,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from client.node.events import Event
 from client.node.journal import JournalSummary
 from client.node.view import NodeView
+from swarmrl.files import write_atomically
 from swarmrl.logs import one_line
 from swarmrl.schema import Strict, error_location
 
@@ -50,6 +52,11 @@ WATCH_QUEUE = 1024  # updates a watcher may fall behind by before it is dropped
 CONNECT_SECONDS = 5.0
 IO_SECONDS = 30.0
 POLL_SECONDS = 0.1  # how soon the server notices it is to close
+# Connections the kernel holds for the server before it accepts them: clients arrive
+# together (a status bar, a script's loop, an app attaching), and socketserver's 5 turned
+# all but six of thirty away at once.
+BACKLOG = socket.SOMAXCONN
+RETRY_CONNECT_SECONDS = 0.05  # a full backlog is tried again this soon, until the limit
 MAX_SNOOZE = 7 * 86400
 
 
@@ -81,6 +88,7 @@ class Status(Strict):
     started_at: float
     working: bool
     reason: str  # the view's state line: "working", or why not
+    waiting: list[str] = Field(default_factory=list)  # what the node waits for, if anything
     workers: int  # 0 until they started
     policy_step: int | None
     newest_step: int | None
@@ -152,8 +160,43 @@ def socket_path(data_dir: Path) -> Path:
     inside = data_dir / SOCKET_NAME
     if len(os.fsencode(inside)) <= MAX_SOCKET_PATH:
         return inside
-    name = hashlib.sha256(os.fsencode(data_dir)).hexdigest()[:24]
-    return Path(tempfile.gettempdir()) / f"swarmrl-{os.getuid()}" / f"{name}.sock"
+    return _owners_folder() / f"{_name_of(data_dir)}.sock"
+
+
+def note_config(config: Path, data_dir: Path) -> None:
+    """Notes, in the owner's private folder, that the daemon started with `config` keeps
+    `data_dir`: `node status` and the other commands then reach it while the file does
+    not load (an edit half done, a file cut short)."""
+    note = _config_note(config)
+    _private_folder(note.parent)
+    write_atomically(note, os.fsencode(Path(data_dir).absolute()))
+
+
+def forget_config(config: Path, data_dir: Path) -> None:
+    """Removes the note of `config` if it still names `data_dir` (another daemon may have
+    been started with the same file since)."""
+    if noted_data_dir(config) == Path(data_dir).absolute():
+        _config_note(config).unlink(missing_ok=True)
+
+
+def noted_data_dir(config: Path) -> Path | None:
+    """The data dir the daemon started with `config` noted (note_config), if any."""
+    try:
+        return Path(os.fsdecode(_config_note(config).read_bytes()))
+    except OSError:
+        return None
+
+
+def _config_note(config: Path) -> Path:
+    return _owners_folder() / f"{_name_of(Path(config).absolute())}.config"
+
+
+def _owners_folder() -> Path:
+    return Path(tempfile.gettempdir()) / f"swarmrl-{os.getuid()}"
+
+
+def _name_of(path: Path) -> str:
+    return hashlib.sha256(os.fsencode(path)).hexdigest()[:24]
 
 
 def _private_folder(folder: Path) -> None:
@@ -220,6 +263,7 @@ class ControlServer:
 
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    request_queue_size = BACKLOG
     handler: Handler
 
 
@@ -265,13 +309,32 @@ class _Connection(socketserver.StreamRequestHandler):
             self.wfile.flush()
 
 
-def _answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+def _dial(path: Path) -> socket.socket:
+    """A connection to the socket at `path`, within CONNECT_SECONDS. A connect with a
+    timeout on a unix socket whose backlog is full fails at once (EAGAIN) rather than
+    waiting, so that is tried again until the limit: the daemon accepts soon."""
+    deadline = time.monotonic() + CONNECT_SECONDS
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(CONNECT_SECONDS)
         try:
             s.connect(str(path))
-        except OSError:
-            return False
+            return s
+        except BlockingIOError:
+            s.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RETRY_CONNECT_SECONDS)
+        except BaseException:
+            s.close()
+            raise
+
+
+def _answers(path: Path) -> bool:
+    try:
+        _dial(path).close()
+    except OSError:
+        return False
     return True
 
 
@@ -281,7 +344,11 @@ def _parse(model: type[M], line: bytes) -> M:
     try:
         return model.model_validate_json(line)
     except ValidationError as e:
-        where = error_location(e, "it")
+        first = e.errors()[0]
+        if not first["loc"]:  # the whole message: not JSON, or not an object
+            what = "JSON" if first["type"] == "json_invalid" else "a JSON object"
+            raise ControlError(f"the control message is not {what}") from None
+        where = error_location(e, "the message")
         raise ControlError(f"the control message is not valid at {where}") from None
 
 
@@ -297,17 +364,13 @@ class ControlClient:
         self.timeout = timeout
 
     def _connect(self) -> socket.socket:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(CONNECT_SECONDS)
         try:
-            s.connect(str(self.path))
+            s = _dial(self.path)
         except (FileNotFoundError, ConnectionRefusedError):
-            s.close()
             raise NotRunningError(
                 f"no node runs for {self.data_dir} (`swarmrl node run` starts one)"
             ) from None
         except OSError as e:
-            s.close()
             raise ControlError(f"cannot reach the node at {self.path}: {e.strerror}") from None
         s.settimeout(self.timeout)
         return s

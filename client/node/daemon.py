@@ -33,6 +33,8 @@ from client.node.control import (
     Request,
     Status,
     Update,
+    forget_config,
+    note_config,
     socket_path,
 )
 from client.node.events import Event, EventKind
@@ -68,6 +70,10 @@ class Runner(Protocol):
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
+
+    def waiting(self) -> list[str]:
+        """What it waits for now, one line each (its workers' requests in flight)."""
+        ...
 
     def apply(self, settings: NodeSettings) -> None:
         """Takes settings changed while it runs (client.node.reload: the live keys)."""
@@ -131,6 +137,9 @@ class Daemon:
             self._send(Update.of_event(event))
             if event.kind is EventKind.FAILING:  # held until the owner resumes
                 self.holds.set(Hold.FAILING, detail=event.reason)
+                self._apply()
+            elif event.kind is EventKind.NO_ROOM:  # held until the limits see room again
+                self.holds.set(Hold.DISK_FULL, detail=event.reason)
                 self._apply()
 
     def hear_state(self, state: NodeState, peers: int) -> None:
@@ -206,6 +215,7 @@ class Daemon:
                 started_at=self.started_at,
                 working=v.working,
                 reason=v.state_line(),
+                waiting=self.runner.waiting(),
                 workers=v.workers,
                 policy_step=v.step,
                 newest_step=v.newest,
@@ -285,6 +295,9 @@ class Daemon:
     def serving(self) -> Iterator[None]:
         """The control socket, the holds' clock and the log lines, for the block."""
         server = ControlServer(socket_path(self.data_dir), self)
+        config = None if self.settings_file is None else self.settings_file.path
+        if config is not None:
+            note_config(config, self.data_dir)
         handler = _Lines(self.hear_line)
         logging.getLogger().addHandler(handler)
         ticker = threading.Thread(target=self._tick, name="swarmrl-holds", daemon=True)
@@ -300,6 +313,8 @@ class Daemon:
                 self._watchers.clear()
             server.close()
             ticker.join()
+            if config is not None:
+                forget_config(config, self.data_dir)
 
     def _tick(self) -> None:
         while not self._ended.wait(TICK_SECONDS):

@@ -21,8 +21,8 @@ from typing import Any
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import check_data_dir
 from swarmrl.models.backend import BackendName
+from swarmrl.sizes import GiB, size
 
-GiB = 1024**3
 # The weight store holds the version being fetched beside the one in use; two
 # copies of the small models a laptop runs fit in this.
 MIN_FREE_BYTES = 2 * GiB
@@ -166,7 +166,7 @@ def _workers(settings: NodeSettings, found: _Found) -> str:
 
 def _free(torch: Any, gpu: int) -> str:
     free, total = torch.cuda.mem_get_info(gpu)
-    return f"{free / GiB:.1f} of {total / GiB:.1f} GiB free"
+    return f"{size(free)} of {size(total)} free"
 
 
 def _gpu(torch: Any, device: str, configured: str) -> str:
@@ -196,10 +196,10 @@ def _disk(settings: NodeSettings) -> str:
     free = shutil.disk_usage(existing).free
     if free < MIN_FREE_BYTES:
         raise _CheckFailedError(
-            f"only {free / GiB:.1f} GiB free under {data_dir}; free some space or set data_dir "
+            f"only {size(free)} free under {data_dir}; free some space or set data_dir "
             f"to a disk with at least {MIN_FREE_BYTES // GiB} GiB free for the weight store"
         )
-    return f"ok: {free / GiB:.1f} GiB free under {data_dir}"
+    return f"ok: {size(free)} free under {data_dir}"
 
 
 def _sandbox() -> str:

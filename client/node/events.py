@@ -30,6 +30,7 @@ class EventKind(enum.Enum):
     OUTCOME = "outcome"
     RETRY = "retry"
     FAILING = "failing"  # workers keep dying: no work until the owner resumes the node
+    NO_ROOM = "no_room"  # a write failed for want of room: no work until the disk has room
     PAUSED = "paused"  # the order in flight is handed in; no new work is taken
     RESUMED = "resumed"
     HELD = "held"  # why the node is to take no new work changed; reason "": nothing holds it
@@ -79,7 +80,7 @@ def log_event(event: Event) -> None:
     """The node's log line for an event."""
     level = (
         logging.WARNING
-        if event.kind in (EventKind.RETRY, EventKind.REFUSED, EventKind.FAILING)
+        if event.kind in (EventKind.RETRY, EventKind.REFUSED, EventKind.FAILING, EventKind.NO_ROOM)
         else logging.INFO
     )
     log.log(level, describe(event))

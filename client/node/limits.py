@@ -6,7 +6,8 @@ each:
   submissions (the host's uploads), which go first;
 - the weight store's disk cap: its byte budget (oldest versions dropped first), and
   the free disk it leaves when it takes a version;
-- the minimum of free disk: the DISK_FULL hold (:func:`disk_hold`);
+- the minimum of free disk: the DISK_FULL hold (:func:`disk_hold`), also set at
+  once when a write of the node's fails for want of room (:meth:`Limits.out_of_room`);
 - the monthly transfer quota: every byte paced is counted (:mod:`client.node.traffic`);
   past the quota the QUOTA hold, and both pacers halted (nothing moves but the
   transfers already under way) until the month turns.
@@ -17,18 +18,19 @@ daemon looks at the holds every few seconds (:meth:`Limits.holds`).
 
 from __future__ import annotations
 
-import math
 import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from client.node.holds import Hold
-from client.node.traffic import TRAFFIC_FILE, GiB, Traffic
+from client.node.traffic import TRAFFIC_FILE, Traffic
 from swarmrl.p2p.pacing import Pacer
+from swarmrl.sizes import GiB, size
 
 if TYPE_CHECKING:
     from client.node.settings import NodeSettings
@@ -47,21 +49,38 @@ def gib_to_bytes(gib: float | None) -> int | None:
     return None if gib is None else int(gib * GiB)
 
 
+@dataclass(frozen=True)
+class NoRoom:
+    """A write of the node's that failed for want of room, and the free space it waits
+    for: what failed needed more than was free, so the minimum to keep free alone could
+    let the same write fail again at once."""
+
+    reason: str  # the failed write's sentence
+    wanted: int  # bytes free before the node works again
+
+    def detail(self, free: int) -> str:
+        return f"{self.reason}; held until {size(self.wanted)} are free ({size(free)} now)"
+
+
 def disk_hold(
-    data_dir: Path, min_free_gib: float, *, disk_usage: DiskUsage = shutil.disk_usage
+    data_dir: Path,
+    min_free_gib: float,
+    *,
+    no_room: NoRoom | None = None,
+    disk_usage: DiskUsage = shutil.disk_usage,
 ) -> str | None:
-    """Why the node is held for disk, or None: the free space on `data_dir`'s disk is
-    under `min_free_gib`, or cannot be read (then nothing can be written there either)."""
+    """Why the node is held for disk, or None: a write failed for want of room and the
+    disk has not the room it waits for yet, the free space on `data_dir`'s disk is under
+    `min_free_gib`, or it cannot be read (then nothing can be written there either)."""
     try:
         free = disk_usage(data_dir).free
     except OSError as e:
         return f"cannot read the free space of {data_dir}: {e.strerror or e}"
+    if no_room is not None and free < no_room.wanted:
+        return no_room.detail(free)
     if free >= min_free_gib * GiB:
         return None
-    # Rounded down: "1.0 GiB free, under the 1 GiB" would contradict itself. Tenths: the
-    # detail is told again whenever it changes, and the disk changes all the time.
-    shown = math.floor(free / GiB * 10) / 10
-    return f"{shown:.1f} GiB free, under the {min_free_gib:g} GiB to keep free (min_free_disk_gib)"
+    return f"{size(free)} free, under the {min_free_gib:g} GiB to keep free (min_free_disk_gib)"
 
 
 class Limits:
@@ -92,6 +111,7 @@ class Limits:
         self.downloads = Pacer(on_bytes=self.traffic.add)
         self._pace()
         self._store: WeightStore | None = None
+        self._no_room: NoRoom | None = None  # a failed write's, until the disk has room
 
     def weight_store(self, root: Path) -> WeightStore:
         """The node's weight store at `root`, within the disk cap and the free disk to
@@ -131,11 +151,34 @@ class Limits:
             if (quota is not None) != self._over:
                 self._over = quota is not None
                 self._pace()
+            if self._no_room is not None and self._free() >= self._no_room.wanted:
+                self._no_room = None  # the room it waited for is there
+            no_room = self._no_room
         disk = disk_hold(
-            self.data_dir, self.settings.min_free_disk_gib, disk_usage=self._disk_usage
+            self.data_dir,
+            self.settings.min_free_disk_gib,
+            no_room=no_room,
+            disk_usage=self._disk_usage,
         )
         found = {Hold.DISK_FULL: disk, Hold.QUOTA: quota}
         return {hold: detail for hold, detail in found.items() if detail is not None}
+
+    def out_of_room(self, reason: str) -> str:
+        """A write of the node's failed for want of room (`reason`, its sentence): the
+        DISK_FULL hold lasts until the disk has min_free_disk_gib more free than now. The
+        hold's detail."""
+        free = self._free()
+        no_room = NoRoom(reason, free + int(self.settings.min_free_disk_gib * GiB))
+        with self._lock:
+            self._no_room = no_room
+        return no_room.detail(free)
+
+    def _free(self) -> int:
+        """The free bytes on the data dir's disk; 0 when they cannot be read."""
+        try:
+            return int(self._disk_usage(self.data_dir).free)
+        except OSError:
+            return 0
 
     def close(self) -> None:
         """Keeps the month's count for the next start."""

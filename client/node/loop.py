@@ -9,7 +9,9 @@ The loop, once started::
             -> keep the receipt
 
 Every failure (orchestrator gone, network gone, a refusal) ends in a bounded,
-jittered backoff and a retry from the top, never a tight loop; whatever was
+jittered backoff and a retry from the top, never a tight loop; a write that fails
+for want of room holds the node instead (DISK_FULL), until the disk has room. A
+worker that hangs is the pool's to end (client.node.workers); whatever was
 signed waits in the journal until a receipt for it is kept, so a restart or a
 SIGKILL loses nothing and a resend is never counted twice (the orchestrator
 knows it by digest). A submission the orchestrator refuses for good (its order
@@ -19,6 +21,7 @@ with the reason instead, and the node works on.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -37,7 +40,12 @@ from client.node.journal import Entry, Journal
 from client.node.limits import Limits
 from client.node.session import Identity, Session, node_report
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
-from client.node.workers import WorkersFailingError
+from client.node.workers import (
+    STOP_GRACE_SECONDS,
+    NodeStoppingError,
+    PolicyGoneError,
+    WorkersFailingError,
+)
 from swarmrl.files import claim_data_dir
 from swarmrl.locks import exclusive_use
 from swarmrl.logs import one_line
@@ -55,6 +63,7 @@ if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 lo
 
     from client.node.workers import Workers
     from swarmrl.models.backend import Precision
+    from swarmrl.p2p.store import Version
     from swarmrl.p2p.swarm import SwarmNode
     from swarmrl.rollouts.records import Rollout
     from swarmrl.work.submit import Receipt, SubmitHeader
@@ -62,6 +71,9 @@ if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 lo
 log = logging.getLogger("swarmrl.node")
 
 IDLE_SECONDS = 1.0  # a paused loop looks again this often, and at once when told
+WEIGHTS_POLL_SECONDS = 1.0  # how soon a wait for weights notices a stop
+# What a write that found no room fails with: the disk, or the user's quota on it.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 # Failures the loop waits out and retries; anything else is a bug or bad settings.
 RETRIED = (ConnectionError, TimeoutError, RemoteError, wire.WireError, OSError)
 
@@ -150,6 +162,7 @@ class Node:
         # Outcomes already counted; heartbeats repeat the last few, so a short memory does.
         self._outcomes_seen: dict[tuple[str, str], None] = {}
         self._idle = False  # paused, with the order that was in flight handed in
+        self._awaiting = ""  # the weights the loop waits for, said for `node status`
         self._no_work = ""  # why the orchestrator last had no order, said once per reason
 
     @property
@@ -254,7 +267,11 @@ class Node:
     # ---- the loop -----------------------------------------------------------------
 
     def run(self) -> None:
-        self.workers = self._start_workers()
+        try:
+            self.workers = self._start_workers()
+        except NodeStoppingError:  # told to stop while the workers started
+            self.on_event(Event(EventKind.STOPPED))
+            return
         self.on_event(Event(EventKind.WORKERS, total=self.workers.count))
         try:
             me = self._identity()
@@ -283,11 +300,16 @@ class Node:
                     self._one_order()
                     self.backoff.reset()
                 except RETRIED as e:
+                    if isinstance(e, OSError) and e.errno in NO_ROOM:
+                        self._out_of_room(e)
+                        continue
                     delay = self.backoff.next_delay()
                     reason = _waiting_reason(e, self.state.joined)
-                    # Dialling and joining again is cheap and idempotent; after a failure
-                    # the orchestrator may have restarted or forgotten the connection.
-                    self.state.joined = False
+                    if not _local(e):
+                        # Dialling and joining again is cheap and idempotent; after a
+                        # failure the orchestrator may have restarted or forgotten the
+                        # connection.
+                        self.state.joined = False
                     self.on_event(
                         Event(EventKind.RETRY, reason=reason, extra={"wait": f"{delay:.1f}s"})
                     )
@@ -296,6 +318,10 @@ class Node:
                     # Restarting them again would only burn the machine: the owner looks.
                     self.state.paused = True
                     self.on_event(Event(EventKind.FAILING, reason=one_line(e)))
+                except NodeStoppingError as e:  # what was in flight is given up
+                    log.warning("stopped: %s", one_line(e))
+                except PolicyGoneError as e:  # its order expires; the next is at hand
+                    log.warning("%s", one_line(e))
         finally:
             self.stopping.set()
             self.workers.close()
@@ -331,9 +357,18 @@ class Node:
         self._wake.clear()
 
     def stop(self) -> None:
-        """Ends the loop once the order in flight is handed in (or journaled)."""
+        """Ends the loop once the order in flight is handed in (or journaled), or given
+        up after STOP_GRACE_SECONDS (a hung worker does not hold the stop)."""
         self.stopping.set()
+        if self.workers is not None:
+            self.workers.stop(STOP_GRACE_SECONDS)
         self._wake.set()
+
+    def waiting(self) -> list[str]:
+        """What the node waits for now, one line each (`node status`): its workers'
+        requests in flight, or weights it waits to arrive."""
+        lines = self.workers.waiting() if self.workers is not None else []
+        return lines + ([self._awaiting] if self._awaiting else [])
 
     def finish(self) -> None:
         """Drains: the order in flight is handed in, then what the journal holds, then
@@ -432,13 +467,42 @@ class Node:
     def _weights(self, at_least: int, precision: Precision) -> Path:
         """The newest complete weights, at least step ``at_least``, loaded into the backend
         in ``precision``."""
-        assert self.swarm is not None
-        version = self.swarm.wait_for(step=at_least, timeout=self.settings.weights_timeout)
+        version = self._wait_for_weights(at_least)
         model_dir = version.files_dir
         if not (model_dir / "config.json").is_file():
             raise OSError(f"the version of step {version.step} is not a model directory")
         self._hold(model_dir, version.step, precision)
         return model_dir
+
+    def _wait_for_weights(self, at_least: int) -> Version:
+        """The newest complete version, once one of step ``at_least`` or later is;
+        TimeoutError after weights_timeout, NodeStoppingError once the node stops."""
+        assert self.swarm is not None
+        timeout = self.settings.weights_timeout
+        deadline = time.monotonic() + timeout
+        self._awaiting = f"the policy of step {at_least} or later, from the swarm"
+        try:
+            while True:
+                if self.stopping.is_set():
+                    raise NodeStoppingError(f"stopped waiting for {self._awaiting}")
+                left = deadline - time.monotonic()
+                try:
+                    return self.swarm.wait_for(
+                        step=at_least, timeout=max(0.0, min(left, WEIGHTS_POLL_SECONDS))
+                    )
+                except TimeoutError:
+                    if left <= WEIGHTS_POLL_SECONDS:
+                        raise
+        finally:
+            self._awaiting = ""
+
+    def _out_of_room(self, error: OSError) -> None:
+        """A write of the node's failed for want of room: the node holds itself (the
+        daemon's DISK_FULL) until the disk has room, rather than waiting on the network
+        and generating the same order again into a disk that takes none of it."""
+        detail = self.limits.out_of_room(one_line(error))
+        self.state.paused = True
+        self.on_event(Event(EventKind.NO_ROOM, reason=detail))
 
     def _hold(self, model_dir: Path, step: int, precision: Precision) -> None:
         """The workers hold the policy in ``model_dir`` (of ``step``) in ``precision``."""
@@ -469,6 +533,9 @@ class Node:
             memory_cap_bytes=None if cap is None else int(cap * 2**30),
             max_exits=self.settings.worker_exits,
         )
+        self.workers = pool  # a stop while they start ends their start too
+        if self.stopping.is_set():
+            pool.stop(STOP_GRACE_SECONDS)
         try:
             pool.start()
         except BaseException:
@@ -612,9 +679,18 @@ def _waiting_reason(e: BaseException, joined: bool) -> str:
         return f"incompatible version: {one_line(e)}"
     if isinstance(e, RemoteError):
         return f"{'refused' if joined else 'not joined'}: {one_line(e)}"
-    if isinstance(e, ConnectionError | TimeoutError | OSError):
+    if _local(e):
+        return f"failed on this machine: {one_line(e)}"
+    if isinstance(e, ConnectionError | TimeoutError):
         return f"orchestrator unreachable: {one_line(e)}"
     return one_line(e)
+
+
+def _local(e: BaseException) -> bool:
+    """Whether a failure is this machine's (a file it could not write or read, a worker's
+    error), not the network's: the host raises every network failure as ConnectionError
+    or TimeoutError."""
+    return isinstance(e, OSError) and not isinstance(e, ConnectionError | TimeoutError)
 
 
 def thread_count(settings: NodeSettings) -> int:

@@ -61,10 +61,14 @@ class NodeSettings(SwarmrlSettings):
     deployment: Path = Field(
         # A lambda: pydantic would pass a one-argument factory the other values.
         default_factory=lambda: deployment_path(),
-        description="The chain deployment file (the one `swarmrl chain up` wrote by default).",
+        description="The chain deployment file (the one `swarmrl chain up` wrote by default). "
+        "$SWARMRL_DEPLOYMENT moves the default for every command, as $SWARMRL_CHAIN_DIR does "
+        "the chain folder it is in (no variable sets this key: a file's deployment wins).",
     )
     keystore_dir: Path = Field(
-        default_factory=_default_keystore_dir, description="Where the node's keystore lives."
+        default_factory=_default_keystore_dir,
+        description="Where the node's keystore lives. $SWARMRL_KEYSTORE_DIR moves the default "
+        "for every command (no variable sets this key: a file's keystore_dir wins).",
     )
     key: str = Field(
         "node",
@@ -217,7 +221,10 @@ class NodeSettings(SwarmrlSettings):
     )
     min_free_disk_gib: float = Field(
         1.0,
-        ge=0,
+        # Never 0: the node needs room for its own files (an order's rollouts, their
+        # copy in the journal, the receipt), and a disk it fills to the last byte
+        # fails those writes, not the weights'.
+        ge=0.25,
         le=1_000_000,
         description="Free disk to leave where data_dir is, in GiB: below it the node takes "
         "no work, and it fetches no weights that would take the disk below it.",

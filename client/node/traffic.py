@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from swarmrl.files import previous_copy, write_atomically
+from swarmrl.sizes import GiB
 
 log = logging.getLogger("swarmrl.node")
 
 TRAFFIC_FILE = "traffic.json"
 SAVE_SECONDS = 5.0
-GiB = 1024**3
 
 
 class Traffic:

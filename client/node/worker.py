@@ -77,6 +77,7 @@ class Request(Strict):
 class Reply(Strict):
     error: str | None = None
     kind: Literal["value", "os"] | None = None  # which exception the error was
+    errno: int | None = None  # an OSError's: a full disk is the node's own hold
     tokens: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # the worker's and its reward checker's, generating
@@ -144,6 +145,12 @@ class LocalWorker:
 
     def forgive(self) -> None:
         """Nothing to forgive: an in-process worker that fails, fails its node."""
+
+    def stop(self, grace: float) -> None:
+        """Nothing to end: generating in the node's own process, it ends with its order."""
+
+    def waiting(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         self.backend = None
@@ -264,7 +271,7 @@ def _serve(spec: Spec, requests: Any, replies: Any) -> None:
         except OSError as e:
             from swarmrl.files import os_error_sentence
 
-            answer(Reply(error=os_error_sentence(e), kind="os"))
+            answer(Reply(error=os_error_sentence(e), kind="os", errno=e.errno))
 
 
 def main() -> None:

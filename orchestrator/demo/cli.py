@@ -35,6 +35,7 @@ def demo(
         run_scenes(scenes)
         return
     from orchestrator.demo.loop import LoopConfig, run
+    from orchestrator.local_swarm import SwarmError
     from swarmrl.files import check_output_dir
 
     check_output_dir(out)
@@ -43,8 +44,8 @@ def demo(
     except KeyboardInterrupt:
         typer.echo("interrupted: every process the demo started is stopped", err=True)
         raise typer.Exit(130) from None
-    except RuntimeError as e:  # a process of the swarm died, or an evaluation failed
-        typer.secho(f"error: {e}; its log is in {out / 'run'}", err=True, fg=typer.colors.RED)
+    except SwarmError as e:  # a step failed (anvil, a command, a process, a wait): its log named
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
         raise typer.Exit(1) from None
     if not report.rose or report.processes_left:
         raise typer.Exit(1)

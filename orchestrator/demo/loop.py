@@ -37,9 +37,11 @@ from orchestrator.local_swarm import (
     LEARNING_RECIPE,
     SWARMRL,
     Swarm,
+    SwarmError,
     cli,
     make_swarm,
     node_toml,
+    on_chain,
     orchestrator_addr,
     orchestrator_toml,
     stake_and_init_node,
@@ -204,17 +206,18 @@ def _cache_before(out: Path, model: Path, config: LoopConfig, reward: float) -> 
 def _stake(swarm: Swarm, report: Report) -> None:
     from swarmrl.chain.contracts import Contracts
 
-    chain = Contracts.connect(swarm.deployment)
-    for key, provider in [*HONEST.items(), CHEATER]:
-        stake_and_init_node(swarm, provider, key, STAKE)
-        address = keystore.info(swarm.keystore_dir, key).address
-        provider_address = chain.provider_of(address)
-        assert provider_address is not None  # `node init` registered it
-        stake = chain.stake_of(provider_address) / TOKEN
-        report.nodes.append(
-            NodeReport(key, address, provider_address, key in HONEST, stake_before=stake)
-        )
-        _say(f"  provider{provider} staked {stake:.0f} SRL for {key} ({address[:10]}...)")
+    with on_chain(swarm.anvil, "staking"):
+        chain = Contracts.connect(swarm.deployment)
+        for key, provider in [*HONEST.items(), CHEATER]:
+            stake_and_init_node(swarm, provider, key, STAKE)
+            address = keystore.info(swarm.keystore_dir, key).address
+            provider_address = chain.provider_of(address)
+            assert provider_address is not None  # `node init` registered it
+            stake = chain.stake_of(provider_address) / TOKEN
+            report.nodes.append(
+                NodeReport(key, address, provider_address, key in HONEST, stake_before=stake)
+            )
+            _say(f"  provider{provider} staked {stake:.0f} SRL for {key} ({address[:10]}...)")
 
 
 class Evaluations:
@@ -257,8 +260,11 @@ class Evaluations:
             return None
         self.running = None
         if process.returncode != 0:
-            error = (self.folder / f"step_{step}.log").read_text().strip().splitlines()
-            raise RuntimeError(f"evaluating step {step} failed: {error[-1] if error else '?'}")
+            log = self.folder / f"step_{step}.log"
+            error = log.read_text().strip().splitlines()
+            raise SwarmError(
+                f"evaluating step {step} failed: {error[-1] if error else '?'}; its log is {log}"
+            )
         figures = json.loads((self.folder / f"step_{step}.json").read_text())
         return step, float(figures["mean_reward"])
 
@@ -318,7 +324,7 @@ def _train(
         if not evaluations.busy and (step >= next_check or step >= config.max_steps):
             evaluations.start(step, ckpt.step_dir(run_dir, step))
             next_check = step + config.check_every
-        swarm.check_running()
+        swarm.check_running("while training")
         time.sleep(2)
 
 
@@ -374,24 +380,26 @@ def _settle(swarm: Swarm, work: Path, report: Report) -> None:
     assert isinstance(status, dict)
     report.slash_tx = next(s["tx"] for s in status["slashes"] if s["node"] == cheater.address)
     _say(f"  slashed {cheater.name}: {report.slash_tx}")
-    chain = Contracts.connect(swarm.deployment)
-    anvil.increase_time(swarm.anvil.web3(), INVALIDATION_WINDOW + 1)
-    _say(f"  anvil moves its clock past the {INVALIDATION_WINDOW // 60}-minute invalidation window")
-    rows = _ledger(work)
-    tallied = {n["address"]: n for n in status["nodes"]}
-    for node in report.nodes:
-        counts = tallied.get(node.address, {})
-        node.accepted = counts.get("accepted", 0)
-        node.rejected = counts.get("rejected", 0)
-        node.units = counts.get("units", 0)
-        mine = [r for r in rows if r["node"] == node.address]
-        rejected = [r["reason"] for r in mine if r["status"] == SubmissionStatus.REJECTED]
-        node.last_rejection = rejected[-1] if rejected else ""
-        recorded = status["epochs_recorded"]
-        epochs = sorted({e["epoch"] for e in recorded if e["node"] == node.address and e["tx"]})
-        if epochs:
-            _claim(swarm, node, epochs)
-        node.stake_after = chain.stake_of(node.provider) / TOKEN
+    with on_chain(swarm.anvil, "claiming the rewards"):
+        chain = Contracts.connect(swarm.deployment)
+        anvil.increase_time(swarm.anvil.web3(), INVALIDATION_WINDOW + 1)
+        minutes = INVALIDATION_WINDOW // 60
+        _say(f"  anvil moves its clock past the {minutes}-minute invalidation window")
+        rows = _ledger(work)
+        tallied = {n["address"]: n for n in status["nodes"]}
+        for node in report.nodes:
+            counts = tallied.get(node.address, {})
+            node.accepted = counts.get("accepted", 0)
+            node.rejected = counts.get("rejected", 0)
+            node.units = counts.get("units", 0)
+            mine = [r for r in rows if r["node"] == node.address]
+            rejected = [r["reason"] for r in mine if r["status"] == SubmissionStatus.REJECTED]
+            node.last_rejection = rejected[-1] if rejected else ""
+            recorded = status["epochs_recorded"]
+            epochs = sorted({e["epoch"] for e in recorded if e["node"] == node.address and e["tx"]})
+            if epochs:
+                _claim(swarm, node, epochs)
+            node.stake_after = chain.stake_of(node.provider) / TOKEN
     swarm.kill("orchestrator", signal.SIGTERM)
 
 

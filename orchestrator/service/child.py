@@ -15,10 +15,12 @@ so a child never fails in a loop behind a daemon that looks up. Both count failu
 since the child last got somewhere (`progressed`: the trainer took a step): a trainer
 killed three times in a day, training between the kills, is no loop.
 
-Before ``main`` runs, every child is set up alike: Ctrl-C is left to the daemon
-(which stops its children itself), the child gets its share of the cores (torch
-and rayon threads; ARCHITECTURE.md, "Concurrency and processes"), and it logs to
-``<data_dir>/logs/<name>.log``, and to stderr unless the live view holds the
+Before ``main`` runs, every child is set up alike: it dies with the daemon (a daemon
+killed with SIGKILL takes its children with it at once, where its stop flag reached
+them only once they next looked, seconds to minutes later), Ctrl-C is left to the
+daemon (which stops its children itself), the child gets its share of the cores
+(torch and rayon threads; ARCHITECTURE.md, "Concurrency and processes"), and it logs
+to ``<data_dir>/logs/<name>.log``, and to stderr unless the live view holds the
 terminal.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -41,6 +44,7 @@ from orchestrator.service.stop import StopFlag, StopSignal
 from swarmrl.chain.errors import ChainError
 from swarmrl.cores import take_threads
 from swarmrl.files import os_error_sentence
+from swarmrl.processes import die_with_parent
 
 log = logging.getLogger("swarmrl.orchestrator")
 
@@ -71,6 +75,8 @@ class ChildSpec(Generic[Config]):
     log_to_stderr: bool  # False while the terminal shows the live view
     threads: int | None = None  # its share of the cores; None: the libraries' defaults
     finishes: bool = False  # exit code 0 is its work done (the trainer's last step), no crash
+    # What it gets the moment the daemon dies (its parent-death signal).
+    death_signal: signal.Signals = signal.SIGKILL
 
 
 class Child:
@@ -92,9 +98,11 @@ class Child:
         return self.spec.name
 
     def start(self) -> None:
+        """Starts the child, from the thread that lives as long as it should (the main
+        one): its parent-death signal comes when that thread ends (swarmrl.processes)."""
         reader, writer = self.context.Pipe(duplex=False)
         self.process = self.context.Process(
-            target=_enter, args=(self.spec, self.stop, writer), name=self.name
+            target=_enter, args=(self.spec, self.stop, writer, os.getpid()), name=self.name
         )
         self.process.start()
         writer.close()  # the child holds the only writing end now
@@ -164,9 +172,10 @@ class Child:
             self.process.join()
 
 
-def _enter(spec: ChildSpec[Any], stop: StopFlag, why: Connection) -> None:
+def _enter(spec: ChildSpec[Any], stop: StopFlag, why: Connection, parent: int) -> None:
     """The child process's body: the setup every child shares, then its ``main``; a
     failure ends as one logged sentence, handed to the daemon through ``why``."""
+    die_with_parent(spec.death_signal, parent=parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.threads is not None:
         take_threads(spec.threads)

@@ -73,13 +73,16 @@ class ServiceSettings(SwarmrlSettings):
     deployment: Path = Field(
         # A lambda: pydantic would pass a one-argument factory the other values.
         default_factory=lambda: deployment_path(),
-        description="The chain deployment file (the one `swarmrl chain up` wrote by default).",
+        description="The chain deployment file (the one `swarmrl chain up` wrote by default). "
+        "$SWARMRL_DEPLOYMENT moves the default for every command, as $SWARMRL_CHAIN_DIR does "
+        "the chain folder it is in (no variable sets this key: a file's deployment wins).",
     )
 
     # -- keys ----------------------------------------------------------------------
     keystore_dir: Path = Field(
         default_factory=_default_keystore_dir,
-        description="Where the keystores below live.",
+        description="Where the keystores below live. $SWARMRL_KEYSTORE_DIR moves the default "
+        "for every command (no variable sets this key: a file's keystore_dir wins).",
         json_schema_extra=heading("Keys"),
     )
     recorder_key: str = Field(

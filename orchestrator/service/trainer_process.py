@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,6 +92,10 @@ def spec(
         log_to_stderr=log_to_stderr,
         threads=threads,
         finishes=True,  # once it trained the run's last step
+        # torchrun's agent stops its ranks on SIGTERM, those still starting too: a rank
+        # asks for a parent-death signal of its own only once its code runs, seconds
+        # after it was spawned.
+        death_signal=signal.SIGTERM if config.launch.distributed else signal.SIGKILL,
     )
 
 

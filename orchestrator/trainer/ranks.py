@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import multiprocessing
 import os
 import signal
 import tempfile
@@ -45,7 +46,7 @@ def run_job(launch: TrainerLaunch, job: str, entry: Callable[..., None], *args: 
     """Runs ``entry(*args)`` on every rank of this machine, under the elastic agent,
     until every rank returned; once one failed, ValueError: which, and how, in one
     sentence."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -84,6 +85,8 @@ def run_job(launch: TrainerLaunch, job: str, entry: Callable[..., None], *args: 
                 first = said.splitlines()[0] if said else f"exit code {failure.exitcode}"
                 how = f"failed: {first}"
             raise ValueError(f"trainer rank {rank} {how}; the job stopped") from None
+        except SignalException as e:  # the agent stopped its ranks, and so the job, first
+            raise ValueError(f"the trainer job was stopped by {e.sigval.name}") from None
 
 
 def _first_failure(e: ChildFailedError, errors: Path) -> tuple[int, ProcessFailure]:
@@ -147,7 +150,9 @@ def loopback_interface() -> str:
 
 
 def _die_with_parent() -> None:
-    """SIGKILL when the agent that started this rank dies (Linux; elsewhere, nothing)."""
-    die_with_parent()
-    if os.getppid() == 1:  # the agent died before the call above
-        os._exit(1)
+    """SIGKILL when the agent that spawned this rank dies (Linux; elsewhere, nothing),
+    or an end here if it died already. The agent starts its ranks from the thread that
+    called ``run_job`` (the trainer child's main thread; `train local`'s job thread): the
+    signal comes when that thread ends."""
+    agent = multiprocessing.parent_process()
+    die_with_parent(parent=None if agent is None else agent.pid)

@@ -528,12 +528,25 @@ class Contracts:
         return sum(int(e["args"]["amount"]) for e in events)
 
     def claim(self, node: str, epochs: Sequence[int]) -> int:
-        """Run by the provider: claims `node`'s rewards of `epochs`; returns the amount paid."""
+        """Run by the provider: claims `node`'s rewards of `epochs`; returns the amount paid.
+
+        An epoch settled already, or another provider's to claim, is refused in one
+        sentence before anything is sent: the pool's revert would only name the leaf.
+        """
         refs = []
         for epoch in epochs:
             work = self.work_of(epoch, node)
             if work is None:
                 raise ChainError(f"no work of node {_cs(node)} is recorded in epoch {epoch}")
+            if work.settlement is not Settlement.OPEN:
+                raise ChainError(
+                    f"epoch {epoch} of node {_cs(node)} is already {work.settlement.name.lower()}"
+                )
+            if work.provider is not None and work.provider != self.address:
+                raise ChainError(
+                    f"{self.address} cannot claim epoch {epoch} of node {_cs(node)}: it was "
+                    f"recorded under provider {work.provider}, whose key claims it"
+                )
             refs.append(work.ref)
         return self.claim_refs(refs)
 

@@ -17,7 +17,8 @@ def default_state_dir() -> Path:
 
 def deployment_path(explicit: Path | None = None) -> Path:
     """The deployment file a command reads: `explicit`, else $SWARMRL_DEPLOYMENT, else
-    the one `swarmrl chain up` wrote."""
+    the one `swarmrl chain up` wrote. For a daemon, this is the default of its
+    deployment key only: a file's key wins (settings_toml.LOCATION_KEYS)."""
     if explicit is not None:
         return explicit
     return Path(os.environ.get("SWARMRL_DEPLOYMENT") or default_state_dir() / DEPLOYMENT_FILE)

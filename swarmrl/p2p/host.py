@@ -44,6 +44,7 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
+from libp2p.network.exceptions import SwarmDialAllFailedError
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import GossipSub
@@ -433,6 +434,8 @@ class Host:
         except Exception as e:
             raise ValueError(f"{addr!r} is not a multiaddr with a /p2p/ peer id ({e})") from None
 
+        peer = info.peer_id.to_base58()
+
         async def dial() -> None:
             # An explicit connect means "try now": py-libp2p would refuse a peer whose
             # addresses all failed in the last minute, which keeps a node away from an
@@ -448,8 +451,8 @@ class Host:
         except trio.TooSlowError:
             raise TimeoutError(f"could not reach {addr} within {timeout:.0f} s") from None
         except Exception as e:
-            raise ConnectionError(f"could not connect to {addr}: {e}") from None
-        return info.peer_id.to_base58()
+            raise ConnectionError(f"could not connect to {addr}: {_failure(e, peer)}") from None
+        return peer
 
     def peers(self) -> list[str]:
         """Peers with an open connection now."""
@@ -547,7 +550,9 @@ class Host:
         except _LocalReadError as e:
             raise OSError(f"cannot read {path}: {e}") from None
         except Exception as e:
-            raise ConnectionError(f"{spec.id} upload to {peer_id} failed: {e}") from None
+            raise ConnectionError(
+                f"{spec.id} upload to {peer_id} failed: {_failure(e, peer_id)}"
+            ) from None
         return spec.response.decode([reply])
 
     def call(self, spec: RequestResponse[Req, Resp], peer_id: str, request: Req) -> Resp:
@@ -569,7 +574,9 @@ class Host:
         except (wire.WireError, RemoteError):
             raise
         except Exception as e:
-            raise ConnectionError(f"{spec.id} request to {peer_id} failed: {e}") from None
+            raise ConnectionError(
+                f"{spec.id} request to {peer_id} failed: {_failure(e, peer_id)}"
+            ) from None
         return spec.response.decode(frames)
 
     def subscribe(self, topic: str, handler: TopicHandler) -> None:
@@ -598,6 +605,14 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _failure(error: Exception, peer_id: str) -> str:
+    """py-libp2p's reason for a failed dial or stream, short: the caller names the peer
+    already, and the dial's own words name it again and say only that it failed."""
+    if isinstance(error, SwarmDialAllFailedError):
+        return "no connection could be opened"
+    return str(error).replace(peer_id, "the peer") or type(error).__name__
 
 
 def _resource_manager(max_connections: int) -> ResourceManager:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from swarmrl.p2p import wire
+from swarmrl.sizes import KiB, MiB
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -41,9 +42,6 @@ Resp = TypeVar("Resp")
 H = TypeVar("H")
 H_contra = TypeVar("H_contra", contravariant=True)
 Resp_co = TypeVar("Resp_co", covariant=True)
-
-KiB = 1024
-MiB = 1024 * KiB
 
 # Refuses a peer before anything it sent is read: raises wire.Refusal, or returns. A
 # request-response protocol's runs on the host's event loop, so it must be quick (a

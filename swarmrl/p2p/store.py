@@ -383,6 +383,12 @@ class WeightStore:
         for leftover in self.root.glob(STAGING_PREFIX + "*"):  # a crash while making one
             shutil.rmtree(leftover, ignore_errors=True)
         for directory in sorted(self.root.glob("step-*")):
+            if directory.name.endswith(DELTA_DIR_SUFFIX):
+                # A delta is needed only while its step is new; a restarted peer seeds
+                # the full versions and fetches any newer delta again. Not checked first:
+                # a delta's manifest is its own, never the one its announcement names.
+                shutil.rmtree(directory, ignore_errors=True)
+                continue
             try:
                 announcement = Announcement.model_validate_json(
                     (directory / ANNOUNCEMENT_FILE).read_bytes()
@@ -391,11 +397,6 @@ class WeightStore:
                 announcement.matches(manifest)
             except (OSError, ValueError) as e:
                 log.warning("skipping %s: %s", directory, e)
-                continue
-            if directory.name.endswith(DELTA_DIR_SUFFIX):
-                # A delta is needed only while its step is new; a restarted peer seeds
-                # the full versions and fetches any newer delta again.
-                shutil.rmtree(directory, ignore_errors=True)
                 continue
             files_dir = directory / FILES_DIR
             unfinished = any(not (files_dir / f.name).exists() for f in manifest.files)

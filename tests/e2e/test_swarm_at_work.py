@@ -13,7 +13,10 @@ restart notwithstanding; the trainer resumed from its newest checkpoint after ea
 no partial file was taken for a whole one, and every version a node holds is the
 trainer's published policy bit for bit, most of them rebuilt from deltas; the cheater
 is rejected and slashed with its own signed submission, no honest node is; a node
-behind NAT (listening nowhere) still pulls weights and works.
+behind NAT (listening nowhere) still pulls weights and works. After the faults, a node's
+worker is stopped (SIGSTOP, as a hung GPU looks): the node kills it, starts it again and
+hands its order in by itself, and stopped with its worker hung again, it ends within
+the stop's grace.
 
 One honest node runs two workers under its one identity (a machine with two GPUs,
 simulated on the CPU): its orders are split between them and its merged submissions
@@ -51,7 +54,14 @@ from orchestrator.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
-from orchestrator.swarm_faults import FaultPlan, Faults, Promise, Target
+from orchestrator.swarm_faults import (
+    FaultPlan,
+    Faults,
+    Promise,
+    Target,
+    hang_a_worker,
+    stop_with_a_hung_worker,
+)
 from swarmrl import keystore
 from tests.integration.test_rollouts_cli import swarmrl
 
@@ -64,6 +74,7 @@ FAULTS = len(Target)  # each target once, in an order and at points the seed dra
 STAKE = 1000
 OUTBOUND_ONLY = "node6"
 SOAK_NODE = "node4"  # two workers; never killed
+HUNG_NODE = "node5"  # its worker is stopped (SIGSTOP) twice after the faults
 SOAK_MINUTES = 120 if os.environ.get("SWARMRL_SOAK") == "long" else 5
 SAMPLE_SECONDS = 60.0
 AFTER_WARM_UP = 3  # samples at least, however late the node's first order came
@@ -197,8 +208,18 @@ def _run(swarm, default_model, tmp_path):
     )
     faults.run(plan, limit=900)
     assert faults.seen.injected == {target: 1 for target in Target}
+    # A worker that stops answering mid-work (a GPU or driver hang looks so): its node
+    # kills it past the deadline of the request it hangs in, starts it again and hands
+    # its order in, by itself.
+    hang = hang_a_worker(swarm, HUNG_NODE)
+    print(f"hung worker: killed {hang.killed:.0f} s, an order in {hang.submitted:.0f} s after")
     faults.wait_for_step(STEPS, 1500)
     time.sleep(5)  # the last submissions in flight land
+    # Stopped while its worker hangs in a part, the node ends within the stop's grace.
+    took = stop_with_a_hung_worker(swarm, HUNG_NODE, tmp_path / f"{HUNG_NODE}.toml")
+    print(f"stopped with a hung worker: every process of {HUNG_NODE} ended in {took:.0f} s")
+    hung_log = (tmp_path / f"{HUNG_NODE}.log").read_text()
+    assert "(the node stops, and it was still generating batch" in hung_log
     for key in list(swarm.processes):
         if key not in ("orchestrator", SOAK_NODE):
             swarm.kill(key, 15)

@@ -126,8 +126,9 @@ def test_the_whole_story(contracts, accounts, w3, deployment):
     assert b.claim(node_b.address, [1]) == 2 * params.reward_per_unit
     assert contracts.token_balance(provider_b.address) == balance + 2 * params.reward_per_unit
     assert contracts.work_of(1, node_b.address).claimed
+    # By its leaf: `claim` by epoch refuses a settled one before the pool is asked.
     with pytest.raises(RevertedError, match=r"AlreadySettled\(epoch=1, part=0, node="):
-        b.claim(node_b.address, [1])
+        b.claim_refs([epoch_1.ref(node_b.address)])
 
     # Unbonding: the stake backing a node stays; the rest waits out the period.
     with pytest.raises(

@@ -142,23 +142,30 @@ def keys_env(tmp_path, deployment, accounts):
     return {**os.environ, "SWARMRL_PASSWORD": "pw", "PYTHONUNBUFFERED": "1"}
 
 
+def orchestrator_config(tmp_path: Path, listen: str, **settings: object) -> Path:
+    """An orchestrator.toml on the keys and deployment of `keys_env` (in `tmp_path`), a
+    random tiny model and the bundled tasks, its data in `tmp_path`/orchestrator."""
+    return write_settings(
+        tmp_path / "orchestrator.toml",
+        {
+            "model": random_tiny_model(tmp_path / "model", seed=1),
+            "tasks": DATA / "intellect2_tasks.jsonl",
+            "data_dir": tmp_path / "orchestrator",
+            "deployment": tmp_path / "deployment.json",
+            "keystore_dir": tmp_path / "keys",
+            "listen": listen,
+            "metrics_port": free_port(),
+            **settings,
+        },
+    )
+
+
 def test_orchestrator_run_on_a_taken_port_fails_before_anything_starts(tmp_path, keys_env):
     data = tmp_path / "orchestrator"
     with _listener() as taken:
         port = taken.getsockname()[1]
         listen = f"/ip4/127.0.0.1/tcp/{port}"
-        config = write_settings(
-            tmp_path / "orchestrator.toml",
-            {
-                "model": random_tiny_model(tmp_path / "model", seed=1),
-                "tasks": DATA / "intellect2_tasks.jsonl",
-                "data_dir": data,
-                "deployment": tmp_path / "deployment.json",
-                "keystore_dir": tmp_path / "keys",
-                "listen": listen,
-                "metrics_port": free_port(),
-            },
-        )
+        config = orchestrator_config(tmp_path, listen)
         done = _swarmrl("orchestrator", "run", "--config", config, "--headless", env=keys_env)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: {_in_use(listen, port)}"

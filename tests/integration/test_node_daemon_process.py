@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -98,6 +99,12 @@ def test_the_daemon_answers_its_commands_and_stops_on_one(node_config, tmp_path)
     )
     try:
         _until(lambda: _reason(node_config, env).startswith("orchestrator unreachable"), "reason")
+        # The address once, and why in a few words (py-libp2p names the peer again).
+        unreachable = re.escape(f"orchestrator unreachable: could not connect to {ORCHESTRATOR}")
+        reason = _reason(node_config, env)
+        assert re.fullmatch(
+            rf"{unreachable}: no connection could be opened \(trying again in [\d.]+s\)", reason
+        ), reason
         status = _status(node_config, env)
         assert status["running"]["pid"] == daemon.pid
         assert status["running"]["version"]
@@ -124,6 +131,16 @@ def test_the_daemon_answers_its_commands_and_stops_on_one(node_config, tmp_path)
         assert logs.returncode == 0
         assert len(logs.stdout.splitlines()) == 3
 
+        # node.toml cut short while the daemon runs: the daemon keeps its settings, and
+        # its commands still reach it, by the note it keeps of the file it started with.
+        whole = node_config.read_text()
+        node_config.write_text(whole[: len(whole) // 2] + "\n[")  # no longer TOML
+        broken = _node(node_config, "status", env=env)
+        assert broken.returncode == 0, broken.stderr
+        assert broken.stderr.startswith(f"warning: {node_config}, line ")
+        assert broken.stderr.rstrip().endswith("; asking the node that runs with it")
+        assert broken.stdout.startswith("orchestrator unreachable: could not connect to ")
+
         stopped = _node(node_config, "stop", env=env)
         assert stopped.returncode == 0, stopped.stderr
         assert daemon.wait(timeout=LIMIT) == 0
@@ -131,6 +148,11 @@ def test_the_daemon_answers_its_commands_and_stops_on_one(node_config, tmp_path)
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+    # Stopped, the daemon's note is gone: a config that does not load is refused again.
+    refused = _node(node_config, "status", env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"error: {node_config}, line ")
+    node_config.write_text(whole)
     # Not running: the journal is read instead, and the socket is gone.
     status = _status(node_config, env)
     assert status["running"] is None

@@ -97,6 +97,9 @@ class Runner:
     def resume(self) -> None:
         self.calls.append("resume")
 
+    def waiting(self) -> list[str]:
+        return []
+
 
 class Served:
     """A real daemon serving its real control socket in `data_dir` until ended."""

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +45,7 @@ class StandIn:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.stopped = threading.Event()
+        self.waits: list[str] = []  # what it says it waits for
 
     def run(self) -> None:
         self.stopped.wait()
@@ -57,6 +62,9 @@ class StandIn:
 
     def resume(self) -> None:
         self.calls.append("resume")
+
+    def waiting(self) -> list[str]:
+        return list(self.waits)
 
 
 class Clock:
@@ -388,3 +396,71 @@ def test_a_command_that_fails_without_words_is_named_and_the_server_goes_on(tmp_
             ControlClient(tmp_path).call(Command.PAUSE)
     finally:
         server.close()
+
+
+SERVE = """
+import sys, threading
+from pathlib import Path
+from client.node.daemon import Daemon
+from tests.unit.test_node_daemon import StandIn
+with Daemon(StandIn(), Path(sys.argv[1])).serving():
+    print("serving", flush=True)
+    threading.Event().wait()
+"""
+
+
+def test_clients_that_arrive_together_are_all_answered(tmp_path):
+    """Thirty `node status` at once, while the daemon is too busy to accept (stopped with
+    SIGSTOP here): they wait in the socket's backlog, and each gets its answer."""
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert daemon.stdout.readline() == "serving\n"
+        daemon.send_signal(signal.SIGSTOP)
+        answers: list[object] = []
+
+        def ask() -> None:
+            try:
+                answers.append(ControlClient(tmp_path).status().node)
+            except ControlError as e:
+                answers.append(e)
+
+        clients = [threading.Thread(target=ask) for _ in range(30)]
+        for client in clients:
+            client.start()
+        # Not a timed assertion: it only lets the clients arrive while nothing accepts.
+        time.sleep(1.0)
+        daemon.send_signal(signal.SIGCONT)
+        for client in clients:
+            client.join(timeout=120)
+        assert answers == [NODE] * 30
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_a_message_that_is_no_request_is_told_what_it_is(served):
+    _, _, _, client = served
+    for line, sentence in (
+        (b"not json\n", "the control message is not JSON"),
+        (b"[1, 2]\n", "the control message is not a JSON object"),
+        (b'{"command": "format-disk"}\n', "the control message is not valid at command"),
+    ):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(client.path))
+            s.sendall(line)
+            answer = json.loads(s.makefile("rb").readline())
+        assert answer["error"] == sentence
+
+
+def test_status_says_what_the_node_waits_for(served):
+    _, runner, _, client = served
+    assert client.status().waiting == []
+    runner.waits = [
+        "worker 1 generating batch 2 of 3: 4 min 10 s so far, taken for hung after 5 min"
+    ]
+    assert client.status().waiting == runner.waits

@@ -177,13 +177,15 @@ def test_a_count_torn_on_disk_is_read_from_the_copy_it_replaced(tmp_path, caplog
 
 
 def test_below_the_free_disk_to_keep_the_detail_says_what_is_free(tmp_path):
-    assert disk_hold(tmp_path, 1.0, disk_usage=Disk(0.5)) == (
-        "0.5 GiB free, under the 1 GiB to keep free (min_free_disk_gib)"
+    assert disk_hold(tmp_path, 2.0, disk_usage=Disk(1.5)) == (
+        "1.5 GiB free, under the 2 GiB to keep free (min_free_disk_gib)"
     )
     # Rounded down, never to the minimum itself.
-    assert disk_hold(tmp_path, 1.0, disk_usage=Disk(0.999)).startswith("0.9 GiB free")
+    assert disk_hold(tmp_path, 2.0, disk_usage=Disk(1.999)).startswith("1.9 GiB free")
     assert disk_hold(tmp_path, 1.0, disk_usage=Disk(1.0)) is None
-    assert disk_hold(tmp_path, 0.0, disk_usage=Disk(0.0)) is None
+    # Under a GiB in MiB, not "0.0 GiB free" for a disk with 2 MiB left.
+    assert disk_hold(tmp_path, 1.0, disk_usage=Disk(2 / 1024)).startswith("2 MiB free")
+    assert disk_hold(tmp_path, 1.0, disk_usage=Disk(0.999)).startswith("1022 MiB free")
 
 
 def test_a_disk_that_cannot_be_read_holds_the_node(tmp_path):
@@ -200,7 +202,7 @@ def test_the_holds_follow_the_free_disk_and_the_quota(limits_of):
     disk = Disk(0.5)
     limits = limits_of(Clock(NOVEMBER), disk=disk, monthly_transfer_gib=1e-6)
     assert limits.holds(at(NOVEMBER)) == {
-        Hold.DISK_FULL: "0.5 GiB free, under the 1 GiB to keep free (min_free_disk_gib)",
+        Hold.DISK_FULL: "512 MiB free, under the 1 GiB to keep free (min_free_disk_gib)",
     }
     disk.gib = 2.0
     assert limits.holds(at(NOVEMBER)) == {}
@@ -274,7 +276,7 @@ def test_the_weight_store_takes_no_version_that_would_eat_the_free_disk_to_keep(
     ck = make_checkpoint(tmp_path, 1)
     with pytest.raises(StoreError, match=r"keeping 1073741824000000 free$"):
         store.begin(ck.announcement, ck.manifest)
-    limits.apply(settings(tmp_path, min_free_disk_gib=0))
+    limits.apply(settings(tmp_path, min_free_disk_gib=0.25))
     store.begin(ck.announcement, ck.manifest)
 
 
@@ -286,7 +288,8 @@ def test_the_weight_store_takes_no_version_that_would_eat_the_free_disk_to_keep(
     [
         ("max_upload_mbps = 0.5", "max_upload_mbps must be at least 1, got 0.5"),
         ("max_weight_store_gib = 0", "max_weight_store_gib must be more than 0, got 0"),
-        ("min_free_disk_gib = -1", "min_free_disk_gib must be at least 0, got -1"),
+        # Never 0: a disk filled to its last byte fails the node's own writes.
+        ("min_free_disk_gib = 0", "min_free_disk_gib must be at least 0.25, got 0"),
         ("monthly_transfer_gib = 0", "monthly_transfer_gib must be more than 0, got 0"),
     ],
 )
@@ -309,3 +312,18 @@ def test_the_limits_have_a_section_of_their_own():
         "min_free_disk_gib",
         "monthly_transfer_gib",
     ]
+
+
+def test_a_write_that_found_no_room_holds_until_the_room_it_lacked_is_there(limits_of):
+    disk = Disk(1.5)
+    limits = limits_of(Clock(NOVEMBER), disk=disk)
+    detail = limits.out_of_room("outbox/x.parquet: No space left on device")
+    assert detail == (
+        "outbox/x.parquet: No space left on device; held until 2.5 GiB are free (1.5 GiB now)"
+    )
+    # More than the 1 GiB to keep free is not room for what failed: held still.
+    assert limits.holds(at(NOVEMBER)) == {Hold.DISK_FULL: detail}
+    disk.gib = 2.5
+    assert limits.holds(at(NOVEMBER)) == {}
+    disk.gib = 1.5  # forgotten once met: only the 1 GiB to keep free holds now
+    assert limits.holds(at(NOVEMBER)) == {}

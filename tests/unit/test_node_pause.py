@@ -4,6 +4,7 @@ until it resumes; the loop says when it went idle and when it works again."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from client.node.events import Event, EventKind
 from client.node.loop import Node
@@ -14,6 +15,23 @@ from client.node.worker import LocalWorker
 class Swarm:
     def close(self) -> None:
         pass
+
+
+def run_offline(
+    node: Node, one_order: Callable[[], None], workers: LocalWorker | None = None
+) -> threading.Thread:
+    """`node`'s loop, started in a thread with no chain, swarm or orchestrator: each of
+    its orders is `one_order`, its workers `workers` (by default, one that holds no
+    model)."""
+    node._start_workers = lambda: workers or LocalWorker(load=None)  # type: ignore[method-assign]
+    node._identity = lambda: None  # type: ignore[method-assign]
+    node._start_swarm = lambda me: setattr(node, "swarm", Swarm())  # type: ignore[method-assign]
+    node._resend = lambda: None  # type: ignore[method-assign]
+    node._one_order = one_order  # type: ignore[method-assign]
+    node.state.joined = True  # no orchestrator to join, so no heartbeat thread either
+    loop = threading.Thread(target=node.run)
+    loop.start()
+    return loop
 
 
 def test_a_paused_node_finishes_its_order_then_waits_for_resume(tmp_path):
@@ -35,14 +53,7 @@ def test_a_paused_node_finishes_its_order_then_waits_for_resume(tmp_path):
         else:
             node.stop()
 
-    node._start_workers = lambda: LocalWorker(load=None)  # type: ignore[method-assign]
-    node._identity = lambda: None  # type: ignore[method-assign]
-    node._start_swarm = lambda me: setattr(node, "swarm", Swarm())  # type: ignore[method-assign]
-    node._resend = lambda: None  # type: ignore[method-assign]
-    node._one_order = one_order  # type: ignore[method-assign]
-    node.state.joined = True  # no orchestrator to join, so no heartbeat thread either
-    loop = threading.Thread(target=node.run)
-    loop.start()
+    loop = run_offline(node, one_order)
     assert idle.wait(timeout=60), "the loop never went idle"
     assert len(orders) == 1
     assert node.state.paused
@@ -77,14 +88,7 @@ def test_workers_that_keep_failing_pause_the_loop_until_it_resumes(tmp_path):
             raise WorkersFailingError("3 worker exits in a row; the last: worker 0 exited")
         node.stop()
 
-    node._start_workers = lambda: workers  # type: ignore[method-assign]
-    node._identity = lambda: None  # type: ignore[method-assign]
-    node._start_swarm = lambda me: setattr(node, "swarm", Swarm())  # type: ignore[method-assign]
-    node._resend = lambda: None  # type: ignore[method-assign]
-    node._one_order = one_order  # type: ignore[method-assign]
-    node.state.joined = True
-    loop = threading.Thread(target=node.run)
-    loop.start()
+    loop = run_offline(node, one_order, workers)
     try:
         assert idle.wait(timeout=60), "the loop never went idle"
         failing = [e for e in events if e.kind is EventKind.FAILING]

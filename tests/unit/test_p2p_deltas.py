@@ -4,6 +4,7 @@ a version from its base and its delta, refusing one that does not rebuild it."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,21 @@ def test_a_truncated_delta_is_one_sentence_and_changes_nothing(weights, tmp_path
         store.add_rebuilt(delta, base)
     assert store.versions() == [base, delta]
     assert not list(store.root.glob(STAGING_PREFIX + "*"))
+
+
+def test_a_restarted_store_drops_its_deltas_without_a_warning(weights, tmp_path, caplog):
+    store, base, delta = _origin_store(tmp_path, weights)
+    delta_dir = delta.files_dir.parent
+    assert delta_dir.name.endswith("-delta")
+    for version in store.versions():
+        version.close()
+    again = WeightStore(tmp_path / "store", keep=2)
+    with caplog.at_level(logging.WARNING, logger="swarmrl"):
+        loaded = again.load()
+    # Its manifest is the delta's own, never the one its announcement names: expected,
+    # and no reason to tell the volunteer of corruption at every start.
+    assert caplog.text == ""
+    assert [v.step for v in loaded] == [base.step]
+    assert not delta_dir.exists()
+    for version in again.versions():
+        version.close()

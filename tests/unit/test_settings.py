@@ -337,6 +337,55 @@ def test_the_data_dir_variable_gives_each_daemon_its_own_folder(tmp_path, monkey
     assert f'data_dir = "{tmp_path}/shared/node"' in template(NodeSettings)
 
 
+# -- location variables: where things live, moving defaults only ---------------------
+
+
+@pytest.mark.parametrize(
+    ("model_cls", "name"),
+    [(NodeSettings, "node.toml"), (OrchestratorSettings, "orchestrator.toml")],
+)
+@pytest.mark.parametrize(
+    ("key", "variable"),
+    [("keystore_dir", "SWARMRL_KEYSTORE_DIR"), ("deployment", "SWARMRL_DEPLOYMENT")],
+)
+def test_a_files_location_key_wins_over_its_variable(
+    tmp_path, monkeypatch, model_cls, name, key, variable
+):
+    # Exported in the shell for the wallet and chain commands, the variable moves the
+    # default only: the file's own key is the daemon's.
+    monkeypatch.setenv(variable, "/from/the/shell")
+    path = write(tmp_path, f'{key} = "mine"\n', name=name)
+    settings = load_settings(model_cls, path)
+    assert getattr(settings, key) == tmp_path / "mine"
+    assert str(settings.setting_error(key, "it is wrong")) == (
+        f"{key}: it is wrong (set {key} in {path})"
+    )
+    # Where the file does not set the key, the variable is its default.
+    assert getattr(load_settings(model_cls, write(tmp_path, "", name=name)), key) == Path(
+        "/from/the/shell"
+    )
+    assert getattr(load_settings(model_cls, None), key) == Path("/from/the/shell")
+    assert f'{key} = "/from/the/shell"' in template(model_cls)
+
+
+def test_the_template_says_which_variables_override_it_and_which_move_defaults():
+    location = [
+        "#   $SWARMRL_DATA_DIR moves data_dir: a folder holding one per daemon "
+        "(node/, orchestrator/)",
+        "#   $SWARMRL_DEPLOYMENT moves deployment: the deployment file every command reads",
+        "#   $SWARMRL_KEYSTORE_DIR moves keystore_dir: the keystore folder of every command",
+    ]
+    for model_cls in (NodeSettings, OrchestratorSettings):
+        header = template(model_cls).split("\n\n")[0].split("#\n")[-1].splitlines()
+        assert header == [
+            "# Every key is optional; SWARMRL_<KEY> in the environment overrides this file, except",
+            "# these variables, which say where things live for every swarmrl command: each only",
+            "# moves the default of its key, and the key set in this file wins over it.",
+            *location,
+            "# Relative paths are relative to the folder of this file.",
+        ]
+
+
 # -- a value refused after loading: the key, and where to change it --------------------
 
 
