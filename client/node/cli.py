@@ -401,7 +401,7 @@ def status(
         running = ControlClient(data_dir).status()
         journal = running.journal
     except NotRunningError:
-        running, journal = None, _journal_summary(Path(_settings(config).data_dir))
+        running, journal = None, _journal_summary(data_dir)
     if as_json:
         out = {
             "running": None if running is None else running.model_dump(exclude={"journal"}),

@@ -256,14 +256,6 @@ class Busy:
     seconds: float  # how long it may take before the worker is taken for hung
 
 
-def part_seconds(tokens: int, speed: float | None) -> float:
-    """How long a worker may take to generate at most ``tokens`` tokens at ``speed``, the
-    tokens a second of its last part (None: none measured yet)."""
-    if speed is None:
-        return FIRST_PART_SECONDS
-    return max(MIN_PART_SECONDS, PART_SLACK * tokens / speed)
-
-
 class ProcessWorker:
     """A worker process and the pipe to it; started and ended by :class:`Pool`."""
 
@@ -314,6 +306,12 @@ class ProcessWorker:
         come within ``seconds``, else the pool kills the worker (WorkerExitedError)."""
         line = request.model_dump_json(exclude_none=True)
         return self._check(self._exchange(line, what, seconds))
+
+    def part_seconds(self, tokens: int) -> float:
+        """How long the worker may take to generate at most ``tokens`` tokens."""
+        if self.speed is None:
+            return self.first_part_seconds
+        return max(MIN_PART_SECONDS, PART_SLACK * tokens / self.speed)
 
     def load(self, request: Request) -> None:
         """Has the worker hold the policy ``request`` names, within its load deadline;
@@ -522,11 +520,7 @@ class Pool:
                 out=str(out),
             )
             tokens = len(slots) * order.group_size * order.max_tokens  # the most it can take
-            seconds = (
-                worker.first_part_seconds
-                if worker.speed is None
-                else part_seconds(tokens, worker.speed)
-            )
+            seconds = worker.part_seconds(tokens)
             try:
                 reply = worker.call(Request(generate=request), _generating(run, batches), seconds)
             except WorkerExitedError:
