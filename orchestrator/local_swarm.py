@@ -144,10 +144,12 @@ class Swarm:
         """Names of the started processes with anything of their group still alive."""
         return sorted({self.groups[group] for group in _live_groups(self.groups)})
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Sends `sig` to the process group of `name` and waits until every process in it
-        has ended; one that outlives STOP_SECONDS is killed (SIGKILL), and an error."""
-        if self._stop({name: self.processes.pop(name)}, sig):
+    def kill(self, name: str, sig: int = signal.SIGKILL, *, group: bool = True) -> None:
+        """Sends `sig` to the process group of `name` (`group`; else to its leader alone,
+        as `kill PID` does, which leaves the leader to end its children) and waits until
+        every process in the group has ended; one that outlives STOP_SECONDS is killed
+        (SIGKILL), and an error."""
+        if self._stop({name: self.processes.pop(name)}, sig, group=group):
             raise SwarmError(
                 f"{name} did not stop within {STOP_SECONDS:.0f} s of signal {sig}; its log is "
                 f"{self.logs[name]}"
@@ -170,18 +172,21 @@ class Swarm:
         self.anvil.stop()
         return killed
 
-    def _stop(self, processes: dict[str, subprocess.Popen[bytes]], sig: int) -> list[str]:
-        """Signals the process groups led by `processes` (a leader that has ended may
-        have left children in its group) and waits for every process in them, reaping
-        the leaders; at STOP_SECONDS the rest are killed. The names of those killed."""
+    def _stop(
+        self, processes: dict[str, subprocess.Popen[bytes]], sig: int, *, group: bool = True
+    ) -> list[str]:
+        """Signals the process groups led by `processes` (or their leaders alone, not
+        `group`; a leader that has ended may have left children in its group) and waits
+        for every process in them, reaping the leaders; at STOP_SECONDS the rest are
+        killed. The names of those killed."""
         groups = {process.pid: name for name, process in processes.items()}
-        for group in groups:
+        for leader in groups:
             with contextlib.suppress(ProcessLookupError):  # nothing of the group is left
-                os.killpg(group, sig)
+                (os.killpg if group else os.kill)(leader, sig)
         left = _wait_for_groups(groups)
-        for group in left:
+        for rest in left:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
+                os.killpg(rest, signal.SIGKILL)
         _wait_for_groups(left)
         for process in processes.values():
             process.poll()  # reaped: no zombie left behind

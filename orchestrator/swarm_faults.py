@@ -446,6 +446,9 @@ def node_status(swarm: Swarm, config: Path) -> dict[str, Any]:
 # The most a node may take to notice a hung worker and hand its order in: the deadline
 # of the request it hangs in (a minute at least), then a worker's start, load and part.
 HUNG_SECONDS = 600.0
+# The most a node (re)started a moment ago may take to start its workers and take an order.
+WORKER_SECONDS = 300.0
+_ORDER = b" swarmrl.node order "
 _KILLED_HUNG = b"taken for hung); started again"
 _SUBMITTED = b" swarmrl.node submitted "
 
@@ -465,7 +468,13 @@ def hang_a_worker(swarm: Swarm, key: str) -> Hang:
     start it again, and hand its order in; SwarmTimeoutError if it does not."""
     log = swarm.logs[key]
     before = log.read_bytes()
-    os.kill(worker_of(swarm, key), signal.SIGSTOP)
+    worker = worker_of(swarm, key)
+    # Stopped once the node works (a node a fault just restarted has yet to), the worker
+    # hangs in a part, the request whose deadline is the shortest.
+    wait_for(
+        lambda: _ORDER in log.read_bytes()[len(before) :], f"{key}'s order", WORKER_SECONDS, swarm
+    )
+    os.kill(worker, signal.SIGSTOP)
     stopped = time.monotonic()
     wait_for(
         lambda: _KILLED_HUNG in log.read_bytes()[len(before) :],
@@ -485,32 +494,48 @@ def hang_a_worker(swarm: Swarm, key: str) -> Hang:
 
 def stop_with_a_hung_worker(swarm: Swarm, key: str, config: Path) -> float:
     """SIGSTOP of node `key`'s worker, then, once the node says it waits for the part the
-    worker hangs in (`node status`), SIGTERM of the node: the seconds until every process
-    of it ended (Swarm.kill: SwarmError past STOP_SECONDS)."""
-    os.kill(worker_of(swarm, key), signal.SIGSTOP)
+    worker hangs in (`node status`), SIGTERM of the node's daemon, as `kill PID` or
+    `node stop` stop it: the seconds until every process of it ended (Swarm.kill:
+    SwarmError past STOP_SECONDS)."""
+    worker = worker_of(swarm, key)
+    os.kill(worker, signal.SIGSTOP)
 
     def hung() -> bool:
+        # The node says "generating" of a running worker as of a stopped one: it is the
+        # stopped one only while that one is its worker and the kernel shows it stopped.
+        children = {p.pid: p for p in processes() if p.parent == swarm.processes[key].pid}
+        if worker not in children:
+            raise SwarmError(f"{key} started a worker again while its worker {worker} hung")
+        if children[worker].state != "T":
+            return False
         running = node_status(swarm, config)["running"]
         return running is not None and any(" generating batch" in w for w in running["waiting"])
 
     wait_for(hung, f"{key} waiting for its hung worker's part", HUNG_SECONDS, swarm)
     began = time.monotonic()
-    swarm.kill(key, signal.SIGTERM)
+    # Not its group: the worker would get the SIGTERM too (in one CI run it died of it),
+    # and the daemon's stop, which must end a worker that does not answer, go untested.
+    swarm.kill(key, signal.SIGTERM, group=False)
     return time.monotonic() - began
 
 
 def worker_of(swarm: Swarm, key: str) -> int:
-    """The pid of node `key`'s (first) worker process."""
-    daemon = swarm.processes[key].pid
-    for proc in processes():
-        if proc.parent == daemon and proc.alive:
-            try:
-                command = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
-            except OSError:
-                continue  # it ended while we looked
-            if b"client.node.worker" in command:
-                return proc.pid
-    raise SwarmError(f"{key} runs no worker; its log is {swarm.logs[key]}")
+    """The pid of node `key`'s (first) worker process, once it runs one (a node started
+    a moment ago, by a fault among them, has yet to start its workers)."""
+
+    def worker() -> int | None:
+        daemon = swarm.processes[key].pid
+        for proc in processes():
+            if proc.parent == daemon and proc.alive:
+                try:
+                    command = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+                except OSError:
+                    continue  # it ended while we looked
+                if b"client.node.worker" in command:
+                    return proc.pid
+        return None
+
+    return wait_for(worker, f"{key}'s worker", WORKER_SECONDS, swarm)
 
 
 def unlike_published(store: Path, run_dir: Path) -> list[str]:
