@@ -11,7 +11,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-installed
+# `make gpu-setup` marks the venv as a GPU one: from then on every target installs and
+# tests requirements-gpu.lock (vLLM, with the torch and transformers it pins) in it.
+GPU_MARK := $(VENV)/.gpu
+LOCK := $(if $(wildcard $(GPU_MARK)),requirements-gpu.lock,requirements.lock)
 BENCH_STAMP := $(VENV)/.bench-deps-installed
+# The documentation site (mkdocs.yml, docs/), built where nothing is committed.
+SITE := $(VENV)/site
 SMOLLM2_STAMP := $(VENV)/.smollm2-installed
 NATIVE := swarmrl/_native.abi3.so
 NATIVE_SOURCES := Cargo.toml Cargo.lock native/Cargo.toml $(shell find native/src -name '*.rs')
@@ -24,16 +30,31 @@ SYSTEM_PACKAGES := build-essential bubblewrap
 
 export CARGO_TERM_QUIET := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# mkdocs-material's end-of-life banner, on every build otherwise.
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help test checks demo bench bench-deps setup system lint fmt lock clean contracts contracts-test
+.PHONY: help test checks demo bench bench-deps setup gpu-setup system lint fmt lock clean contracts contracts-test docs
 
 help:
 	@echo "make demo    set up and run a local swarm on the embedded defaults"
+	@echo "make gpu-setup  set up .venv for a GPU node: vLLM and its torch (requirements-gpu.lock)"
 	@echo "make test    set up and run lint, Rust tests and the Python test suite"
 	@echo "make bench   run the benchmarks against their references (see benchmarks/BENCHMARKS.md)"
-	@echo "make lock    re-resolve requirements.lock from pyproject.toml"
+	@echo "make lock    re-resolve requirements.lock and requirements-gpu.lock from pyproject.toml"
+	@echo "make docs    regenerate the docs' generated parts, then build the site into $(SITE)"
 
 setup: system $(NATIVE) $(NODE_STAMP) $(SMOLLM2_STAMP)
+
+# A GPU node: `make setup` with requirements-gpu.lock instead of requirements.lock (vLLM
+# pins an older torch and transformers), in the same .venv, so every command stays as is.
+# A venv set up from requirements.lock is recreated rather than downgraded in place.
+gpu-setup:
+	@if [ -e $(VENV) ] && [ ! -e $(GPU_MARK) ]; then \
+		echo "recreating $(VENV) from requirements-gpu.lock"; rm -rf $(VENV); fi
+	$(MAKE) --no-print-directory $(BIN)/python
+	touch $(GPU_MARK)
+	$(MAKE) --no-print-directory setup
+	$(BIN)/python -c 'import vllm, torch; print("vLLM", vllm.__version__, "torch", torch.__version__, "CUDA:", torch.cuda.is_available())'
 
 # Installs what is missing only, so re-runs cost one dpkg query.
 system:
@@ -51,8 +72,8 @@ $(BIN)/python:
 
 # No wheel cache: torch's pinned CUDA wheels are ~3 GB, and a cached copy beside the
 # installed one doubles what a fresh setup needs on disk (a CI machine ran out).
-$(DEPS_STAMP): requirements.lock | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-cache-dir -r requirements.lock
+$(DEPS_STAMP): $(LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q --no-cache-dir -r $(LOCK)
 	touch $@
 
 # An editable install: Python edits need no rebuild, Rust edits rebuild only the crate.
@@ -82,12 +103,14 @@ contracts-test: $(NODE_STAMP)
 	cd contracts && node_modules/.bin/forge test
 
 # mypy reads its settings from pyproject.toml; stubtest checks swarmrl/_native.pyi
-# against the built extension, hence $(NATIVE).
+# against the built extension, hence $(NATIVE). mkdocs --strict fails on a dead link.
 lint: $(DEPS_STAMP) $(NATIVE)
+	$(BIN)/python tools/check_locks.py
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m mypy.stubtest swarmrl._native
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(SITE)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
@@ -132,12 +155,17 @@ lock: | $(BIN)/python
 	$(BIN)/python -m pip install -q uv==0.13.8
 	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		--extra dev pyproject.toml -o requirements.lock
+	$(BIN)/python tools/check_locks.py seed
+	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--extra gpu --extra dev pyproject.toml -o requirements-gpu.lock
+	$(BIN)/python tools/check_locks.py stamp
 
 clean:
 	rm -rf $(VENV) target $(NATIVE) .pytest_cache .ruff_cache .mypy_cache .hypothesis contracts/node_modules contracts/build
 
-# The README's configuration reference, regenerated from the settings models
-# (tests/unit/test_readme.py fails when it is stale).
-.PHONY: readme
-readme: $(DEPS_STAMP)
-	$(BIN)/python docs/readme_reference.py
+# The docs' generated parts: the configuration reference (docs/configuration.md) from the
+# settings models, and benchmarks/BENCHMARKS.md from docs/benchmarks/index.md
+# (tests/unit/test_docs_generated.py fails when either is stale); then the site.
+docs: $(DEPS_STAMP)
+	$(BIN)/python docs/generate.py
+	$(BIN)/mkdocs build --strict --site-dir $(SITE)

@@ -41,7 +41,7 @@ from benchmarks.shards import write_random_file
 
 if TYPE_CHECKING:
     from benchmarks.shardcast_ref import RefResult
-    from swarmrl.p2p.swarm import SwarmNode
+    from swarmrl.weights import SwarmNode
 
 MIB = 1024 * 1024
 SHARD_MIB = 16
@@ -75,9 +75,9 @@ def _peer_main(args: argparse.Namespace) -> None:
     from eth_account import Account
     from libp2p.crypto.ed25519 import create_new_key_pair
 
-    from swarmrl.chain.eip712 import swarm_domain
-    from swarmrl.p2p.store import WeightStore
-    from swarmrl.p2p.swarm import SwarmNode
+    from swarmrl.eip712 import swarm_domain
+    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.store import WeightStore
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)
@@ -168,7 +168,7 @@ class Result:
 def run_swarmrl(checkpoint: Path, nodes: int, workdir: Path) -> Result:
     from eth_account import Account
 
-    from swarmrl.p2p.store import FILES_DIR
+    from swarmrl.weights.store import FILES_DIR
 
     key = Account.create()
     root = Path(tempfile.mkdtemp(dir=workdir, prefix="swarmrl-bench-"))

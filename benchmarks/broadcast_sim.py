@@ -2,8 +2,8 @@
 
 A discrete-event, flow-level simulation of one checkpoint version spreading from
 one origin through a swarm that fetches it with swarmrl's own policy
-(:mod:`swarmrl.p2p.fetch`), servers (:mod:`swarmrl.p2p.datapath`) and holdings
-discovery (:mod:`swarmrl.p2p.swarm.advertiser`), against the project's goals: a
+(:mod:`swarmrl.weights.download`), servers (:mod:`swarmrl.weights.datapath`) and holdings
+discovery (:mod:`swarmrl.weights.advertiser`), against the project's goals: a
 delta step (about 1% of the full size) on 90% of 1,000 nodes within 60 s, an
 anchor (the full version) within 30 min.
 
@@ -128,7 +128,8 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from swarmrl.p2p.datapath import (
+from swarmrl.shards import DEFAULT_SHARD_SIZE
+from swarmrl.weights.datapath import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_TRANSFER_SLOTS,
     IDLE_TIMEOUT,
@@ -136,14 +137,13 @@ from swarmrl.p2p.datapath import (
     ORIGIN_TRANSFER_SLOTS,
     QUEUE_WAIT,
 )
-from swarmrl.p2p.fetch import (
+from swarmrl.weights.download import (
     BACKOFF_SECONDS,
     DEFAULT_WORKERS,
     EXPLORE,
     MAX_INFLIGHT_PER_PEER,
     RATE_SMOOTHING,
 )
-from swarmrl.shards import DEFAULT_SHARD_SIZE
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -156,7 +156,7 @@ DELTA_FRACTION = 0.01
 DELTA_GOAL_SECONDS = 60.0
 ANCHOR_GOAL_SECONDS = 1800.0
 
-# The advertiser's constants (swarmrl/p2p/swarm/advertiser.py), copied rather than
+# The advertiser's constants (swarmrl/weights/advertiser.py), copied rather than
 # imported: importing it loads libp2p and eth-account, seconds this tool does not
 # need. tests/unit/test_broadcast_sim.py checks that they still match.
 POLL_INTERVAL = 0.5
@@ -164,7 +164,7 @@ ADVERT_INTERVAL = 30.0
 MIN_ADVERT_GAP = 2.0
 MAX_PEERS = 32
 POLL_THREADS = MAX_PEERS
-# swarmrl/p2p/swarm/fetcher.py: `return download.run()`, one run until done. (The code
+# swarmrl/weights/fetcher.py: `return download.run()`, one run until done. (The code
 # ran rounds of `run(timeout=5.0)` until this simulation showed what they cost; the
 # `run_timeout` field still models them.)
 RUN_TIMEOUT = math.inf

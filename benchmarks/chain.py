@@ -42,8 +42,8 @@ from web3 import Web3
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.recorder import Recorder
+from swarmrl import eip712
 from swarmrl.chain import anvil as anvil_mod
-from swarmrl.chain import eip712
 from swarmrl.chain.anvil import Anvil, dev_accounts, rpc
 from swarmrl.chain.artifacts import OUT_DIR
 from swarmrl.chain.contracts import Contracts
@@ -56,18 +56,17 @@ from swarmrl.chain.deploy import (
     deploy_dev,
     run_id_from_name,
 )
+from swarmrl.chain.recorded_work import MAX_LEAVES
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSettings
-from swarmrl.chain.work import MAX_LEAVES
 from swarmrl.cli_options import parse_counts
 from swarmrl.files import check_output_path, write_atomically
 from swarmrl.work.states import SubmissionStatus
 
 DEFAULT_SIZES = (10, 100, 1000)
 MAX_NODES = 10_000
-# The registry's nodesOf array is read on every join (the stake must cover each of the
-# provider's nodes): one provider of 1,000 nodes would measure the registry, not the
-# recording. Providers of 10 nodes keep each join's cost that of a small provider.
+# Providers of 10 nodes, as the recorded figures were measured (a join's cost once grew
+# with its provider's nodes; the registry's node counter, nodeCountOf, keeps it constant).
 NODES_PER_PROVIDER = 10
 SUBMISSIONS_PER_NODE = 3
 UNITS_PER_SUBMISSION = 4
@@ -470,9 +469,9 @@ def report(results: Sequence[SizeResult], hardfork: str, version: str, build: st
         f"\nassumptions: anvil {version}, its default hardfork ({hardfork}) and block gas "
         "limit, automine (one block per transaction); contracts from contracts/out (sha256 "
         f"{build}), compiled with {compiler_settings()} (contracts/foundry.toml);"
-        f" providers of at most {NODES_PER_PROVIDER} nodes each (the registry's nodesOf array "
-        "is read on every join: one provider of 1,000 nodes would measure the registry, not "
-        f"the recording); {SUBMISSIONS_PER_NODE} signed submissions per node, accepted at "
+        f" providers of at most {NODES_PER_PROVIDER} nodes each (a join costs the same "
+        f"whatever its provider's nodes: the registry counts them); {SUBMISSIONS_PER_NODE} "
+        "signed submissions per node, accepted at "
         f"{UNITS_PER_SUBMISSION} units each, plus one slashable rejected submission on one "
         "node, written to a real SQLite ledger as intake and the validator would (no files, "
         "no model, no p2p); the recorder and validator are the dev accounts of "

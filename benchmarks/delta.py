@@ -18,7 +18,7 @@ The quick form, seconds (what the tests run): ``--skip-learner --skip-codec
    run's serving dtype) goes through :func:`swarmrl.delta.encode`: the figure is the
    delta's bytes over the target file's, with the fraction of elements that changed.
    A step's other files (config, tokenizer) do not change, so they ship nothing
-   (:mod:`swarmrl.p2p.deltas`). The first step is reported apart: AdamW's first
+   (:mod:`swarmrl.weights.delta_versions`). The first step is reported apart: AdamW's first
    update moves every weight by the whole learning rate (its moments are one gradient,
    whose ratio is the sign), the most one step at that rate moves a weight, while
    later steps move each by the rate times |m / sqrt(v)|, which a noisy gradient keeps
@@ -65,9 +65,9 @@ from benchmarks import broadcast_sim, delta_codec
 from benchmarks.broadcast_sim import MIB
 from benchmarks.learner_settings import DEMO_RECIPE
 from orchestrator.pretrain import build_default_model
+from orchestrator.run_dir import RunDir
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.train_local.sampler import GENERATE_BATCH, draw_tasks, node_address
-from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.loop import StepReport, Trainer
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl import delta
@@ -76,11 +76,11 @@ from swarmrl.models.backend import Precision, SamplingParams
 from swarmrl.models.directory import SINGLE_FILE
 from swarmrl.models.files import default_models_dir
 from swarmrl.models.torch_backend import TorchBackend
-from swarmrl.p2p.deltas import DELTA_SHARD_SIZE
 from swarmrl.rollouts.generate import Provenance, batch_seed, generate_rollouts
 from swarmrl.shards import DEFAULT_SHARD_SIZE
 from swarmrl.tasks import Task, reasoning_gym
 from swarmrl.tasks.rewards import task_reward
+from swarmrl.weights.delta_versions import DELTA_SHARD_SIZE
 
 RUN = "bench-delta"
 SAMPLER = "bench"
@@ -154,7 +154,7 @@ class _Sampler:
         self.step = trainer.step
         # On the CPU the backend computes in fp32 whatever the checkpoint's dtype: bf16
         # matmuls there are slow, and the rollouts only have to be real ones of the policy.
-        self.backend = TorchBackend(ckpt.step_dir(trainer.run_dir, self.step), device="cpu")
+        self.backend = TorchBackend(trainer.run_folder.step(self.step), device="cpu")
         self.params = SamplingParams(
             max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p
         )
@@ -170,7 +170,7 @@ class _Sampler:
             return False
         if self.trainer.step != self.step:
             self.step = self.trainer.step
-            self.backend.load_weights(ckpt.step_dir(self.trainer.run_dir, self.step))
+            self.backend.load_weights(self.trainer.run_folder.step(self.step))
             self.idle = 0
         if self.idle >= MAX_IDLE_BATCHES:
             raise ValueError(
@@ -197,11 +197,11 @@ class _Sampler:
 def step_deltas(run_dir: Path, out: Path) -> list[StepDelta]:
     """Each published step of ``run_dir`` encoded against the one before it, into
     ``out``."""
-    deltas = []
-    for base, target in pairwise(ckpt.steps_on_disk(run_dir)):
+    deltas, folder = [], RunDir(run_dir)
+    for base, target in pairwise(folder.steps()):
         stats = delta.encode(
-            ckpt.step_dir(run_dir, base) / SINGLE_FILE,
-            ckpt.step_dir(run_dir, target) / SINGLE_FILE,
+            folder.step(base) / SINGLE_FILE,
+            folder.step(target) / SINGLE_FILE,
             out / f"step_{target}.delta",
         )
         deltas.append(

@@ -44,18 +44,19 @@ from benchmarks.hostile import (
     mutated_json,
 )
 from swarmrl import delta, keystore, shards, toploc
-from swarmrl.chain.eip712 import pool_domain, swarm_domain
-from swarmrl.p2p import datapath, wire
-from swarmrl.p2p.dialback import DIALBACK, DialbackReply, DialbackRequest
-from swarmrl.p2p.have import HAVE, HaveRequest
+from swarmrl.eip712 import pool_domain, swarm_domain
+from swarmrl.p2p import wire
 from swarmrl.p2p.host import ERROR_KEY, error_frame
-from swarmrl.p2p.manifest import MANIFEST, ManifestReply, ManifestRequest
-from swarmrl.p2p.messages import MAX_ADVERT_BYTES, MAX_ANNOUNCEMENT_BYTES, Advert, Holding
 from swarmrl.p2p.protocol import Codec, RequestResponse, Upload
-from swarmrl.p2p.records import Announcement, PeerRecord, SignatureError, manifest_hash
-from swarmrl.p2p.store import WeightStore, bits
 from swarmrl.rollouts.records import SIGNATURE_KEY, Rollout, read_rollout_file, write_rollouts
 from swarmrl.rollouts.signing import FileSignature
+from swarmrl.weights import datapath
+from swarmrl.weights.dialback import DIALBACK, DialbackReply, DialbackRequest
+from swarmrl.weights.gossip import MAX_ADVERT_BYTES, MAX_ANNOUNCEMENT_BYTES, Advert, Holding
+from swarmrl.weights.have import HAVE, HaveRequest
+from swarmrl.weights.manifest import MANIFEST, ManifestReply, ManifestRequest
+from swarmrl.weights.peer_records import Announcement, PeerRecord, SignatureError, manifest_hash
+from swarmrl.weights.store import WeightStore, bits
 from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.assign import WORK, Slot, WorkOrder, WorkRequest, WorkResponse
 from swarmrl.work.heartbeat import HEARTBEAT, HeartbeatRequest, HeartbeatResponse, Outcome

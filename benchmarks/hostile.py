@@ -20,7 +20,7 @@ from typing import Any
 import trio
 from hypothesis import strategies as st
 
-from swarmrl.chain.eip712 import SECP256K1_ORDER
+from swarmrl.eip712 import SECP256K1_ORDER
 
 
 class MemoryStream:

@@ -29,7 +29,6 @@ from orchestrator.evaluate import evaluate
 from orchestrator.pretrain import build_default_model
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.train_local.run import LocalRun, train_local
-from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.metrics import read_metrics
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.files import default_models_dir
@@ -55,11 +54,12 @@ def run_ours(
         device="cpu",
     )
     train_local(run, say=lambda text: None)
-    rows = read_metrics(out / "metrics.jsonl")
+    folder = run.folder
+    rows = read_metrics(folder.metrics)
     per_step = settings.recipe.prompts_per_step * settings.recipe.group_size
-    snapshots = [Snapshot(0, 0.0, 0, ckpt.step_dir(out, 0))]
+    snapshots = [Snapshot(0, 0.0, 0, folder.step(0))]
     snapshots += [
-        Snapshot(r["step"], r["elapsed"], r["step"] * per_step, ckpt.step_dir(out, r["step"]))
+        Snapshot(r["step"], r["elapsed"], r["step"] * per_step, folder.step(r["step"]))
         for r in rows
         if r["step"] % settings.snapshot_every == 0
     ]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.local_swarm import LEARNING_RECIPE
 from orchestrator.trainer.recipe import GRPORecipe
+from simulation.local_swarm import LEARNING_RECIPE
 
 # The thinking budget every prompt states, in the benchmark and the held-out eval alike.
 TARGET_LEN = 128

@@ -143,7 +143,7 @@ def orchestrator_main(plan: OrchestratorPlan, ready: Connection, stop: EventType
     from orchestrator.service.logs import setup_process_logging
     from orchestrator.service.settings import OrchestratorSettings
     from orchestrator.service.work_server import RunContext, WorkServer
-    from swarmrl.chain.eip712 import pool_domain, swarm_domain
+    from swarmrl.eip712 import pool_domain, swarm_domain
     from swarmrl.p2p.host import Host
     from swarmrl.p2p.identity import load_or_create_peer_key
     from swarmrl.tasks import read_tasks
@@ -351,8 +351,8 @@ class Probe:
         return result
 
     def _run(self) -> None:
-        from client.node.backoff import Backoff
-        from client.node.session import Session
+        from client.node.work.backoff import Backoff
+        from client.node.work.session import Session
         from swarmrl.p2p.host import Host
 
         with Host(node_peer_key(PROBE), listen=None) as host:

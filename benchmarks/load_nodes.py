@@ -53,9 +53,9 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 
-from client.node.backoff import Backoff
-from client.node.session import Identity, Session
-from swarmrl.chain.eip712 import pool_domain, swarm_domain
+from client.node.work.backoff import Backoff
+from client.node.work.session import Identity, Session
+from swarmrl.eip712 import pool_domain, swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import ERROR_KEY, RemoteError, quiet_libp2p_logs
 from swarmrl.p2p.protocol import RequestResponse, Upload
@@ -366,7 +366,7 @@ async def close_quietly(stream: INetStream) -> None:
         pass
 
 
-# Failures a node retries: client/node/loop.py's RETRIED, which over this transport (no
+# Failures a node retries: client/node/work/loop.py's RETRIED, which over this transport (no
 # bridge turning py-libp2p's own errors into ConnectionError) is any exception.
 RETRIED = (Exception,)
 

@@ -204,7 +204,7 @@ def ablate(
         began = time.monotonic()
         last = train_local(run, say=lambda text: None)
         seconds = time.monotonic() - began
-        rows = read_metrics(out / "metrics.jsonl")
+        rows = read_metrics(run.folder.metrics)
         print(f"{arm.name}: {len(rows)} steps in {seconds:.0f} s", flush=True)
         results.append(ArmResult(arm, rows, task_rewards(last, held_out, base, samples)))
     return before, results

@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.load import proc_rss_mib
-from orchestrator.local_swarm import (
+from orchestrator.pretrain import build_default_model
+from orchestrator.run_dir import RunDir
+from orchestrator.tasks.generators import demo_tasks
+from orchestrator.train_local.cli import recipe_argv
+from orchestrator.trainer.metrics import read_metrics
+from orchestrator.trainer.recipe import GRPORecipe
+from simulation.local_swarm import (
     SWARMRL,
     Swarm,
     make_swarm,
@@ -46,11 +52,6 @@ from orchestrator.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
-from orchestrator.pretrain import build_default_model
-from orchestrator.tasks.generators import demo_tasks
-from orchestrator.train_local.cli import recipe_argv
-from orchestrator.trainer.metrics import read_metrics
-from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.models.files import default_models_dir
 from swarmrl.tasks import write_tasks
 
@@ -103,9 +104,10 @@ def run_local(model: Path, tasks: Path, out: Path, seconds: float) -> float:
         "--workers", NODES, "--minutes", seconds / 60, *recipe_argv(RECIPE),
     ]  # fmt: skip
     subprocess.run([str(a) for a in args], check=True, capture_output=True, timeout=seconds + 600)
-    rows = read_metrics(out / "metrics.jsonl")
+    folder = RunDir(out)
+    rows = read_metrics(folder.metrics)
     batches = 0
-    for stats in (out / "samplers").glob("*.json"):
+    for stats in folder.samplers.glob("*.json"):
         batches += json.loads(stats.read_text())["batches"]
     rollouts = batches * RECIPE.prompts_per_step * RECIPE.group_size
     elapsed: float = rows[-1]["elapsed"]
@@ -137,7 +139,8 @@ def run_swarm(model: Path, tasks: Path, root: Path, seconds: float) -> dict[str,
             node = node_toml(swarm, root / f"{key}.toml", key=key, tasks=tasks, orchestrator=addr)
             swarm.start(key, [SWARMRL, "node", "run", "--config", node], root / f"{key}.log")
         # The window opens with the first step trained, as local's does.
-        wait_for(lambda: read_metrics(data / "run" / "metrics.jsonl"), "step 1", 600, swarm)
+        run_folder = RunDir.of_orchestrator(data)
+        wait_for(lambda: read_metrics(run_folder.metrics), "step 1", 600, swarm)
         began = time.monotonic()
         cpu_at_start = _cpu_by_program(swarm)
         costs_at_start = {key: len(_lines(root / key / "costs.jsonl")) for key in keys}

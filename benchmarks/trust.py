@@ -5,7 +5,7 @@ and what hostile bytes do to every decoder, measured.
   and, when it is imported, SmolLM2-135M-Instruct, every way an honest node samples
   them, verified with the validator's defaults; per variation the rejections and
   the evidence, per check the worst distance against its thresholds.
-- Cheats (benchmarks/trust_cheats.py): every behaviour of client/node/cheater.py
+- Cheats (benchmarks/trust_cheats.py): every behaviour of simulation/cheater.py
   against the orchestrator's intake and validator: how it is caught, how soon, and
   the stake it loses.
 - Fuzz (benchmarks/trust_fuzz.py): every decoder of untrusted bytes, Python and

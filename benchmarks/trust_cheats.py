@@ -1,10 +1,10 @@
-"""Cheats: every way a node of client/node/cheater.py cheats, run against the
+"""Cheats: every way a node of simulation/cheater.py cheats, run against the
 orchestrator's own intake and validator; per behaviour whether and how it is caught,
 how often and how soon, and what it costs the cheater.
 
 Each behaviour runs as fresh nodes of a run with a ledger of its own (SQLite): each
 node joins the work server, heartbeats, takes a signed work order, answers it as
-the cheating node does (the same :class:`client.node.cheater.Cheat` object: the
+the cheating node does (the same :class:`simulation.cheater.Cheat` object: the
 backend it loads and keeps, the records it hands in, the header it signs), and hands
 it in through intake; what intake receives the :class:`Validator` judges. Every
 node, like a volunteer, joined when the oldest policy step was the newest and has
@@ -58,18 +58,19 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 
-from client.node.cheater import CHEATS, Cheat
-from client.node.session import Identity, Session
 from client.node.settings import NodeSettings
+from client.node.work.session import Identity, Session
+from client.node.work.worker import Generation
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.settings import OrchestratorSettings
 from orchestrator.service.validator import Validator, ValidatorConfig
 from orchestrator.service.work_server import ChainView, RunContext, WorkServer
-from orchestrator.trainer import checkpoint as ckpt
+from simulation.cheater import CHEATS, Cheat
 from swarmrl.chain.anvil import dev_accounts
 from swarmrl.chain.deploy import ProtocolParams
-from swarmrl.chain.eip712 import pool_domain, swarm_domain
 from swarmrl.chain.tokens import format_tokens
+from swarmrl.eip712 import pool_domain, swarm_domain
 from swarmrl.models.backend import Backend
 from swarmrl.p2p import wire
 from swarmrl.p2p.direct import DirectServer
@@ -156,6 +157,7 @@ class Orchestrator:
         self.settings = OrchestratorSettings(data_dir=root / "data", **settings)
         self.now: float | None = None  # the work server's clock, stopped; None: the real one
         self.run_dir = run_dir
+        self.run_folder = RunDir(run_dir)
         self.tasks = {t.problem_id: t for t in tasks}
         self.ledger = Ledger(root / "data" / "ledger.sqlite3")
         self.swarm_domain = swarm_domain(CHAIN_ID, POOL)
@@ -172,7 +174,7 @@ class Orchestrator:
             self.ledger,
             self.tasks,
             Staked(),
-            published_step=lambda: ckpt.latest_step(run_dir),
+            published_step=self.run_folder.latest,
             backlog=lambda: 0,
             weights_addrs=lambda: [],
             clock=lambda: time.time() if self.now is None else self.now,
@@ -195,7 +197,7 @@ class Orchestrator:
     @property
     def step(self) -> int:
         """The newest published policy step."""
-        step = ckpt.latest_step(self.run_dir)
+        step = self.run_folder.latest()
         assert step is not None  # a run here always has its steps
         return step
 
@@ -246,9 +248,8 @@ class Orchestrator:
         order = session.work().order
         assert order is not None  # a run here is never full nor finished
         node, step = session.me.account.address, self.step
-        records = cheat.records(
-            backend, order, self.tasks, node=node, step=step, batch_size=MAX_BATCH
-        )
+        generation = Generation(order, self.tasks, node=node, step=step, batch_size=MAX_BATCH)
+        records = cheat.records(backend, generation)
         write_rollouts(records, out)
         return cheat.sign(session, order, step, out)
 
@@ -288,17 +289,18 @@ def linked_run(root: Path, steps: Path) -> Path:
     policy checkpoints."""
     run_dir = root / "run"
     run_dir.mkdir(parents=True)
-    ckpt.checkpoints_dir(run_dir).symlink_to(ckpt.checkpoints_dir(steps).resolve())
+    RunDir(run_dir).checkpoints.symlink_to(RunDir(steps).checkpoints.resolve())
     return run_dir
 
 
 def node_backend(cheat: Cheat, steps: Path, precision: Any) -> Backend:
     """What the cheat's node holds: the backend it loaded when the oldest step was the
     newest, kept up to date as it would have been since."""
-    held = ckpt.steps_on_disk(steps)
-    backend = cheat.load(ckpt.step_dir(steps, held[0]), precision)
+    folder = RunDir(steps)
+    held = folder.steps()
+    backend = cheat.load(folder.step(held[0]), precision)
     if len(held) > 1:
-        cheat.reload(backend, ckpt.step_dir(steps, held[-1]))
+        cheat.reload(backend, folder.step(held[-1]))
     return backend
 
 
@@ -430,7 +432,7 @@ def run(
     settings: Mapping[str, Any] | None = None,
     on_row: Callable[[CheatRow], None] = lambda _row: None,
 ) -> list[CheatRow]:
-    """Each of ``cheats`` (names of client.node.cheater.CHEATS) against runs of the policy
+    """Each of ``cheats`` (names of simulation.cheater.CHEATS) against runs of the policy
     steps in the run directory ``steps`` (the newest is the current policy), with
     orchestrator ``settings`` beside the defaults; ``on_row`` hears each row when done."""
     if submissions < 1:
@@ -492,7 +494,7 @@ def trained_steps(
     trainer = Trainer(run_dir, base_model, list(tasks), orchestrator.settings.recipe(), run=RUN)
     honest = Cheat(root / "node")
     held = trainer.step
-    backend = honest.load(ckpt.step_dir(run_dir, held), orchestrator.settings.precision)
+    backend = honest.load(orchestrator.run_folder.step(held), orchestrator.settings.precision)
     stop = threading.Event()
     training = threading.Thread(
         target=trainer.train,
@@ -514,10 +516,10 @@ def trained_steps(
                 )
             # A node takes each new policy as it comes: once its checkpoint is whole on
             # disk (the trainer counts a step before it has written it).
-            newest = ckpt.latest_step(run_dir)
+            newest = orchestrator.run_folder.latest()
             if newest is not None and newest > held:
                 held = newest
-                honest.reload(backend, ckpt.step_dir(run_dir, held))
+                honest.reload(backend, orchestrator.run_folder.step(held))
             session = orchestrator.joined(node_account(TRAINING_KEYS + i))
             orchestrator.answer(honest, backend, session, root / f"honest-{i}.parquet")
     finally:

@@ -1,9 +1,9 @@
 """Faults: kill -9 at random points of a node, the orchestrator, the trainer and anvil,
 each started again, in whole swarms on loopback; then what must hold after them.
 
-Each run is a short swarm of its own (`orchestrator.local_swarm`: anvil, the deployment,
+Each run is a short swarm of its own (`simulation.local_swarm`: anvil, the deployment,
 the orchestrator and three honest nodes as real processes, the default model) with a
-fault plan drawn from its seed (`orchestrator.swarm_faults`): every target once in a
+fault plan drawn from its seed (`simulation.faults`): every target once in a
 random order before any twice, each at a random trainer step plus up to 20 s. After
 the last step and the nodes stopped, it checks the promises of issue 24: every
 acknowledged submission in the ledger exactly once, work on chain equal to the ledger,
@@ -29,7 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.local_swarm import (
+from simulation.faults import FaultPlan, Faults, Promise, Target
+from simulation.local_swarm import (
     HONEST,
     LEARNING_RECIPE,
     SWARMRL,
@@ -40,7 +41,6 @@ from orchestrator.local_swarm import (
     stake_and_init_node,
     wait_for,
 )
-from orchestrator.swarm_faults import FaultPlan, Faults, Promise, Target
 
 RUNS = 3
 STEPS = 8

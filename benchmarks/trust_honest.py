@@ -21,7 +21,7 @@ shift that bf16 sampling gives every submission, which the sums carry up to
 ``sqrt((1 + d) / (1 - d))`` times (``d``: ``TEMPERATURE_DECAY``), shows.
 
 What a GPU adds (bf16 kernels of another vendor) is the cross-hardware row: a GPU
-generates, this CPU verifies (benchmarks/BENCHMARKS.md says where it was run).
+generates, this CPU verifies (docs/benchmarks/trust.md says where it was run).
 """
 
 from __future__ import annotations

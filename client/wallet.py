@@ -26,9 +26,9 @@ from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 from swarmrl.times import date_time, duration
 
 if TYPE_CHECKING:
-    from client.node.view import EpochWork
+    from client.node.screen.view import EpochWork
     from swarmrl.chain.contracts import Contracts
-    from swarmrl.chain.work import LeafRef
+    from swarmrl.chain.recorded_work import LeafRef
 
 app = typer.Typer(
     help="Keys, stake and rewards: stake, unstake and claim from an encrypted keystore.",
@@ -242,7 +242,7 @@ def add_node(
     node it names, for this key's address and this deployment, not expired), register
     as a provider if needed, add the node and join it to the run's pool; running it
     again only checks."""
-    from client.node.setup import add_node_with_consent, passwords_from, read_consent
+    from client.node.setup.keys import add_node_with_consent, passwords_from, read_consent
     from swarmrl.chain.deploy import load_deployment
 
     consent = read_consent(consent_file)
@@ -378,7 +378,7 @@ def claim(
 def _claimable_now(chain: Contracts, name: str, node: str) -> list[Unclaimed]:
     """The work of `node` that the signing key `name` can claim now; ValueError saying
     when the first becomes claimable, whose key claims it, or that there is none."""
-    from client.node.view import CLAIMABLE, PENDING, epoch_status
+    from client.node.screen.view import CLAIMABLE, PENDING, epoch_status
 
     now = chain.chain_time()
     every = _unclaimed(chain, [node])
@@ -419,7 +419,7 @@ def claimable(
 ) -> None:
     """The provider's recorded, unclaimed rewards per node and epoch, claimable now or
     when, or why they never will be (no password needed)."""
-    from client.node.view import CLAIMABLE, epoch_status
+    from client.node.screen.view import CLAIMABLE, epoch_status
 
     if node is not None:
         _check_address(node, "--node")
@@ -461,7 +461,7 @@ def _unclaimed(chain: Contracts, nodes: list[str]) -> list[Unclaimed]:
     since a leaf of a slashed membership or of one that had left is shown as such."""
     from eth_utils import to_checksum_address
 
-    from client.node.onchain import epoch_work
+    from client.node.screen.onchain import epoch_work
     from swarmrl.chain.contracts import Settlement
 
     found: list[Unclaimed] = []
@@ -486,7 +486,7 @@ def _not_yours(
     """The sentence naming the other providers whose keys claim the payable work of
     `node` among `unclaimed`, and how much each, for key `name` (of `account`) that
     has none; None if no other provider's key claims any."""
-    from client.node.view import CLAIMABLE, PENDING, epoch_status
+    from client.node.screen.view import CLAIMABLE, PENDING, epoch_status
 
     owed: dict[str, int] = {}
     for found in unclaimed:

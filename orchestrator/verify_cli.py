@@ -8,17 +8,12 @@ no rollout is reported as rejected).
 from __future__ import annotations
 
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
 
 import typer
 
 from swarmrl.cli_options import BackendName, Device, ModelDir, RunPrecision, quiet_transformers
 from swarmrl.models.backend import Precision
-from swarmrl.rollouts.checks import Assignment
-from swarmrl.rollouts.records import Rollout
-from swarmrl.rollouts.signing import FileSignature
 
 ValidatorTasks = typer.Option(
     ...,
@@ -26,51 +21,6 @@ ValidatorTasks = typer.Option(
     help="The validator's own task set (.parquet or .jsonl): each record's task is looked up "
     "here by problem_id, never taken from the record.",
 )
-
-
-def _assignment(
-    rollouts: list[Rollout],
-    signature: FileSignature | None,
-    n: int | None,
-    step: int | None,
-    precision: Precision,
-) -> Assignment:
-    """What the node was asked for: the signed settings, or for an unsigned file the first
-    record's (then only their consistency is checked), with --n and --step over either;
-    the precision is the run's, which neither states."""
-    if signature is not None:
-        asked = Assignment(
-            run=signature.run,
-            node=signature.node,
-            step=signature.step,
-            group_size=signature.group_size,
-            max_tokens=signature.max_tokens,
-            temperature=signature.temperature,
-            top_p=signature.top_p,
-            precision=precision,
-        )
-    elif n is None:
-        raise ValueError(
-            "the file is unsigned, so it does not say how many samples per task were asked "
-            "for: pass --n (and have nodes sign with `rollouts generate --key`)"
-        )
-    else:
-        first = rollouts[0]
-        asked = Assignment(
-            run=first.run,
-            node=first.node,
-            step=first.policy_step,
-            group_size=n,
-            max_tokens=first.max_tokens,
-            temperature=first.temperature,
-            top_p=first.top_p,
-            precision=precision,
-        )
-    if n is not None:
-        asked = replace(asked, group_size=n)
-    if step is not None:
-        asked = replace(asked, step=step)
-    return asked
 
 
 def rollouts_verify(
@@ -106,67 +56,15 @@ def rollouts_verify(
 
     Prints the signer, one line per rollout and a summary; exits 1 if any is rejected.
     """
-    from swarmrl.models import load_backend
-    from swarmrl.rollouts.records import file_digest, read_rollout_file
-    from swarmrl.rollouts.signing import run_domain
-    from swarmrl.rollouts.verify import Verdict, verify_rollouts
-    from swarmrl.tasks import read_tasks
-    from swarmrl.tasks.rewards import task_reward
+    from orchestrator.verify_file import judge_file, read_file
 
     quiet_transformers()
-    read = read_rollout_file(file)
-    records, signature = read.rollouts, read.signature
-    if not records:
-        raise ValueError(f"{file} holds no rollouts")
-    task_set = {t.problem_id: t for t in read_tasks(tasks)}
-    asked = _assignment(records, signature, n, step, precision)
-    digest = file_digest(records)
-    forged = None
-    if signature is None:
-        typer.echo(f"file 0x{digest.hex()}: unsigned; node, run and step are not attested")
-    else:
-        domain, _ = run_domain(deployment)
-        signer = signature.signer(domain, digest)
-        if signer is None or signer.lower() != signature.node.lower():
-            forged = (
-                f"the file's signature is not by the node it names ({signature.node}), "
-                "or not for this deployment"
-            )
-            typer.echo(f"file 0x{digest.hex()}: BAD SIGNATURE")
-        else:
-            typer.echo(
-                f"file 0x{digest.hex()}: signed by {signer} for run {signature.run}, step "
-                f"{signature.step}: {signature.group_size} samples per task, temperature "
-                f"{signature.temperature:g}, top-p {signature.top_p:g}, up to "
-                f"{signature.max_tokens} tokens"
-            )
-    try:
-        engine = load_backend(backend, model, device=device, precision=asked.precision)
-    except ValueError as e:
-        raise ValueError(
-            f"the validator's own model is unusable, so no rollout was judged: {e}"
-        ) from None
-    began = time.perf_counter()
-    if forged:
-        verdicts = [Verdict(False, forged) for _ in records]
-    else:
-        verdicts = verify_rollouts(engine, records, task_set, asked, task_reward)
-    rejected = 0
-    for i, (record, verdict) in enumerate(zip(records, verdicts, strict=True)):
-        where = f"{i:>4} {record.problem_id} #{record.sample}"
-        if verdict.accepted:
-            typer.echo(
-                f"{where}: ok  {verdict.chunks} chunks, reward {record.reward:.4f} "
-                f"(task {record.task_reward:g})"
-            )
-        else:
-            rejected += 1
-            typer.echo(f"{where}: REJECTED  {verdict.reason}")
-    seconds = time.perf_counter() - began
-    typer.echo(
-        f"{len(records) - rejected} of {len(records)} rollouts accepted, "
-        f"{rejected} rejected ({seconds:.1f} s)"
-    )
+    read = read_file(file, tasks, n=n, step=step, deployment=deployment, precision=precision)
+    typer.echo(read.header())
+    judged = judge_file(read, model, backend=backend, device=device)
+    for line in judged.lines():
+        typer.echo(line)
+    typer.echo(judged.summary())
     sys.stdout.flush()
-    if rejected:
+    if judged.rejected:
         raise typer.Exit(1)

@@ -1,4 +1,4 @@
-"""A process's share of the machine's cores (ARCHITECTURE.md, "Concurrency and
+"""A process's share of the machine's cores (docs/architecture.md, "Concurrency and
 processes"): left at their defaults, torch and the native kernels' rayon pool each take
 every core, and processes on one machine slow each other down several times."""
 

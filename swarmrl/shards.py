@@ -11,7 +11,7 @@ leaf. A shard's index names one range of one file (:meth:`Manifest.locate`).
 
 A :class:`Manifest` records all of it, and its canonical JSON
 (:meth:`Manifest.to_json`) is what gets signed and broadcast; it may link a
-delta of the version (:class:`DeltaLink`, :mod:`swarmrl.p2p.deltas`). A node that has
+delta of the version (:class:`DeltaLink`, :mod:`swarmrl.weights.delta_versions`). A node that has
 the manifest verifies every shard before keeping it (:func:`verify_shard`) and
 finds what is intact after a crash (:func:`intact_shards`). A one-file version
 can also be kept as a directory of shard files (:func:`split`,
@@ -108,7 +108,7 @@ class FileEntry(Strict):
 
 class DeltaLink(Strict):
     """Where a version's delta is: the manifest hash of the version it was made against
-    (its base) and of the delta version itself (see :mod:`swarmrl.p2p.deltas`)."""
+    (its base) and of the delta version itself (see :mod:`swarmrl.weights.delta_versions`)."""
 
     base: Hex32
     manifest: Hex32

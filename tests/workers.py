@@ -4,7 +4,7 @@ Each worker takes its own slice of the cores (its CPU affinity, which every proc
 test starts inherits), so torch, rayon and the swarm's own thread shares see the
 slice, not the machine: two workers on two cores run two one-core machines side by
 side. Left to float, a two-thread torch process next to a busy core runs 8 to 13
-times slower than alone (ARCHITECTURE.md, "Concurrency and processes"), which is
+times slower than alone (docs/architecture.md, "Concurrency and processes"), which is
 what sharing a machine costs when no one divides it.
 
 The default model takes minutes to build and most tests need none: the first module

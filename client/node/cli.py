@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
+
+if TYPE_CHECKING:  # imported where used: each command loads only what it needs
+    from client.node.events import Event, Listener
+    from client.node.settings import NodeSettings
+    from client.node.work.journal import JournalSummary
+    from client.node.work.loop import NodeState
 
 node_app = typer.Typer(help="Run a node: generate proven rollouts for a run, get paid.")
 
@@ -71,13 +78,7 @@ def init(
     join the run's pool; running it again only checks. With --provider-address instead,
     only sign the node's consent into --consent-out, for `swarmrl wallet add-node` on the
     provider's machine."""
-    from client.node.settings import ROLE, NodeSettings
-    from client.node.setup import init_node, passwords_from, sign_consent
-    from swarmrl import keystore
-    from swarmrl.chain.deploy import load_deployment
-    from swarmrl.files import check_data_dir, check_output_path, write_atomically
-    from swarmrl.settings_toml import write_settings
-    from swarmrl.times import date_time
+    from client.node.setup.node_init import set_up_node, write_node_config
 
     valid_for = _consent_seconds(provider, provider_address, consent_out, consent_valid_for)
     if out is None and (data_dir is not None or metrics_port is not None):
@@ -85,50 +86,33 @@ def init(
             "they are written into the node's config file; give --config-out too",
             param_hint="'--data-dir' / '--metrics-port'",
         )
-    if out is not None:
-        check_output_path(out)
-    if consent_out is not None:
-        check_output_path(consent_out)
-    if data_dir is not None:
-        check_data_dir(data_dir, ROLE)
-    if provider_address is not None and consent_out is not None:
-        done, consent = sign_consent(
-            keystore_dir or keystore.default_dir(),
-            key,
-            provider_address,
-            passwords_from(password_file),
-            load_deployment(deployment),
-            valid_for=valid_for,
-        )
-        write_atomically(consent_out, consent.to_json())
-        typer.echo(done.summary())
-        typer.echo(
-            f"wrote {consent_out} (usable until {date_time(consent.deadline)}, by the chain's "
-            f"clock); on the provider's machine: swarmrl wallet add-node KEY {consent_out}"
-        )
-    else:
-        assert provider is not None  # one of the two, by _consent_seconds
-        done = init_node(
-            keystore_dir or keystore.default_dir(),
-            key,
-            provider,
-            passwords_from(password_file),
-            load_deployment(deployment),
-        )
-        typer.echo(done.summary())
+    done = set_up_node(
+        key=key,
+        provider=provider,
+        provider_address=provider_address,
+        consent_out=consent_out,
+        valid_for=valid_for,
+        keystore_dir=keystore_dir,
+        password_file=password_file,
+        deployment=deployment,
+        config_out=out,
+        data_dir=data_dir,
+    )
+    for line in done.lines():
+        typer.echo(line)
     if out is not None:
         # What this command was told is what `node run` must use: the same key, and the
         # files as this command found them (unset ones stay at their defaults).
-        given = {
-            "key": key,
-            "keystore_dir": keystore_dir,
-            "password_file": password_file,
-            "deployment": deployment,
-            "data_dir": data_dir,
-            "metrics_port": metrics_port,
-        }
-        write_settings(out, given, template_of=NodeSettings)
-        typer.echo(f"wrote {out}; set orchestrator in it, then: swarmrl node run --config {out}")
+        wrote = write_node_config(
+            out,
+            key=key,
+            keystore_dir=keystore_dir,
+            password_file=password_file,
+            deployment=deployment,
+            data_dir=data_dir,
+            metrics_port=metrics_port,
+        )
+        typer.echo(wrote)
 
 
 # A consent is a standing offer to whoever holds it until its deadline: long enough to
@@ -199,7 +183,7 @@ def key_export(
     sends them, then stops); export says how many wait. Refused while the node runs:
     the file would miss the receipts it settles after, and a moved node must never run
     on two machines at once."""
-    from client.node.transfer import export_node
+    from client.node.setup.transfer import export_node
     from swarmrl import keystore
 
     settings = _settings(config)
@@ -218,7 +202,7 @@ def key_import(
     an export file: its key (kept here under the same password), its peer identity, and
     its receipts and refusals merged into the journal. Refused while a node runs on that
     data folder or key, or where another key or peer identity has the name."""
-    from client.node.transfer import import_node
+    from client.node.setup.transfer import import_node
     from swarmrl import keystore
 
     settings = _settings(config)
@@ -228,7 +212,7 @@ def key_import(
     typer.echo(done.summary())
 
 
-def _settings(config: Path | None) -> Any:
+def _settings(config: Path | None) -> NodeSettings:
     from client.node.settings import NodeSettings
     from swarmrl.settings_toml import load_settings
 
@@ -252,7 +236,7 @@ def run(
     finish, or SIGTERM); on a terminal the app attaches to it, and q leaves it working."""
     import sys
 
-    from client.node.control import ControlClient
+    from client.node.daemon.control import ControlClient
 
     settings = _settings(config)
     if settings.orchestrator is None:
@@ -266,12 +250,12 @@ def run(
             "`swarmrl node attach` shows it, `swarmrl node stop` stops it"
         )
     if headless or spawned or not sys.stdout.isatty():
-        from client.node.loop import sole_runner
+        from client.node.work.loop import sole_runner
 
         with sole_runner(settings):
             _run(settings, config, spawned)
         return
-    from client.node.background import start_daemon
+    from client.node.daemon.background import start_daemon
     from client.node.settings import ROLE
     from swarmrl import keystore
     from swarmrl.files import claim_data_dir
@@ -283,16 +267,16 @@ def run(
     _attach(settings)
 
 
-def _run(settings: Any, config: Path | None, spawned: bool) -> None:
+def _run(settings: NodeSettings, config: Path | None, spawned: bool) -> None:
     import sys
 
-    from client.node.conditions import Conditions, LinuxMachine
-    from client.node.daemon import Daemon
+    from client.node.daemon.metrics import NodeMetrics
+    from client.node.daemon.reload import SettingsFile
+    from client.node.daemon.runner import Daemon
     from client.node.events import log_event
-    from client.node.loop import Node, thread_count
-    from client.node.metrics import NodeMetrics
-    from client.node.reload import SettingsFile
+    from client.node.machine.conditions import Conditions, LinuxMachine
     from client.node.settings import OUTBOUND_ONLY, load_tasks
+    from client.node.work.loop import Node, thread_count
     from swarmrl import keystore
     from swarmrl.cores import take_threads
     from swarmrl.logs import setup_logging
@@ -317,14 +301,14 @@ def _run(settings: Any, config: Path | None, spawned: bool) -> None:
         take_threads(thread_count(settings))
         setup_logging(Path(settings.data_dir) / "node.log", stderr=not spawned)
         # The daemon listens too once it exists, and it needs the node first.
-        listeners: list[Any] = [log_event, metrics.on_event]
-        watchers: list[Any] = [metrics.update]
+        listeners: list[Listener] = [log_event, metrics.on_event]
+        watchers: list[Callable[[NodeState, int], None]] = [metrics.update]
 
-        def on_event(event: Any) -> None:
+        def on_event(event: Event) -> None:
             for listener in listeners:
                 listener(event)
 
-        def on_state(state: Any, peers: int) -> None:
+        def on_state(state: NodeState, peers: int) -> None:
             for watcher in watchers:
                 watcher(state, peers)
 
@@ -354,10 +338,10 @@ def attach(config: Path | None = ConfigOption) -> None:
     _attach(_settings(config))
 
 
-def _attach(settings: Any) -> None:
-    from client.node.app import NodeApp
-    from client.node.control import ControlClient
-    from client.node.onchain import ChainReader, ProviderClaimer
+def _attach(settings: NodeSettings) -> None:
+    from client.node.daemon.control import ControlClient
+    from client.node.screen.app import NodeApp
+    from client.node.screen.onchain import ChainReader, ProviderClaimer
 
     client = ControlClient(Path(settings.data_dir))
     status = client.status()  # NotRunningError, in one sentence, if there is none
@@ -380,7 +364,7 @@ def _attach(settings: Any) -> None:
 @node_app.command("doctor")
 def doctor(config: Path | None = ConfigOption) -> None:
     """Check everything `node run` needs, one line each; exit 1 if anything fails."""
-    from client.node.doctor import exit_code, render, run_checks
+    from client.node.setup.doctor import exit_code, render, run_checks
 
     checks = run_checks(_settings(config), None)
     typer.echo(render(checks))
@@ -394,7 +378,7 @@ def status(
 ) -> None:
     """Whether the node works and if not why; what it has submitted, the receipts it holds
     and what was refused for good (read from its journal when it does not run)."""
-    from client.node.control import ControlClient, NotRunningError
+    from client.node.daemon.control import ControlClient, NotRunningError
 
     data_dir = _data_dir(config)
     try:
@@ -429,12 +413,12 @@ def status(
             typer.echo(f"refused {r.digest[:12]} (order {r.order_id[:12]}): {r.reason}")
 
 
-def _journal_summary(data_dir: Path) -> Any:
+def _journal_summary(data_dir: Path) -> JournalSummary:
     """The journal of a node that does not run, read holding its data dir (a node
     starting meanwhile is refused until this is done, and so cannot race the read)."""
-    from client.node.journal import Journal
-    from client.node.loop import holding_data_dir
     from client.node.settings import ROLE
+    from client.node.work.journal import Journal
+    from client.node.work.loop import holding_data_dir
 
     folder = data_dir / "journal"
     if not folder.is_dir():
@@ -448,7 +432,7 @@ def _data_dir(config: Path | None) -> Path:
     while the config does not load (an edit half done, a file cut short), the one the
     daemon started with it noted (control.note_config), so that a node can be looked at
     and stopped whatever its file holds now."""
-    from client.node.control import ControlClient, noted_data_dir
+    from client.node.daemon.control import ControlClient, noted_data_dir
 
     try:
         return Path(_settings(config).data_dir)
@@ -463,7 +447,7 @@ def _data_dir(config: Path | None) -> Path:
 
 
 def _control(config: Path | None, command: str, **fields: Any) -> Any:
-    from client.node.control import Command, ControlClient
+    from client.node.daemon.control import Command, ControlClient
 
     return ControlClient(_data_dir(config)).call(Command(command), **fields)
 
@@ -486,7 +470,7 @@ def snooze(
     config: Path | None = ConfigOption,
 ) -> None:
     """Pause for a while, then work again by itself."""
-    from client.node.control import MAX_SNOOZE
+    from client.node.daemon.control import MAX_SNOOZE
     from swarmrl.times import parse_duration
 
     seconds = parse_duration(duration)
@@ -516,7 +500,7 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Then print new ones as they come."),
 ) -> None:
     """The running node's last log lines (its log file holds them all)."""
-    from client.node.control import Command, ControlClient
+    from client.node.daemon.control import Command, ControlClient
 
     client = ControlClient(_data_dir(config))
     if not follow:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from client.node.conditions import parse_window
+from client.node.machine.conditions import parse_window
 from swarmrl.chain.paths import deployment_path
 from swarmrl.files import role_data_dir
 from swarmrl.settings_toml import (
@@ -343,7 +343,7 @@ def load_tasks(settings: NodeSettings) -> dict[str, Any]:
         return {t.problem_id: t for t in read_tasks(Path(settings.tasks))}
 
 
-# What the daemon applies when node.toml changes while it runs (client.node.reload);
+# What the daemon applies when node.toml changes while it runs (client.node.daemon.reload);
 # every other key takes effect at the next start.
 LIVE_KEYS = frozenset(
     {

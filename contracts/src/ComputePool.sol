@@ -11,6 +11,8 @@ import {Hashes} from "@openzeppelin/contracts/utils/cryptography/Hashes.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
+import {DelayedSettings} from "./DelayedSettings.sol";
+import {ValidatorBallots} from "./ValidatorBallots.sol";
 import {IComputePool} from "./interfaces/IComputePool.sol";
 import {IProviderRegistry} from "./interfaces/IProviderRegistry.sol";
 import {IStakeManager} from "./interfaces/IStakeManager.sol";
@@ -27,31 +29,34 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// writes. Per-leaf state (settled, votes) is written only by the rare
 /// transactions that need it: a claim (paid by its provider), a vote.
 ///
-/// A vote counts only while its validator holds the role in the term it voted
-/// in: revoking (or renouncing) the role voids the validator's pending votes,
-/// also if it is granted again later.
+/// Validators vote in ValidatorBallots (inherited): a vote counts only while
+/// its validator holds the role in the term it voted in, so revoking (or
+/// renouncing) the role voids the validator's pending votes, also if it is
+/// granted again later.
 ///
 /// No operator can profit from a slash, nor make slashing easier or costlier
-/// before stakers can leave. Slashed stake goes to the stake manager's
-/// treasury, fixed when the manager was deployed. The validators, quorum and
-/// penalty a pool is created with apply at once: a provider accepts them by
-/// joining. Later changes that let a new party slash or take more wait
-/// SLASH_CHANGE_DELAY: the slash votes of a validator appointed after
-/// deployment (also one revoked and appointed again), a lower quorum, a higher
-/// penalty. The delay is a constant longer than the longest invalidation
-/// window plus the longest unbonding period (each at most the stake manager's
+/// before stakers can leave, nor move the pool's budget to itself before
+/// providers and funders can see it coming. Slashed stake goes to the stake
+/// manager's treasury, fixed when the manager was deployed. The recorders,
+/// validators, window, reward, quorum and penalty a pool is created with apply
+/// at once: a provider accepts them by joining. Later changes wait
+/// SLASH_CHANGE_DELAY (the DelayedSettings this contract inherits) if they let
+/// a new party slash or take more, or move who is paid: granting or revoking
+/// RECORDER_ROLE or VALIDATOR_ROLE (scheduled with `scheduleRoleChange`, done
+/// by anyone with `applyRoleChange` once due), any new invalidation window or
+/// reward per unit, a lower quorum, a higher penalty. Otherwise an admin could
+/// make itself recorder, revoke the validators and shorten the window at once,
+/// record the whole budget to a node of its own and claim it a minute later.
+/// The delay is a constant longer than the longest invalidation window plus
+/// the longest unbonding period (each at most the stake manager's
 /// MAX_UNBONDING_PERIOD, 30 days), so shortening the unbonding period or the
 /// window first shortens nothing. A provider that leaves the pool within a day
 /// of the change sees the windows of all its records close, and its stake
 /// unbonded and withdrawable, before the change applies; one that leaves
-/// within 31 days has no record left that the change could judge. Changes the
-/// other way (a new validator's invalidation votes, a higher quorum, a lower
-/// penalty, revoking a validator) apply at once: none takes stake, and an
-/// invalidation only returns a reward to this pool's budget, which pays
-/// providers alone. A recorder needs no delay either: recording slashes
-/// nothing without the validators' votes, and a leaf whose membership was not
-/// live when it was recorded is never paid.
-contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
+/// within 31 days has no record left that the change could judge. Changes
+/// that apply at once (a higher quorum, a lower penalty, a validator or
+/// recorder renouncing its own role) take no stake and pay no one.
+contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard, DelayedSettings, ValidatorBallots {
     using SafeERC20 for IERC20;
 
     /// @inheritdoc IComputePool
@@ -63,9 +68,10 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         keccak256("Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)");
     /// @notice The shortest invalidation window.
     uint256 public constant MIN_INVALIDATION_WINDOW = 1 minutes;
-    /// @notice How long a change that makes slashing easier or costlier waits
-    /// before it applies: 30 days of the longest window, 30 of the longest
-    /// unbonding period and a day to react (see the contract's notice).
+    /// @notice How long a delayed change waits before it applies (one that
+    /// makes slashing easier or costlier, or moves who is paid): 30 days of the
+    /// longest window, 30 of the longest unbonding period and a day to react
+    /// (see the contract's notice).
     uint256 public constant SLASH_CHANGE_DELAY = 61 days;
     /// @notice The most leaves in one part: about 7M gas to record (a log and 128
     /// bytes of calldata per leaf), inside a block and EIP-7825's 16.8M cap per transaction.
@@ -81,10 +87,6 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     IStakeManager public immutable stakeManager;
 
     /// @inheritdoc IComputePool
-    uint256 public invalidationWindow;
-    /// @inheritdoc IComputePool
-    uint256 public rewardPerUnit;
-    /// @inheritdoc IComputePool
     uint256 public validatorCount;
 
     /// @inheritdoc IComputePool
@@ -98,6 +100,8 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// @notice The latest end of a window of any part recorded so far: a node
     /// leaving now has no record that stays slashable past it.
     uint64 public latestUnlock;
+    /// @dev When the latest part was recorded: a leave in that second comes after it.
+    uint64 private _lastRecordedAt;
 
     /// @dev The penalties a provider's memberships bond: those joined, and those
     /// that left while a window was open, until `leavingUntil` (merged: the latest end).
@@ -112,33 +116,30 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     mapping(address provider => Bond) private _bonds;
     mapping(uint64 epoch => mapping(uint32 part => PartRecord)) private _records;
     mapping(bytes32 leafKey => Settlement) private _settled;
-    /// @dev Bumped on every grant of VALIDATOR_ROLE, so a vote names the term it was cast in.
-    mapping(address validator => uint256) private _term;
-    /// @dev One ballot per leaf for invalidation and per (node, membership, digest) for slashing.
-    mapping(bytes32 ballot => address[]) private _voters;
-    mapping(bytes32 ballot => mapping(address validator => uint256 term)) private _votedIn;
+    /// @dev Ballots (ValidatorBallots) are one per leaf for invalidation and
+    /// one per (node, membership, digest) for slashing.
     mapping(bytes32 digest => bool) private _evidenceUsed;
-
-    /// @dev A setting whose change in one direction waits: `next` applies from `nextAt` (0: none waits).
-    struct Delayed {
-        uint256 value;
-        uint256 next;
-        uint256 nextAt;
-    }
 
     Delayed private _quorum;
     Delayed private _slashPenalty;
-    /// @dev When each validator's slash votes start to count, in its current term.
+    Delayed private _invalidationWindow;
+    Delayed private _rewardPerUnit;
+    /// @dev A scheduled grant (GRANT) or revocation (REVOKE) of a delayed role, per account.
+    mapping(bytes32 role => mapping(address account => Delayed)) private _roleChanges;
+    /// @dev When each validator's current term began (its slash votes count from then).
     mapping(address validator => uint256) private _slashVotesAt;
+
+    uint256 private constant GRANT = 1;
+    uint256 private constant REVOKE = 2;
 
     /// @dev Deployed by the stake manager's PoolFactory. Token and registry are
     /// the stake manager's; its unbonding period and minimum stake bound `params`.
     /// @param stakeManager_ The stake manager that slashes for this pool.
     /// @param runId_ The run this pool pays for; bound into every Submission.
-    /// @param admin Receives DEFAULT_ADMIN_ROLE (setters, eject, granting roles).
+    /// @param admin Receives DEFAULT_ADMIN_ROLE (setters, eject, role changes).
     /// @param params Window, reward per unit, penalty and quorum; checked as by their setters.
-    /// @param recorders Receive RECORDER_ROLE.
-    /// @param validators Receive VALIDATOR_ROLE.
+    /// @param recorders Receive RECORDER_ROLE, at once.
+    /// @param validators Receive VALIDATOR_ROLE, at once (their slash votes count at once too).
     constructor(
         IStakeManager stakeManager_,
         bytes32 runId_,
@@ -196,7 +197,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         });
         _bonds[provider].joined += SafeCast.toUint128(penalty);
         if (
-            !stakeManager.coversNodes(provider, registry.nodesOf(provider).length)
+            !stakeManager.coversNodes(provider, registry.nodeCountOf(provider))
                 || stakeManager.stakeOf(provider) < stakeManager.bondedOf(provider)
         ) revert StakeTooLow(provider);
         emit NodeJoined(node, provider, index);
@@ -255,14 +256,14 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
             level[i] = _leafHash(leaf);
             emit WorkRecorded(epoch, leaf.node, part, leaf.membership, leaf.units, leaf.commitment);
         }
-        uint256 perUnit = rewardPerUnit;
+        uint256 perUnit = rewardPerUnit();
         uint256 reward = units * perUnit;
         uint256 available = availableRewards;
         if (available < reward) revert InsufficientRewards(available, reward);
         availableRewards = available - reward;
         reservedRewards += reward;
 
-        uint64 unlocks = SafeCast.toUint64(block.timestamp + invalidationWindow);
+        uint64 unlocks = SafeCast.toUint64(block.timestamp + invalidationWindow());
         rec.root = _root(level);
         rec.units = SafeCast.toUint128(units);
         rec.nodes = uint32(n);
@@ -270,6 +271,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         rec.unlocksAt = unlocks;
         rec.rewardPerUnit = SafeCast.toUint128(perUnit);
         if (unlocks > latestUnlock) latestUnlock = unlocks;
+        _lastRecordedAt = rec.recordedAt;
         emit PartRecorded(epoch, part, rec.root, n, units, reward, unlocks);
     }
 
@@ -282,7 +284,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         bytes32 key = _leafKey(ref);
         if (_settled[key] != Settlement.Open) revert AlreadySettled(ref.epoch, ref.part, ref.leaf.node);
 
-        uint256 votes = _vote(key);
+        uint256 votes = _castVote(key);
         emit InvalidationVoted(ref.epoch, ref.leaf.node, msg.sender, votes);
         if (votes >= quorum()) _settle(key, rec, ref, Settlement.Invalidated);
     }
@@ -292,18 +294,16 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     /// WindowClosed, NotBacked, WrongRun, BadSignature (not signed by the
     /// leaf's node), NotInCommitment, AlreadySlashed (the membership was
     /// slashed already), EvidenceUsed (this submission already slashed),
-    /// AlreadyVoted, SlashVoteTooEarly (a validator appointed after deployment,
-    /// before SLASH_CHANGE_DELAY has passed). Votes count per (node,
-    /// membership, digest). The penalty is the one the membership bonded at
-    /// its join, or the current one if lower. Slashed stake goes to the stake manager's treasury; the caller
+    /// AlreadyVoted. Votes count per (node, membership, digest). The penalty
+    /// is the one the membership bonded at its join, or the current one if
+    /// lower. A membership slashed after it left stops bonding its penalty at
+    /// once. Slashed stake goes to the stake manager's treasury; the caller
     /// gets nothing.
     function slash(LeafRef calldata ref, Submission calldata sub, bytes calldata signature, bytes32[] calldata proof)
         external
         onlyRole(VALIDATOR_ROLE)
         nonReentrant
     {
-        uint256 votesAt = _slashVotesAt[msg.sender];
-        if (block.timestamp < votesAt) revert SlashVoteTooEarly(msg.sender, votesAt);
         PartRecord storage rec = _proven(ref);
         if (block.timestamp >= rec.unlocksAt) revert WindowClosed(ref.epoch, ref.part);
         address node = ref.leaf.node;
@@ -312,7 +312,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         if (m.slashed) revert AlreadySlashed(node, ref.leaf.membership);
         if (_evidenceUsed[digest]) revert EvidenceUsed(digest);
 
-        uint256 votes = _vote(keccak256(abi.encode(node, ref.leaf.membership, digest)));
+        uint256 votes = _castVote(keccak256(abi.encode(node, ref.leaf.membership, digest)));
         emit SlashVoted(ref.epoch, node, digest, msg.sender, votes);
         if (votes < quorum()) return;
 
@@ -320,19 +320,20 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Reverts NoWork, NotInRecord, WindowOpen, NotBacked,
-    /// NotNodeProvider (the caller was not the membership's provider),
-    /// AlreadySlashed (the membership forfeited its rewards), AlreadySettled.
-    /// Pays the caller the sum in one transfer.
+    /// @dev Reverts NoWork, NotInRecord, WindowOpen, AlreadySlashed (the
+    /// leaf's membership was slashed: it forfeited every reward recorded under
+    /// it, backed or not), NotBacked, NotNodeProvider (the caller was not the
+    /// membership's provider), AlreadySettled. Pays the caller the sum in one transfer.
     function claim(LeafRef[] calldata refs) external nonReentrant returns (uint256 amount) {
         uint256 n = refs.length;
         for (uint256 i; i < n; ++i) {
             LeafRef calldata ref = refs[i];
             PartRecord storage rec = _proven(ref);
             if (block.timestamp < rec.unlocksAt) revert WindowOpen(ref.epoch, ref.part, rec.unlocksAt);
-            Membership storage m = _backing(ref, rec);
-            if (m.provider != msg.sender) revert NotNodeProvider(ref.leaf.node, msg.sender);
+            Membership storage m = _membership[ref.leaf.node][ref.leaf.membership];
             if (m.slashed) revert AlreadySlashed(ref.leaf.node, ref.leaf.membership);
+            if (!_backs(m, rec)) revert NotBacked(ref.leaf.node, ref.leaf.membership);
+            if (m.provider != msg.sender) revert NotNodeProvider(ref.leaf.node, msg.sender);
             bytes32 key = _leafKey(ref);
             if (_settled[key] != Settlement.Open) revert AlreadySettled(ref.epoch, ref.part, ref.leaf.node);
             _settled[key] = Settlement.Claimed;
@@ -435,7 +436,7 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
 
     /// @notice Invalidation votes for `node`'s leaf in part `part` of `epoch` that count now.
     function invalidationVotes(uint64 epoch, uint32 part, address node) external view returns (uint256) {
-        return _countVotes(keccak256(abi.encode(epoch, part, node)));
+        return _tally(keccak256(abi.encode(epoch, part, node)));
     }
 
     /// @notice Slash votes with the evidence (node, membership, digest) that
@@ -445,30 +446,54 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         view
         returns (uint256 votes, bool slashed)
     {
-        return (
-            _countVotes(keccak256(abi.encode(node, membershipIndex, digest))),
-            _membership[node][membershipIndex].slashed
-        );
+        return
+            (_tally(keccak256(abi.encode(node, membershipIndex, digest))), _membership[node][membershipIndex].slashed);
     }
 
     /// @inheritdoc IComputePool
     function quorum() public view returns (uint256) {
-        return _current(_quorum);
+        return _valueOf(_quorum);
     }
 
     /// @inheritdoc IComputePool
     function pendingQuorum() external view returns (uint256 quorum_, uint256 effectiveAt) {
-        return _pending(_quorum);
+        return _pendingOf(_quorum);
     }
 
     /// @inheritdoc IComputePool
     function slashPenalty() public view returns (uint256) {
-        return _current(_slashPenalty);
+        return _valueOf(_slashPenalty);
     }
 
     /// @inheritdoc IComputePool
     function pendingSlashPenalty() external view returns (uint256 amount, uint256 effectiveAt) {
-        return _pending(_slashPenalty);
+        return _pendingOf(_slashPenalty);
+    }
+
+    /// @inheritdoc IComputePool
+    function invalidationWindow() public view returns (uint256) {
+        return _valueOf(_invalidationWindow);
+    }
+
+    /// @inheritdoc IComputePool
+    function pendingInvalidationWindow() external view returns (uint256 window, uint256 effectiveAt) {
+        return _pendingOf(_invalidationWindow);
+    }
+
+    /// @inheritdoc IComputePool
+    function rewardPerUnit() public view returns (uint256) {
+        return _valueOf(_rewardPerUnit);
+    }
+
+    /// @inheritdoc IComputePool
+    function pendingRewardPerUnit() external view returns (uint256 amount, uint256 effectiveAt) {
+        return _pendingOf(_rewardPerUnit);
+    }
+
+    /// @inheritdoc IComputePool
+    function pendingRoleChange(bytes32 role, address account) external view returns (bool grant, uint256 effectiveAt) {
+        Delayed storage d = _roleChanges[role][account];
+        return (d.next == GRANT, d.nextAt);
     }
 
     /// @inheritdoc IComputePool
@@ -502,7 +527,8 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Only DEFAULT_ADMIN_ROLE.
+    /// @dev Only DEFAULT_ADMIN_ROLE. Applies to parts recorded from
+    /// SLASH_CHANGE_DELAY from now on, and replaces a reward still waiting.
     function setRewardPerUnit(uint256 amount) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _setRewardPerUnit(amount);
     }
@@ -516,23 +542,67 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     /// @inheritdoc IComputePool
-    /// @dev Only DEFAULT_ADMIN_ROLE. Reverts WindowOutOfRange.
+    /// @dev Only DEFAULT_ADMIN_ROLE. Reverts WindowOutOfRange (checked against
+    /// the unbonding period now; the stake manager then keeps its period at
+    /// least as long as the waiting window). Applies to parts recorded from
+    /// SLASH_CHANGE_DELAY from now on, and replaces a window still waiting.
     function setInvalidationWindow(uint256 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _setInvalidationWindow(window);
     }
 
+    /// @inheritdoc IComputePool
+    /// @dev Only the role's admin (DEFAULT_ADMIN_ROLE). Reverts RoleNotDelayed
+    /// for roles other than RECORDER_ROLE and VALIDATOR_ROLE (use `grantRole`
+    /// and `revokeRole` for those). Replaces a change of the same role and
+    /// account still waiting; whether the account holds the role is checked
+    /// only when the change is applied.
+    function scheduleRoleChange(bytes32 role, address account, bool grant) external onlyRole(getRoleAdmin(role)) {
+        if (!_isDelayedRole(role)) revert RoleNotDelayed(role);
+        uint256 effectiveAt = _scheduleAction(_roleChanges[role][account], grant ? GRANT : REVOKE);
+        emit RoleChangeScheduled(role, account, grant, effectiveAt);
+    }
+
+    /// @inheritdoc IComputePool
+    /// @dev Anyone may apply a change that is due. Reverts RoleChangeNotDue
+    /// (none scheduled, or not yet due), BadQuorum (a revocation that would
+    /// leave fewer validators than the quorum). Granting a role the account
+    /// holds, or revoking one it does not, changes nothing.
+    function applyRoleChange(bytes32 role, address account) external {
+        (uint256 action, uint256 effectiveAt) = _takeDue(_roleChanges[role][account]);
+        if (action == 0) revert RoleChangeNotDue(role, account, effectiveAt);
+        if (action == GRANT) _grantRole(role, account);
+        else _revokeRole(role, account);
+    }
+
+    /// @notice Grants `role` to `account`; only the role's admin.
+    /// @dev Reverts RoleChangeDelayed for RECORDER_ROLE and VALIDATOR_ROLE
+    /// after deployment: schedule those with `scheduleRoleChange`.
+    function grantRole(bytes32 role, address account) public override {
+        if (_isDelayedRole(role)) revert RoleChangeDelayed(role);
+        super.grantRole(role, account);
+    }
+
+    /// @notice Revokes `role` from `account`; only the role's admin.
+    /// @dev Reverts RoleChangeDelayed for RECORDER_ROLE and VALIDATOR_ROLE
+    /// after deployment: schedule those with `scheduleRoleChange`. An account
+    /// may still renounce its own role at once (`renounceRole`).
+    function revokeRole(bytes32 role, address account) public override {
+        if (_isDelayedRole(role)) revert RoleChangeDelayed(role);
+        super.revokeRole(role, account);
+    }
+
     // ---- internals ----
 
-    /// @dev Counts validators and starts a new term on every grant of
-    /// VALIDATOR_ROLE, whose slash votes count at once only within the deployment.
+    /// @dev Counts validators and starts a new ballot term on every grant of
+    /// VALIDATOR_ROLE; a grant after deployment has waited SLASH_CHANGE_DELAY
+    /// already (`applyRoleChange`), so the validator's votes count at once.
     function _grantRole(bytes32 role, address account) internal override returns (bool granted) {
         granted = super._grantRole(role, account);
         if (granted && role == VALIDATOR_ROLE) {
             ++validatorCount;
-            ++_term[account];
-            uint256 votesAt = _deploying() ? block.timestamp : block.timestamp + SLASH_CHANGE_DELAY;
-            _slashVotesAt[account] = votesAt;
-            emit ValidatorAppointed(account, votesAt);
+            _newTerm(account);
+            _slashVotesAt[account] = block.timestamp;
+            emit ValidatorAppointed(account, block.timestamp);
         }
     }
 
@@ -547,24 +617,27 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         }
     }
 
-    /// @dev Casts the caller's vote on `ballot` and returns the votes that count.
-    function _vote(bytes32 ballot) private returns (uint256) {
-        uint256 term = _term[msg.sender];
-        uint256 votedIn = _votedIn[ballot][msg.sender];
-        if (votedIn == term) revert AlreadyVoted(msg.sender);
-        if (votedIn == 0) _voters[ballot].push(msg.sender);
-        _votedIn[ballot][msg.sender] = term;
-        return _countVotes(ballot);
+    /// @dev Casts the caller's vote on `ballot` and returns the votes that
+    /// count; reverts AlreadyVoted if it voted there in this term.
+    function _castVote(bytes32 ballot) private returns (uint256 votes) {
+        bool cast;
+        (cast, votes) = _cast(ballot, msg.sender);
+        if (!cast) revert AlreadyVoted(msg.sender);
     }
 
-    /// @dev Votes on `ballot` whose validator still holds the role in the term it voted in.
-    function _countVotes(bytes32 ballot) private view returns (uint256 votes) {
-        address[] storage voters = _voters[ballot];
-        uint256 n = voters.length;
-        for (uint256 i; i < n; ++i) {
-            address v = voters[i];
-            if (hasRole(VALIDATOR_ROLE, v) && _votedIn[ballot][v] == _term[v]) ++votes;
-        }
+    /// @dev A ballot's voters are the current validators.
+    function _isVoter(address account) internal view override returns (bool) {
+        return hasRole(VALIDATOR_ROLE, account);
+    }
+
+    /// @dev SLASH_CHANGE_DELAY is the delay of every delayed setting.
+    function _settingDelay() internal pure override returns (uint256) {
+        return SLASH_CHANGE_DELAY;
+    }
+
+    /// @dev Whether changes of `role` wait (after deployment): those that move who is paid.
+    function _isDelayedRole(bytes32 role) private view returns (bool) {
+        return (role == RECORDER_ROLE || role == VALIDATOR_ROLE) && !_deploying();
     }
 
     /// @dev The node's live membership; reverts NotJoined.
@@ -575,9 +648,14 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     }
 
     /// @dev Ends a live membership. `bonded`: its penalty stays bonded until the
-    /// windows of every part recorded so far have closed (a slashed one owes nothing more).
+    /// windows of every part recorded so far have closed (a slashed one owes
+    /// nothing more). A leave in the second of a part recorded before it comes
+    /// after that second's parts: `leftAt` is the next second, so it backs
+    /// them (and any later part of the same second, whose window ends with
+    /// theirs, within what the leave bonds).
     function _leave(Membership storage m, bool bonded) private {
-        m.leftAt = SafeCast.toUint64(block.timestamp);
+        uint256 leftAt = _lastRecordedAt == block.timestamp ? block.timestamp + 1 : block.timestamp;
+        m.leftAt = SafeCast.toUint64(leftAt);
         Bond storage b = _bonds[m.provider];
         uint128 penalty = m.penalty;
         b.joined -= penalty;
@@ -603,10 +681,13 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         if (!_backs(m, rec)) revert NotBacked(ref.leaf.node, ref.leaf.membership);
     }
 
-    /// @dev Whether `m` existed and had not left when `rec` was recorded. A leave in
-    /// the record's second counts as before it: a leave bonds only the windows open
-    /// when it lands, so a record after it in the same second would be slashable with
-    /// nothing bonded for it, and a slash takes active stake first, another node's.
+    /// @dev Whether `m` existed and had not left when `rec` was recorded. A leave
+    /// in a second without an earlier record counts as before that second's
+    /// records: a leave bonds only the windows open when it lands, so a record
+    /// after it in the same second would be slashable with nothing bonded for
+    /// it, and a slash takes active stake first, another node's. A leave after
+    /// a record of its second has `leftAt` one second later (`_leave`): it backs
+    /// that second's records, which its bond covers.
     function _backs(Membership storage m, PartRecord storage rec) private view returns (bool) {
         uint64 at = rec.recordedAt;
         return m.provider != address(0) && m.joinedAt <= at && (m.leftAt == 0 || m.leftAt > at);
@@ -620,10 +701,15 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         _evidenceUsed[digest] = true;
         bytes32 key = _leafKey(ref);
         if (_settled[key] == Settlement.Open) _settle(key, rec, ref, Settlement.Invalidated);
+        // A slashed membership forfeits what it has not been paid, so nothing of it stays bonded.
         if (m.leftAt == 0) {
-            // A slashed membership forfeits what it has not been paid, so nothing of it stays bonded.
             _leave(m, false);
             emit NodeEjected(ref.leaf.node, msg.sender);
+        } else {
+            // It left with a window open (it is slashable now), so its penalty is in
+            // the provider's leaving bond, which no leave since can have reset.
+            Bond storage b = _bonds[m.provider];
+            if (block.timestamp < b.leavingUntil) b.leaving -= m.penalty;
         }
         uint256 penalty = m.penalty;
         uint256 current = slashPenalty();
@@ -668,49 +754,20 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
     function _setQuorum(uint256 quorum_) private {
         uint256 validators = validatorCount;
         if (quorum_ == 0 || quorum_ > validators) revert BadQuorum(quorum_, validators);
-        (uint256 old, uint256 effectiveAt) = _set(_quorum, quorum_, quorum_ >= quorum());
+        (uint256 old, uint256 effectiveAt) = _schedule(_quorum, quorum_, quorum_ >= quorum());
         emit QuorumChanged(old, quorum_, effectiveAt);
     }
 
     function _setRewardPerUnit(uint256 amount) private {
-        emit RewardPerUnitChanged(rewardPerUnit, amount);
-        rewardPerUnit = amount;
+        (uint256 old, uint256 effectiveAt) = _schedule(_rewardPerUnit, amount, false);
+        emit RewardPerUnitChanged(old, amount, effectiveAt);
     }
 
     function _setSlashPenalty(uint256 amount) private {
         uint256 max = stakeManager.minStakePerNode();
         if (amount > max) revert PenaltyTooHigh(amount, max);
-        (uint256 old, uint256 effectiveAt) = _set(_slashPenalty, amount, amount <= slashPenalty());
+        (uint256 old, uint256 effectiveAt) = _schedule(_slashPenalty, amount, amount <= slashPenalty());
         emit SlashPenaltyChanged(old, amount, effectiveAt);
-    }
-
-    /// @dev Whether this runs inside the constructor (no code is deployed yet):
-    /// what the deployment sets is the terms providers join under, and applies at once.
-    function _deploying() private view returns (bool) {
-        return address(this).code.length == 0;
-    }
-
-    /// @dev The setting's value now: its waiting value once that applies.
-    function _current(Delayed storage d) private view returns (uint256) {
-        uint256 nextAt = d.nextAt;
-        return nextAt != 0 && block.timestamp >= nextAt ? d.next : d.value;
-    }
-
-    /// @dev The value waiting to apply and from when, or zeros if none waits.
-    function _pending(Delayed storage d) private view returns (uint256 value, uint256 effectiveAt) {
-        if (d.nextAt > block.timestamp) return (d.next, d.nextAt);
-    }
-
-    /// @dev Sets `d` to `value` at once if `atOnce` (or while deploying), else from
-    /// SLASH_CHANGE_DELAY on; a new setting replaces one still waiting.
-    function _set(Delayed storage d, uint256 value, bool atOnce) private returns (uint256 old, uint256 effectiveAt) {
-        old = _current(d);
-        if (atOnce || _deploying()) {
-            (d.value, d.next, d.nextAt) = (value, 0, 0);
-            return (old, block.timestamp);
-        }
-        effectiveAt = block.timestamp + SLASH_CHANGE_DELAY;
-        (d.value, d.next, d.nextAt) = (old, value, effectiveAt);
     }
 
     function _setInvalidationWindow(uint256 window) private {
@@ -718,8 +775,8 @@ contract ComputePool is IComputePool, AccessControl, EIP712, ReentrancyGuard {
         if (window < MIN_INVALIDATION_WINDOW || window > max) {
             revert WindowOutOfRange(window, MIN_INVALIDATION_WINDOW, max);
         }
-        emit InvalidationWindowChanged(invalidationWindow, window);
-        invalidationWindow = window;
+        (uint256 old, uint256 effectiveAt) = _schedule(_invalidationWindow, window, false);
+        emit InvalidationWindowChanged(old, window, effectiveAt);
     }
 
     /// @dev The evidence checks of `slash`; returns the submission's digest.

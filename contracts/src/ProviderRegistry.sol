@@ -88,6 +88,11 @@ contract ProviderRegistry is IProviderRegistry, EIP712 {
     }
 
     /// @inheritdoc IProviderRegistry
+    function nodeCountOf(address provider) external view returns (uint256) {
+        return _nodes[provider].length();
+    }
+
+    /// @inheritdoc IProviderRegistry
     function consentNonce(address node) external view returns (uint256) {
         return _nonces[node];
     }

@@ -136,7 +136,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         uint256 active = _active[msg.sender];
         if (amount > active) revert InsufficientStake(active, amount);
         uint256 remaining = active - amount;
-        uint256 required = minStakePerNode * registry.nodesOf(msg.sender).length;
+        uint256 required = minStakePerNode * registry.nodeCountOf(msg.sender);
         if (remaining < required) revert StakeBacksNodes(remaining, required);
         uint256 bonded = bondedOf(msg.sender);
         if (remaining < bonded) revert StakeBacksWork(remaining, bonded);
@@ -354,12 +354,16 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         token.safeTransferFrom(msg.sender, address(this), amount);
     }
 
-    /// @dev Reverts unless `period` is within the bounds and covers every pool's window.
+    /// @dev Reverts unless `period` is within the bounds and covers every
+    /// pool's window, also one still waiting to apply.
     function _checkUnbondingPeriod(uint256 period) private view {
         uint256 min = MIN_UNBONDING_PERIOD;
         uint256 n = _pools.length;
         for (uint256 i; i < n; ++i) {
-            uint256 window = IComputePool(_pools[i]).invalidationWindow();
+            IComputePool pool = IComputePool(_pools[i]);
+            uint256 window = pool.invalidationWindow();
+            (uint256 pending,) = pool.pendingInvalidationWindow();
+            if (pending > window) window = pending;
             if (window > min) min = window;
         }
         if (period < min || period > MAX_UNBONDING_PERIOD) {

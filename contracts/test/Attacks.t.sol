@@ -63,8 +63,8 @@ contract AttacksTest is ProtocolFixture {
         vm.warp(block.timestamp + UNBONDING);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadySlashed.selector, node, 1));
         claimAs(alice, later);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.NotBacked.selector, node, 1));
-        claimAs(alice, afterSlash);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.AlreadySlashed.selector, node, 1));
+        claimAs(alice, afterSlash); // any leaf of a slashed membership
         pool.release(later);
         pool.release(afterSlash);
         vm.prank(alice);
@@ -119,6 +119,7 @@ contract AttacksTest is ProtocolFixture {
         _slash(validator, e);
         vm.assertEq(pool.bondOf(alice), 0, "stake free exactly when the work is final");
 
+        passDelay(pool); // the longer window applies
         joinAs(alice, node);
         recordOne(2, node, 10, 0);
         vm.assertEq(pool.recordOf(2, 0).unlocksAt, block.timestamp + UNBONDING, "new record, new window");
@@ -260,35 +261,37 @@ contract AttacksTest is ProtocolFixture {
     // ---- 3. only current validators count ----
 
     function test_3_aRevokedValidatorsInvalidationVoteDies() public {
-        vm.startPrank(admin);
-        pool.grantRole(pool.VALIDATOR_ROLE(), validator3);
+        bytes32 role = pool.VALIDATOR_ROLE();
+        changeRoleAfterDelay(pool, role, validator3, true);
+        vm.prank(admin);
         pool.setQuorum(2);
-        vm.stopPrank();
+        scheduleRole(pool, role, validator, false); // the key was compromised
+        (, uint256 due) = pool.pendingRoleChange(role, validator);
+        vm.warp(due - 1 hours);
         IComputePool.LeafRef memory r = recordOne(1, node, 10, 0);
         invalidateAs(validator, r);
         vm.assertEq(pool.invalidationVotes(1, 0, node), 1, "one vote");
 
-        bytes32 role = pool.VALIDATOR_ROLE();
-        vm.prank(admin);
-        pool.revokeRole(role, validator); // the key was compromised
+        vm.warp(due);
+        pool.applyRoleChange(role, validator);
         vm.assertEq(pool.invalidationVotes(1, 0, node), 0, "its vote died with its role");
         invalidateAs(validator2, r);
         vm.assertEq(settlementOf(r), uint256(IComputePool.Settlement.Open), "one live vote is no quorum");
+        invalidateAs(validator3, r);
+        vm.assertEq(settlementOf(r), uint256(IComputePool.Settlement.Invalidated), "two live votes");
 
         // granted again, the old key is a new term: its old vote stays dead, a new one counts
-        vm.prank(admin);
-        pool.grantRole(role, validator);
-        vm.assertEq(pool.invalidationVotes(1, 0, node), 1, "old term's vote not revived");
-        invalidateAs(validator, r);
-        vm.assertEq(settlementOf(r), uint256(IComputePool.Settlement.Invalidated), "two live votes");
+        IComputePool.LeafRef memory later = recordOne(2, node, 10, 0);
+        invalidateAs(validator2, later);
+        changeRoleAfterDelay(pool, role, validator, true);
+        vm.assertEq(pool.invalidationVotes(1, 0, node), 2, "validator2's and validator3's: the old term's not revived");
+        vm.assertEq(pool.invalidationVotes(2, 0, node), 1, "validator2's vote on the later record");
     }
 
     function test_3_aRenouncedValidatorsSlashVoteDies() public {
-        vm.startPrank(admin);
-        pool.grantRole(pool.VALIDATOR_ROLE(), validator3);
+        changeRoleAfterDelay(pool, pool.VALIDATOR_ROLE(), validator3, true); // its votes count from here
+        vm.prank(admin);
         pool.setQuorum(2);
-        vm.stopPrank();
-        vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY()); // validator3's slash votes count
         Evidence memory e = recordSigned(1, NODE_PK, 1);
         bytes32 digest = pool.submissionDigest(e.sub);
         _slash(validator, e);
@@ -305,10 +308,9 @@ contract AttacksTest is ProtocolFixture {
     }
 
     function test_3_revokedValidatorCannotVote() public {
-        IComputePool.LeafRef memory r = recordOne(1, node, 10, 0);
         bytes32 role = pool.VALIDATOR_ROLE();
-        vm.prank(admin);
-        pool.revokeRole(role, validator);
+        changeRoleAfterDelay(pool, role, validator, false);
+        IComputePool.LeafRef memory r = recordOne(1, node, 10, 0);
         vm.expectRevert(
             abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, validator, role)
         );
@@ -399,9 +401,14 @@ contract AttacksTest is ProtocolFixture {
         // the quorum cannot be left above the validators by revoking them
         pool.setQuorum(2);
         bytes32 role = pool.VALIDATOR_ROLE();
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.BadQuorum.selector, 2, 1));
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.RoleChangeDelayed.selector, role));
         pool.revokeRole(role, validator);
         vm.stopPrank();
+        changeRoleAfterDelay(pool, role, validator2, true); // holds it already: nothing changes
+        scheduleRole(pool, role, validator, false);
+        passDelay(pool);
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.BadQuorum.selector, 2, 1));
+        pool.applyRoleChange(role, validator);
     }
 
     /// The longest unbonding period applies only to requests made after the
@@ -435,14 +442,20 @@ contract AttacksTest is ProtocolFixture {
 
     // ---- 6. no operator profits from a slash ----
 
-    /// @dev The admin appoints itself recorder and validator of `p` and lowers
-    /// its quorum to one: everything a slash of its own would need.
+    /// @dev The admin schedules its appointment as recorder and validator of
+    /// `p` and lowers its quorum to one: everything a slash of its own would need.
     function _adminTakesOver(ComputePool p) internal {
         vm.startPrank(admin);
-        p.grantRole(p.RECORDER_ROLE(), admin);
-        p.grantRole(p.VALIDATOR_ROLE(), admin);
+        p.scheduleRoleChange(p.RECORDER_ROLE(), admin, true);
+        p.scheduleRoleChange(p.VALIDATOR_ROLE(), admin, true);
         p.setQuorum(1);
         vm.stopPrank();
+    }
+
+    /// @dev The admin's appointments on `p`, once due, applied.
+    function _adminTakesOffice(ComputePool p) internal {
+        p.applyRoleChange(p.RECORDER_ROLE(), admin);
+        p.applyRoleChange(p.VALIDATOR_ROLE(), admin);
     }
 
     /// @dev A second pool of the run whose deployment asked two validators per
@@ -468,10 +481,10 @@ contract AttacksTest is ProtocolFixture {
         vm.assertEq(manager.treasury(), treasury, "the deployment's treasury");
     }
 
-    /// The second half: the admin appoints itself recorder and validator,
-    /// lowers the quorum to one, records a part whose leaf commits one of the
-    /// node's honest signed submissions and votes to slash it. Neither its
-    /// vote nor the lower quorum counts before SLASH_CHANGE_DELAY.
+    /// The second half: the admin appoints itself recorder and validator and
+    /// lowers the quorum to one, to record a part whose leaf commits one of the
+    /// node's honest signed submissions and vote to slash it. Neither its roles
+    /// nor the lower quorum count before SLASH_CHANGE_DELAY.
     function test_6_anAdminAppointedValidatorCannotSlashBeforeTheDelay() public {
         ComputePool p = _poolOfQuorumTwo();
         uint256 t0 = block.timestamp;
@@ -481,14 +494,21 @@ contract AttacksTest is ProtocolFixture {
         (uint256 q, uint256 qAt) = p.pendingQuorum();
         vm.assertEq(q, 1, "pending quorum");
         vm.assertEq(qAt, t0 + delay, "from");
-        vm.assertEq(p.slashVotesAt(admin), t0 + delay, "the admin's votes wait");
+        (bool grant, uint256 due) = p.pendingRoleChange(p.VALIDATOR_ROLE(), admin);
+        vm.assertTrue(grant && due == t0 + delay, "the admin's appointment waits");
         vm.assertEq(p.slashVotesAt(validator), t0, "the deployment's count at once");
 
-        Evidence memory e = recordSignedIn(p, admin, 1, NODE_PK, 1); // recording alone slashes nothing
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
-        slashWith(p, admin, e);
+        vm.warp(t0 + delay - 1);
+        bytes32 role = p.RECORDER_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.RoleChangeNotDue.selector, role, admin, t0 + delay));
+        p.applyRoleChange(role, admin);
+        IComputePool.WorkLeaf[] memory leaves = WorkParts.one(leafOf(node, 10, 0));
+        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, admin, role));
+        vm.prank(admin);
+        p.recordWork(1, 0, leaves);
 
-        // one honest deployment validator misled into voting is still no quorum
+        // one honest deployment validator misled into voting on the honest recorder's part is still no quorum
+        Evidence memory e = recordSignedIn(p, recorder, 1, NODE_PK, 1);
         slashWith(p, validator, e);
         vm.assertFalse(_slashed(p, node, 1), "two votes needed until the delay has passed");
         vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "stake untouched");
@@ -512,11 +532,12 @@ contract AttacksTest is ProtocolFixture {
         stakeAs(bob, MIN_STAKE);
         joinAs(bob, node2);
 
+        passDelay(pool); // the longest window applies
         uint256 t0 = block.timestamp;
         uint256 delay = pool.SLASH_CHANGE_DELAY();
         _adminTakesOver(pool);
         vm.warp(t0 + 1 days - 1);
-        Evidence memory e = recordSignedIn(pool, admin, 1, NODE_PK, 1);
+        Evidence memory e = recordSignedIn(pool, recorder, 1, NODE_PK, 1); // the recorder's last part before alice leaves
 
         // alice leaves a day after the change: the node, the pool, the free stake now ...
         vm.warp(t0 + 1 days);
@@ -533,6 +554,7 @@ contract AttacksTest is ProtocolFixture {
         vm.assertLe(block.timestamp, t0 + delay, "out before the change applies");
 
         vm.warp(t0 + delay);
+        _adminTakesOffice(pool);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.WindowClosed.selector, 1, 0));
         slashWith(pool, admin, e);
 
@@ -550,41 +572,50 @@ contract AttacksTest is ProtocolFixture {
     function test_6_shorteningTheUnbondingPeriodDoesNotShortenTheDelay() public {
         uint256 delay = pool.SLASH_CHANGE_DELAY();
         vm.assertGt(delay, 2 * manager.MAX_UNBONDING_PERIOD(), "longest window + longest unbonding");
-        vm.startPrank(admin);
+        vm.prank(admin);
         pool.setInvalidationWindow(1 minutes);
+        passDelay(pool);
+        vm.prank(admin);
         manager.setUnbondingPeriod(1 minutes);
-        vm.stopPrank();
         vm.assertEq(manager.unbondingPeriod(), 1 minutes, "shorter at once");
         uint256 t0 = block.timestamp;
         _adminTakesOver(pool);
-        vm.assertEq(pool.slashVotesAt(admin), t0 + delay, "the same delay");
+        (, uint256 due) = pool.pendingRoleChange(pool.VALIDATOR_ROLE(), admin);
+        vm.assertEq(due, t0 + delay, "the same delay");
 
         vm.warp(t0 + delay - 30 seconds);
-        Evidence memory e = recordSignedIn(pool, admin, 1, NODE_PK, 1);
+        Evidence memory e = recordSignedIn(pool, recorder, 1, NODE_PK, 1);
         vm.warp(t0 + delay - 1);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
-        slashWith(pool, admin, e);
+        bytes32 role = pool.VALIDATOR_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.RoleChangeNotDue.selector, role, admin, t0 + delay));
+        pool.applyRoleChange(role, admin);
         vm.warp(t0 + delay);
+        _adminTakesOffice(pool);
         slashWith(pool, admin, e);
         vm.assertTrue(_slashed(pool, node, 1), "from the delay on, as announced");
         vm.assertEq(token.balanceOf(admin), 0, "to the treasury, not the admin");
     }
 
-    /// Revoking a validator and appointing it again starts its delay again.
+    /// Revoking a validator and appointing it again waits the delay again; until
+    /// then it can neither slash nor invalidate.
     function test_6_aReappointedValidatorWaitsAgain() public {
         bytes32 role = pool.VALIDATOR_ROLE();
-        vm.startPrank(admin);
-        pool.revokeRole(role, validator);
-        pool.grantRole(role, validator);
-        vm.stopPrank();
+        changeRoleAfterDelay(pool, role, validator, false);
+        scheduleRole(pool, role, validator, true);
         uint256 at = block.timestamp + pool.SLASH_CHANGE_DELAY();
-        vm.assertEq(pool.slashVotesAt(validator), at, "a new term, a new delay");
         Evidence memory e = recordSigned(1, NODE_PK, 1);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, validator, at));
+        vm.expectRevert(
+            abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, validator, role)
+        );
         _slash(validator, e);
-        invalidateAs(validator, e.ref); // invalidating takes no stake and counts at once
-        vm.assertEq(settlementOf(e.ref), uint256(IComputePool.Settlement.Invalidated), "invalidated");
-        vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "no stake taken");
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.RoleChangeNotDue.selector, role, validator, at));
+        pool.applyRoleChange(role, validator);
+        vm.warp(at);
+        pool.applyRoleChange(role, validator);
+        vm.assertEq(pool.slashVotesAt(validator), at, "a new term from its appointment");
+        Evidence memory later = recordSigned(2, NODE_PK, 2);
+        _slash(validator, later);
+        vm.assertEq(manager.stakeOf(alice), MIN_STAKE - PENALTY, "its slash counts once appointed");
     }
 
     /// A higher penalty applies only to memberships joined from the delay on; a
@@ -659,8 +690,8 @@ contract AttacksTest is ProtocolFixture {
         vm.assertEq(p.quorum(), 2, "and never came");
     }
 
-    /// Whatever the admin sets first (window, unbonding period, quorum, penalty)
-    /// and whenever it records, a validator it appoints cannot slash before
+    /// Whatever the admin sets first (window, unbonding period, quorum, penalty),
+    /// a recorder and validator it appoints can neither record nor slash before
     /// SLASH_CHANGE_DELAY has passed.
     function testFuzz_6_noAdminMoveLetsANewValidatorSlashEarly(
         uint256 window,
@@ -678,9 +709,13 @@ contract AttacksTest is ProtocolFixture {
         _adminTakesOver(pool);
         wait = bound(wait, 0, delay - 1);
         vm.warp(t0 + wait);
-        Evidence memory e = recordSignedIn(pool, admin, 1, NODE_PK, 1);
-        vm.expectRevert(abi.encodeWithSelector(IComputePool.SlashVoteTooEarly.selector, admin, t0 + delay));
+        bytes32 role = pool.VALIDATOR_ROLE();
+        vm.expectRevert(abi.encodeWithSelector(IComputePool.RoleChangeNotDue.selector, role, admin, t0 + delay));
+        pool.applyRoleChange(role, admin);
+        Evidence memory e = recordSignedIn(pool, recorder, 1, NODE_PK, 1);
+        vm.expectRevert(abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, admin, role));
         slashWith(pool, admin, e);
+        vm.assertFalse(pool.hasRole(pool.RECORDER_ROLE(), admin), "not a recorder");
         vm.assertEq(manager.stakeOf(alice), MIN_STAKE, "untouched");
     }
 

@@ -213,7 +213,8 @@ contract ComputePoolTest is ProtocolFixture {
         emit IComputePool.NodeJoined(node, bob, 2);
         joinAs(bob, node);
         vm.assertEq(pool.joinedProviderOf(node), bob, "new provider");
-        vm.assertEq(_membership(node, 1).leftAt, block.timestamp, "the stale one ended");
+        // ended after the second's record, which it backs: leftAt is the next second
+        vm.assertEq(_membership(node, 1).leftAt, block.timestamp + 1, "the stale one ended");
         vm.assertEq(_membership(node, 1).provider, alice, "and stays alice's");
         (uint256 joined, uint256 leaving, uint256 until) = pool.bondsOf(alice);
         vm.assertEq(joined, 0, "alice: none joined");
@@ -503,6 +504,7 @@ contract ComputePoolTest is ProtocolFixture {
         recordPart(EPOCH, 0, new IComputePool.WorkLeaf[](0));
         vm.prank(admin);
         pool.setRewardPerUnit(1);
+        passDelay(pool);
         vm.expectRevert(abi.encodeWithSelector(IComputePool.BadLeaves.selector, 1025));
         recordPart(EPOCH, 0, WorkParts.strangers(1025, 0x1000, 1));
         IComputePool.WorkLeaf[] memory most = WorkParts.strangers(1024, 0x1000, 1);
@@ -566,6 +568,7 @@ contract ComputePoolTest is ProtocolFixture {
     function test_rootOf_matchesTheRecordedRootForOneToNineLeaves() public {
         vm.prank(admin);
         pool.setRewardPerUnit(1);
+        passDelay(pool);
         for (uint256 n = 1; n <= 9; ++n) {
             IComputePool.WorkLeaf[] memory leaves = WorkParts.strangers(n, uint160(0x1000 + 16 * n), uint128(n));
             bytes32 root = pool.rootOf(leaves);
@@ -587,6 +590,7 @@ contract ComputePoolTest is ProtocolFixture {
         i = bound(i, 0, n - 1);
         vm.prank(admin);
         pool.setRewardPerUnit(1);
+        passDelay(pool);
         IComputePool.WorkLeaf[] memory leaves = WorkParts.strangers(n, 0x1000, 3);
         recordPart(EPOCH, 0, leaves);
         vm.assertEq(pool.rootOf(leaves), pool.recordOf(EPOCH, 0).root, "rootOf");
@@ -876,7 +880,7 @@ contract ComputePoolTest is ProtocolFixture {
         vm.assertFalse(pool.isJoined(node), "ejected");
         IComputePool.Membership memory m = _membership(node, 1);
         vm.assertTrue(m.slashed, "membership slashed");
-        vm.assertEq(m.leftAt, block.timestamp, "and ended");
+        vm.assertEq(m.leftAt, block.timestamp + 1, "and ended (after the part of its second)");
         vm.assertEq(settlementOf(e.ref), INVALIDATED, "invalidated");
         vm.assertEq(pool.availableRewards(), FUNDING, "reward released");
         (uint256 votes, bool slashed) = pool.slashVotes(node, 1, digest);
@@ -1265,20 +1269,30 @@ contract ComputePoolTest is ProtocolFixture {
     // ---- admin ----
 
     function test_setters_emitOldAndNew() public {
+        uint256 later = block.timestamp + pool.SLASH_CHANGE_DELAY();
         vm.startPrank(admin);
         vm.expectEmit(address(pool));
         emit IComputePool.QuorumChanged(1, 2, block.timestamp);
         pool.setQuorum(2);
         vm.expectEmit(address(pool));
-        emit IComputePool.RewardPerUnitChanged(REWARD_PER_UNIT, 4);
+        emit IComputePool.RewardPerUnitChanged(REWARD_PER_UNIT, 4, later);
         pool.setRewardPerUnit(4);
         vm.expectEmit(address(pool));
         emit IComputePool.SlashPenaltyChanged(PENALTY, 5, block.timestamp);
         pool.setSlashPenalty(5);
         vm.expectEmit(address(pool));
-        emit IComputePool.InvalidationWindowChanged(WINDOW, 6 minutes);
+        emit IComputePool.InvalidationWindowChanged(WINDOW, 6 minutes, later);
         pool.setInvalidationWindow(6 minutes);
         vm.stopPrank();
+        vm.assertEq(pool.rewardPerUnit(), REWARD_PER_UNIT, "reward waits");
+        vm.assertEq(pool.invalidationWindow(), WINDOW, "window waits");
+        (uint256 r, uint256 rAt) = pool.pendingRewardPerUnit();
+        (uint256 w, uint256 wAt) = pool.pendingInvalidationWindow();
+        vm.assertEq(r, 4, "pending reward");
+        vm.assertEq(w, 6 minutes, "pending window");
+        vm.assertEq(rAt, later, "reward from");
+        vm.assertEq(wAt, later, "window from");
+        vm.warp(later);
         vm.assertEq(pool.quorum(), 2, "quorum");
         vm.assertEq(pool.rewardPerUnit(), 4, "reward");
         vm.assertEq(pool.slashPenalty(), 5, "penalty");
@@ -1287,13 +1301,16 @@ contract ComputePoolTest is ProtocolFixture {
 
     /// A part keeps the terms it was recorded under, a membership those it joined under.
     function test_setters_applyToLaterPartsOnly() public {
-        IComputePool.LeafRef memory r = recordOne(EPOCH, node, 10, 0);
-        uint256 end = block.timestamp + WINDOW;
         vm.startPrank(admin);
         pool.setRewardPerUnit(3 ether);
-        pool.setSlashPenalty(5 ether);
         pool.setInvalidationWindow(1 hours);
         vm.stopPrank();
+        vm.warp(block.timestamp + pool.SLASH_CHANGE_DELAY() - 1);
+        IComputePool.LeafRef memory r = recordOne(EPOCH, node, 10, 0); // the last second of the old terms
+        uint256 end = block.timestamp + WINDOW;
+        vm.prank(admin);
+        pool.setSlashPenalty(5 ether);
+        vm.warp(block.timestamp + 1);
         IComputePool.PartRecord memory rec = pool.recordOf(EPOCH, 0);
         vm.assertEq(rec.rewardPerUnit, REWARD_PER_UNIT, "reward kept");
         vm.assertEq(_membership(node, 1).penalty, PENALTY, "the membership's penalty kept");
@@ -1324,13 +1341,17 @@ contract ComputePoolTest is ProtocolFixture {
         pool.setSlashPenalty(MIN_STAKE);
         bytes32 role = pool.VALIDATOR_ROLE();
         vm.expectEmit(address(pool));
-        emit IComputePool.ValidatorAppointed(newcomer, later);
-        pool.grantRole(role, newcomer);
+        emit IComputePool.RoleChangeScheduled(role, newcomer, true, later);
+        pool.scheduleRoleChange(role, newcomer, true);
         vm.stopPrank();
         vm.assertEq(pool.quorum(), 2, "quorum waits");
         vm.assertEq(pool.slashPenalty(), PENALTY, "penalty waits");
-        vm.assertEq(pool.slashVotesAt(newcomer), later, "newcomer waits");
+        vm.assertFalse(pool.hasRole(role, newcomer), "newcomer waits");
         vm.warp(later);
+        vm.expectEmit(address(pool));
+        emit IComputePool.ValidatorAppointed(newcomer, later);
+        pool.applyRoleChange(role, newcomer);
+        vm.assertEq(pool.slashVotesAt(newcomer), later, "newcomer votes from its appointment");
         vm.assertEq(pool.quorum(), 1, "quorum applies");
         vm.assertEq(pool.slashPenalty(), MIN_STAKE, "penalty applies");
         (uint256 q, uint256 qAt) = pool.pendingQuorum();
@@ -1379,6 +1400,9 @@ contract ComputePoolTest is ProtocolFixture {
         pool.setSlashPenalty(1);
         vm.expectRevert(err);
         pool.setInvalidationWindow(1 hours);
+        bytes32 role = pool.RECORDER_ROLE();
+        vm.expectRevert(err);
+        pool.scheduleRoleChange(role, validator, true);
         vm.stopPrank();
     }
 
@@ -1394,6 +1418,7 @@ contract ComputePoolTest is ProtocolFixture {
         fate = fate % 3; // 0: valid, 1: invalidated, 2: its membership left before it was recorded
         vm.prank(admin);
         pool.setRewardPerUnit(perUnit);
+        passDelay(pool);
         fundPool(funding);
         uint256 reward = uint256(units) * perUnit;
         uint256 available = pool.availableRewards();

@@ -27,6 +27,8 @@ contract StakeManagerTest is ProtocolFixture {
     mapping(address provider => uint256) public bondOf;
     /// @dev A higher penalty waiting to apply (0: none).
     uint256 pendingPenalty;
+    /// @dev A window waiting to apply (0: none).
+    uint256 pendingWindow;
     bytes32 constant REASON = keccak256("reason");
     uint256 constant OWNER_PK = 0x0D0E;
     bytes32 constant PERMIT_TYPEHASH =
@@ -47,6 +49,10 @@ contract StakeManagerTest is ProtocolFixture {
 
     function pendingSlashPenalty() external view returns (uint256, uint256) {
         return (pendingPenalty, pendingPenalty == 0 ? 0 : block.timestamp + 1);
+    }
+
+    function pendingInvalidationWindow() external view returns (uint256, uint256) {
+        return (pendingWindow, pendingWindow == 0 ? 0 : block.timestamp + 1);
     }
 
     function _unbond(address provider, uint256 amount) internal {
@@ -536,6 +542,13 @@ contract StakeManagerTest is ProtocolFixture {
         );
         manager.setUnbondingPeriod(WINDOW - 1);
         manager.setUnbondingPeriod(WINDOW);
+        // nor than a window still waiting to apply
+        pendingWindow = WINDOW + 1 hours;
+        vm.expectRevert(
+            abi.encodeWithSelector(IStakeManager.UnbondingPeriodOutOfRange.selector, WINDOW, WINDOW + 1 hours, max)
+        );
+        manager.setUnbondingPeriod(WINDOW);
+        pendingWindow = 0;
         // never years
         vm.expectRevert(abi.encodeWithSelector(IStakeManager.UnbondingPeriodOutOfRange.selector, 365 days, WINDOW, max));
         manager.setUnbondingPeriod(365 days);

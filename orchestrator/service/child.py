@@ -19,7 +19,7 @@ Before ``main`` runs, every child is set up alike: it dies with the daemon (a da
 killed with SIGKILL takes its children with it at once, where its stop flag reached
 them only once they next looked, seconds to minutes later), Ctrl-C is left to the
 daemon (which stops its children itself), the child gets its share of the cores
-(torch and rayon threads; ARCHITECTURE.md, "Concurrency and processes"), and it logs
+(torch and rayon threads; docs/architecture.md, "Concurrency and processes"), and it logs
 to ``<data_dir>/logs/<name>.log``, and to stderr unless the live view holds the
 terminal.
 """

@@ -9,7 +9,8 @@ and stops alike, the heavy ones with their share of the cores:
 - the validator (``validator``): prefill and rewards, outcomes to the ledger;
 - the recorder (``recorder``): closed epochs on chain, slashing on evidence.
 
-They share nothing but files: the ledger (SQLite, WAL) and the run directory.
+They share nothing but files: the ledger (SQLite, WAL) and the run folder
+(``orchestrator.run_dir``, the contract between them).
 ``<data_dir>`` holds all of it, so the same command after a crash, a SIGKILL
 or a reboot carries on where it stopped, losing nothing it acknowledged.
 
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from eth_account.signers.local import LocalAccount
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service import recorder, trainer_process, validator
 from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger.home import ledger_path, open_for_daemon
@@ -51,8 +53,6 @@ SUPERVISE_SECONDS = 1.0
 # Every node keeps a connection to the orchestrator (work, receipts, the weights'
 # origin): room for a few thousand, where a node's host keeps a few hundred.
 ORIGIN_CONNECTIONS = 4096
-RUN_DIR = trainer_process.RUN_DIR
-WEIGHTS_DIR = trainer_process.WEIGHTS_DIR
 TRAINER = trainer_process.TRAINER
 
 
@@ -106,7 +106,7 @@ class Orchestrator:
     ) -> None:
         """``log_to_stderr`` False keeps the worker processes' log lines off the terminal
         (they still go to ``<data_dir>/logs/``)."""
-        from swarmrl.chain.eip712 import pool_domain, swarm_domain
+        from swarmrl.eip712 import pool_domain, swarm_domain
         from swarmrl.tasks import read_tasks
 
         self.settings = settings
@@ -114,8 +114,8 @@ class Orchestrator:
         self.keys = keys
         self.log_to_stderr = log_to_stderr
         self.data_dir = Path(settings.data_dir)
-        self.run_dir = self.data_dir / RUN_DIR
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_folder = RunDir.of_orchestrator(self.data_dir)
+        self.run_folder.root.mkdir(parents=True, exist_ok=True)
         pool = deployment.contracts.compute_pool
         self.context = RunContext(
             run=deployment.run_id,
@@ -179,7 +179,7 @@ class Orchestrator:
                 validator.main,
                 validator.ValidatorConfig(
                     data_dir=self.data_dir,
-                    run_dir=self.run_dir,
+                    run_dir=self.run_folder.root,
                     tasks_file=Path(s.tasks),
                     validation_rate=s.validation_rate,
                     trust_after=s.trust_after,
@@ -217,10 +217,10 @@ class Orchestrator:
         """Refuses (one sentence) checkpoints the trainer could resume from only below
         the step the swarm has. Before the publisher starts: a damaged newest checkpoint
         nobody was given yet is moved aside here, never published."""
-        from swarmrl.p2p.store import newest_announced_step
+        from swarmrl.weights.store import newest_announced_step
 
-        published = newest_announced_step(self.data_dir / WEIGHTS_DIR)
-        ckpt.resume_point(self.run_dir, published)
+        published = newest_announced_step(self.run_folder.weights)
+        ckpt.resume_point(self.run_folder.root, published)
 
     def _connect_chain(self) -> Any:
         """The deployment's contracts, read-only. A chain that does not answer, after the
@@ -249,14 +249,14 @@ class Orchestrator:
         """Starts the process's host, and on it the weight origin and intake."""
         from swarmrl.p2p.host import Host
         from swarmrl.p2p.identity import load_or_create_peer_key
-        from swarmrl.p2p.messages import swarm_topics
-        from swarmrl.p2p.store import WeightStore
-        from swarmrl.p2p.swarm import SwarmNode
+        from swarmrl.weights import SwarmNode
+        from swarmrl.weights.gossip import swarm_topics
+        from swarmrl.weights.store import WeightStore
 
         s = self.settings
         # The steps a node may still work with (intake takes work async_level steps old),
         # so a node slower than one step can finish the download it began.
-        store = WeightStore(self.data_dir / WEIGHTS_DIR, keep=s.async_level + 1)
+        store = WeightStore(self.run_folder.weights, keep=s.async_level + 1)
         peer_key = load_or_create_peer_key(self.data_dir / "peer.key")
         self.host = host = Host(
             peer_key,
@@ -295,17 +295,16 @@ class Orchestrator:
 
     def _backlog(self) -> int:
         """Submissions not yet validated plus rollout files the trainer has not read."""
-        spool = self.run_dir / "rollouts"
-        unread = sum(1 for p in spool.glob("*.parquet")) if spool.is_dir() else 0
+        unread = self.run_folder.unread_rollouts()
         return self.ledger.submissions.count(SubmissionStatus.RECEIVED) + unread
 
     def _publish_new(self) -> None:
-        step = ckpt.latest_step(self.run_dir)
+        step = self.run_folder.latest()
         if step is None or (self.published is not None and step <= self.published):
             return
         began = time.perf_counter()
         self.swarm.publish(
-            ckpt.step_dir(self.run_dir, step),
+            self.run_folder.step(step),
             model=self.deployment.run_id,
             step=step,
             delta=self.settings.weight_deltas,
@@ -366,7 +365,7 @@ class Orchestrator:
                     if child.name == TRAINER and new_step:
                         child.progressed()  # a new step: the trainer is not failing in a loop
                     child.check()
-                self.metrics.update(self.ledger, self.run_dir, self.published)
+                self.metrics.update(self.ledger, self.run_folder, self.published)
                 self._stopping.wait(SUPERVISE_SECONDS)
         except ValueError as e:
             log.error("stopping: %s", e)

@@ -25,9 +25,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.home import ledger_path
-from orchestrator.service.status import RUN_DIR, order_cell, summarize
+from orchestrator.service.status import order_cell, summarize
 from swarmrl.work.states import NodeState, SubmissionStatus
 
 log = logging.getLogger("swarmrl.orchestrator")
@@ -199,7 +200,7 @@ class LiveView:
 
     def _frame(self, ledger: Ledger) -> RenderableType:
         return render(
-            summarize(ledger, self.data_dir / RUN_DIR),
+            summarize(ledger, RunDir.of_orchestrator(self.data_dir)),
             run=self.run,
             now=time.time(),
             log_lines=last_log_lines(self.data_dir / "logs", LOG_LINES),

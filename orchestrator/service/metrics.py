@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.trainer.metrics import read_metrics
 from swarmrl.work.states import NodeState, SubmissionStatus
@@ -50,10 +50,10 @@ class OrchestratorMetrics:
                 "set metrics_port to a free port"
             ) from None
 
-    def update(self, ledger: Ledger, run_dir: Path, published: int | None) -> None:
+    def update(self, ledger: Ledger, run: RunDir, published: int | None) -> None:
         if published is not None:
             self.policy_step.set(published)
-        rows = read_metrics(run_dir / "metrics.jsonl")
+        rows = read_metrics(run.metrics)
         if rows:
             self.trainer_step.set(rows[-1].get("step", 0))
             self.reward.set(rows[-1].get("task_reward", 0.0))

@@ -1,7 +1,7 @@
 """The chain recorder: each closed epoch goes on chain, bad work is slashed.
 
 Per closed epoch of the ledger it sends `ComputePool.recordWork` once per part of
-up to 1,024 nodes (swarmrl.chain.work): one leaf per node in the pool, with the
+up to 1,024 nodes (swarmrl.chain.recorded_work): one leaf per node in the pool, with the
 accepted rollouts as units and a Merkle commitment over every submission the node
 signed in that epoch (rejected ones too, so that they stay slashable evidence).
 Then, for each slashable submission in an epoch on chain, it votes to slash with
@@ -34,11 +34,12 @@ from orchestrator.service.ledger.epochs import EpochRow
 from orchestrator.service.ledger.slashes import SlashOutcome, SlashRow
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
-from swarmrl.chain import eip712, work
+from swarmrl import eip712
+from swarmrl.chain import recorded_work
 from swarmrl.chain.contracts import Contracts, Membership
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
-from swarmrl.chain.work import WorkLeaf
+from swarmrl.chain.recorded_work import WorkLeaf
 from swarmrl.work.states import SubmissionStatus
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,7 @@ class Recorder:
         if found:
             log.info("recorder: %d nodes of epoch %d were already on chain", len(found), epoch)
         first = 1 + max((part.part for part, _ in on_chain.values()), default=-1)
-        for part in work.parts_of(epoch, leaves, first=first):
+        for part in recorded_work.parts_of(epoch, leaves, first=first):
             receipt = self.recorder.record_work(part)
             tx_hash = _tx_hash(receipt["transactionHash"])
             rows = [_row(epoch, part.part, leaf, tx_hash) for leaf in part.leaves]
@@ -281,7 +282,7 @@ class Recorder:
             self._settle(report, evidence, None, SlashOutcome.MISSED, now)
             return
         leaves = [_leaf(r) for r in self.ledger.epochs.part(epoch, row.part)]
-        part = work.WorkPart(epoch, row.part, leaves)
+        part = recorded_work.WorkPart(epoch, row.part, leaves)
         ref = part.ref(node)
         record = self.validator.record_of(epoch, row.part)
         if self.validator.membership_at(node, ref.leaf.membership).slashed:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.home import ledger_path
 from orchestrator.trainer.metrics import read_metrics, recent_samples_per_second
 from swarmrl.work.states import SubmissionStatus
 
-RUN_DIR = "run"
 RECENT_STEPS = 60  # the curves' length: about what a terminal line holds
 RATE_STEPS = 5  # samples per second are over this many steps: steady, yet current
 
@@ -52,12 +52,12 @@ def ledger_rows(data_dir: Path) -> list[dict[str, Any]]:
 def read_status(data_dir: Path) -> dict[str, Any]:
     ledger = _ledger(data_dir)
     try:
-        return summarize(ledger, data_dir / RUN_DIR)
+        return summarize(ledger, RunDir.of_orchestrator(data_dir))
     finally:
         ledger.close()
 
 
-def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
+def summarize(ledger: Ledger, run: RunDir) -> dict[str, Any]:
     """The run as `orchestrator status --json` shows it, from an open ledger (the live view
     keeps one open rather than open the file every second)."""
     tally = ledger.submissions.tally()
@@ -90,7 +90,7 @@ def summarize(ledger: Ledger, run_dir: Path) -> dict[str, Any]:
         {"node": s.node, "epoch": s.epoch, "tx": s.tx_hash, "outcome": s.outcome, "at": s.at}
         for s in ledger.slashes.all()
     ]
-    rows = read_metrics(run_dir / "metrics.jsonl")
+    rows = read_metrics(run.metrics)
     last = rows[-1] if rows else {}
     recent = rows[-RECENT_STEPS:]
     return {

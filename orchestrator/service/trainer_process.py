@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.child import ChildSpec
 from orchestrator.service.logs import setup_process_logging
 from orchestrator.service.stop import StopSignal
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("swarmrl.trainer")
 
-RUN_DIR = "run"  # in the data folder: checkpoints, rollouts, metrics
-WEIGHTS_DIR = "weights"  # in the data folder: the weight store the swarm is served from
 TRAINER = "trainer"  # the trainer child's name
 
 
@@ -69,9 +68,10 @@ def spec(
     daemon's, and on another machine of a job the one `swarmrl orchestrator trainer`
     runs."""
     data_dir = Path(settings.data_dir)
+    folder = RunDir.of_orchestrator(data_dir)
     config = TrainerProcessConfig(
-        run_dir=data_dir / RUN_DIR,
-        store_dir=data_dir / WEIGHTS_DIR,
+        run_dir=folder.root,
+        store_dir=folder.weights,
         model=Path(settings.model),
         tasks_file=Path(settings.tasks),
         run=run,
@@ -133,8 +133,8 @@ def train(config: TrainerProcessConfig, stop: StopSignal) -> None:
     """The trainer loop of this process (the only one, or one rank of a job)."""
     from orchestrator.trainer.loop import Trainer
     from swarmrl.cli_options import quiet_transformers
-    from swarmrl.p2p.store import newest_announced_step
     from swarmrl.tasks import read_tasks
+    from swarmrl.weights.store import newest_announced_step
 
     quiet_transformers()
     trainer = Trainer(
@@ -178,8 +178,9 @@ class StepWriter:
     one, and ``close`` draws the last of them."""
 
     def __init__(self, run_dir: Path, resume_step: int, title: str) -> None:
-        self.metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=resume_step)
-        self.png = run_dir / "metrics.png"
+        folder = RunDir(run_dir)
+        self.metrics = MetricsLog(folder.metrics, resume_step=resume_step)
+        self.png = folder.metrics_plot
         self.title = title
         self._wanted = threading.Event()
         self._closing = False

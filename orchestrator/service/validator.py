@@ -50,13 +50,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.home import ledger_path
 from orchestrator.service.ledger.submissions import Lease, SubmissionRow
 from orchestrator.service.stop import StopSignal
-from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
-from swarmrl.models.backend import Precision
+from swarmrl.models.backend import Backend, Precision
+from swarmrl.models.held import HeldPolicy
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
@@ -113,34 +114,27 @@ class Validator:
         self.ledger = ledger
         self.tasks = tasks
         self.lease = Lease(config.worker, secrets.token_hex(8))
-        self.spool = Spool(config.run_dir / "rollouts")
-        self._backend: Any = None
-        self._step: int | None = None
-        self._precision: Precision | None = None
+        self.run_folder = RunDir(config.run_dir)
+        self.spool = Spool(self.run_folder.spool)
+        self.policy = HeldPolicy(self._load)  # one policy in memory at a time
+
+    def _load(self, model_dir: Path, precision: Precision) -> Backend:
+        from swarmrl.models import load_backend
+
+        return load_backend("torch", model_dir, device=self.config.device, precision=precision)
 
     def backend_at(self, step: int, precision: Precision) -> Any:
         """The policy of ``step`` (the trainer keeps every step's weights) in
         ``precision``, the one the order declared for sampling: the validator compares
         like with like."""
-        from swarmrl.models import load_backend
-
-        model_dir = ckpt.step_dir(self.config.run_dir, step)
-        if self._backend is None or self._precision != precision:
-            self._backend = None  # one policy in memory at a time
-            self._backend = load_backend(
-                "torch", model_dir, device=self.config.device, precision=precision
-            )
-        elif self._step != step:
-            self._backend.load_weights(model_dir)
-        self._step, self._precision = step, precision
-        return self._backend
+        return self.policy.hold(self.run_folder.step(step), step, precision)
 
     def older_step(self, step: int, precision: Precision) -> OlderStep | None:
         """The step a submission claiming ``step`` is checked for staleness against: the
         newest one a node could not have claimed while ``step`` was the newest, when its
         weights are on disk."""
         older = step - self.config.async_level - 1
-        if older < 0 or not ckpt.step_dir(self.config.run_dir, older).is_dir():
+        if older < 0 or not self.run_folder.step(older).is_dir():
             return None
         return OlderStep(older, lambda: self.backend_at(older, precision))
 
@@ -157,17 +151,26 @@ class Validator:
         issued = self.ledger.orders.get(row.order_id)
         node = self.ledger.nodes.get(row.node)
         if issued is None or node is None:  # intake checked both; a damaged ledger otherwise
-            self._finish(row, [], "its order or node is missing from the ledger", False, False)
+            self._finish(
+                row,
+                [],
+                "its order or node is missing from the ledger",
+                slashable=False,
+                prefilled=False,
+            )
             return
         records, why = checks.read_submitted(Path(row.file))
         if why is not None:
-            self._finish(row, [], why, False, False)
+            self._finish(row, [], why, slashable=False, prefilled=False)
             return
-        if (
-            ckpt.latest_step(self.config.run_dir) is None
-            or not ckpt.step_dir(self.config.run_dir, row.step).is_dir()
-        ):
-            self._finish(row, [], f"the policy of step {row.step} is not on disk", False, False)
+        if self.run_folder.latest() is None or not self.run_folder.step(row.step).is_dir():
+            self._finish(
+                row,
+                [],
+                f"the policy of step {row.step} is not on disk",
+                slashable=False,
+                prefilled=False,
+            )
             return
         # Trust is earned by passing full checks and spent by abandoning orders.
         trusted = node.trusted - node.abandoned >= self.config.trust_after
@@ -181,8 +184,8 @@ class Validator:
         # weights of row.step are loaded only to prefill with them.
         backend = (
             self.backend_at(row.step, asked.precision)
-            if prefill or self._backend is None
-            else self._backend
+            if prefill or self.policy.backend is None
+            else self.policy.backend
         )
         judged = verify_submission(
             backend,
@@ -199,7 +202,15 @@ class Validator:
         self._note_cost(row, len(records), seconds, prefill, trusted)
         evidence = [v for v in verdicts if v.slashable]
         if evidence:
-            self._finish(row, [], evidence[0].reason, True, prefill, seconds, sums)
+            self._finish(
+                row,
+                [],
+                evidence[0].reason,
+                slashable=True,
+                prefilled=prefill,
+                seconds=seconds,
+                temperature=sums,
+            )
             return
         accepted = [
             _with_rewards(r, v) for r, v in zip(records, verdicts, strict=True) if v.accepted
@@ -214,7 +225,16 @@ class Validator:
             )
             return
         # A rejected submission's sums count too (TemperatureSums says why).
-        if self._finish(row, accepted, reason, False, prefill, seconds, sums) and reasons:
+        finished = self._finish(
+            row,
+            accepted,
+            reason,
+            slashable=False,
+            prefilled=prefill,
+            seconds=seconds,
+            temperature=sums,
+        )
+        if finished and reasons:
             # Short of evidence, a rejection may be honest noise: it costs the node its
             # trust, so what it sends next is checked in full until it earns it again.
             self.ledger.nodes.reset_trust(row.node)
@@ -257,6 +277,7 @@ class Validator:
         row: SubmissionRow,
         accepted: list[Rollout],
         reason: str,
+        *,
         slashable: bool,
         prefilled: bool,
         seconds: float = 0.0,

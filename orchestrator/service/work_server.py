@@ -37,7 +37,7 @@ from orchestrator.service.ledger.submissions import OrderNotOpenError, Submissio
 from orchestrator.service.ledger.transitions import allowed
 from orchestrator.service.scheduler import budget_for, cooldown, draw_order, prompts_for
 from orchestrator.service.settings import OrchestratorSettings
-from swarmrl.chain.eip712 import Domain
+from swarmrl.eip712 import Domain
 from swarmrl.files import fsync
 from swarmrl.p2p import wire
 from swarmrl.p2p.protocol import Server
@@ -104,7 +104,7 @@ def heartbeat_interval(settings: OrchestratorSettings, nodes: int) -> float:
     """How often each of `nodes` nodes is to beat: `heartbeat_seconds`, or longer so that
     together they send at most `heartbeat_rate` a second. At a thousand nodes every ten
     seconds, heartbeats were 100 of the 175 streams a second the orchestrator's event
-    loop served (BENCHMARKS.md, "Control plane under load"), time taken from uploads.
+    loop served (docs/benchmarks/load.md, "Control plane under load"), time taken from uploads.
     Never so long that `silent_after` missed beats reach `gone_after`."""
     wanted = max(settings.heartbeat_seconds, nodes / settings.heartbeat_rate)
     longest = max(settings.heartbeat_seconds, settings.gone_after / (settings.silent_after + 1))

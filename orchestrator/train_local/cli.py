@@ -3,7 +3,7 @@
 The recipe's options (``--group-size``, ``--lr``, ...) are made from the fields of
 ``GRPORecipe``, and the trainer's process options (``--nproc-per-node``, ...) from
 those of ``TrainerLaunch``: each option's name, type, default, bounds and help are the
-field's, so the command line, ``orchestrator.toml`` and the README cannot disagree.
+field's, so the command line, ``orchestrator.toml`` and the docs cannot disagree.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 This process is the trainer; it starts ``workers`` sampler processes, which
 generate with the newest checkpoint while the trainer trains, and stops them
 all when it stops (at the last step, at the time limit, on Ctrl-C, or on an
-error). Each process gets its share of the cores (ARCHITECTURE.md): left at
+error). Each process gets its share of the cores (docs/architecture.md): left at
 torch's default, processes on one machine slow each other down several times.
 
 With more than one trainer process (``--nproc-per-node``) the trainer is a torchrun
@@ -33,8 +33,9 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.stop import StopFlag, StopSignal
-from orchestrator.train_local.sampler import SamplerConfig, run_sampler, stats_path
+from orchestrator.train_local.sampler import SamplerConfig, run_sampler
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from orchestrator.trainer.launch import TrainerLaunch
@@ -44,7 +45,6 @@ from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl.files import write_atomically
 from swarmrl.tasks import Task, read_tasks
 
-RUN_FILE = "run.json"
 # Restarts of a worker that died before the run gives up.
 WORKER_RESTARTS = 3
 PLOT_EVERY = 10
@@ -87,10 +87,14 @@ class LocalRun:
     device: str | None = None
     launch: TrainerLaunch = dataclasses.field(default_factory=TrainerLaunch)  # nnodes 1
 
+    @property
+    def folder(self) -> RunDir:
+        return RunDir(self.out)
+
 
 def check_run_dir(run: LocalRun) -> None:
     """A run directory continues only the run it was started for."""
-    path = run.out / RUN_FILE
+    path = run.folder.settings
     mine = _run_identity(run)
     if path.is_file():
         theirs = json.loads(path.read_text())
@@ -157,7 +161,7 @@ def train_local(run: LocalRun, say: Callable[[str], None]) -> Path:
     _plot(run)
     if stop.requested:
         say(f"stopped at step {step} (interrupted); run again to continue")
-    last = ckpt.step_dir(run.out, step)
+    last = run.folder.step(step)
     say(f"step {step}: {last}")
     return last
 
@@ -201,7 +205,7 @@ def _train(
         return
     if trainer.step:
         say(f"continuing {run.out} from step {trainer.step}")
-    metrics = MetricsLog(run.out / "metrics.jsonl", resume_step=trainer.step)
+    metrics = MetricsLog(run.folder.metrics, resume_step=trainer.step)
     progress = _Progress(run, workers, say)
 
     def on_step(report: StepReport) -> None:
@@ -269,7 +273,7 @@ def _train_job(run: LocalRun, place: Placement, device: str, stopping: Callable[
         pool.stop()
     if failed:
         raise failed[0]
-    step = ckpt.latest_step(run.out)
+    step = run.folder.latest()
     assert step is not None  # every rank 0 writes step 0 or resumes from a checkpoint
     return step
 
@@ -303,7 +307,7 @@ def _say(text: str) -> None:
 def _counters_read(run_dir: Path) -> dict[str, int]:
     """Per worker, the highest counter of its files the trainer had read at its newest
     checkpoint (where the trainer is a job, its feed is in another process)."""
-    step = ckpt.latest_step(run_dir)
+    step = RunDir(run_dir).latest()
     if step is None:
         return {}
     try:
@@ -314,9 +318,9 @@ def _counters_read(run_dir: Path) -> dict[str, int]:
 
 
 def _plot(run: LocalRun) -> None:
-    rows = read_metrics(run.out / "metrics.jsonl")
+    rows = read_metrics(run.folder.metrics)
     if rows:
-        plot_metrics(rows, run.out / "metrics.png", f"swarmrl train local: {run.out.name}")
+        plot_metrics(rows, run.folder.metrics_plot, f"swarmrl train local: {run.out.name}")
 
 
 class _StopOnSignal:
@@ -350,7 +354,7 @@ class _Workers:
         self.stop_event = self.context.Event()
         self.processes: dict[str, Any] = {}
         self.restarts = 0
-        self.spool = Spool(run.out / "rollouts")
+        self.spool = Spool(run.folder.spool)
         r = run.recipe
         self.configs = {
             name: SamplerConfig(
@@ -407,7 +411,9 @@ class _Workers:
     def _next_counter(self, name: str) -> int:
         """Past every batch the worker wrote, in any session: its files still on disk, the
         ones the trainer read (and deleted once used), and its own count."""
-        used = max(self.counters.get(name, -1), int(_stats(self.run.out, name).get("counter", -1)))
+        used = max(
+            self.counters.get(name, -1), int(_stats(self.run.folder, name).get("counter", -1))
+        )
         return self.spool.next_counter(name, used)
 
     def stop(self) -> None:
@@ -433,7 +439,7 @@ class _Progress:
         """Tokens the workers generated, and the seconds it took them, all told."""
         tokens, seconds = 0, 0.0
         for name in self.workers:
-            stats = _stats(self.run.out, name)
+            stats = _stats(self.run.folder, name)
             tokens += int(stats.get("tokens", 0))
             seconds += float(stats.get("seconds_generating", 0.0))
         return tokens, seconds
@@ -460,10 +466,11 @@ class _Progress:
         return row
 
 
-def _stats(run_dir: Path, worker: str) -> dict[str, Any]:
-    """What a worker says of itself (``sampler.stats_path``); nothing before its first batch."""
+def _stats(folder: RunDir, worker: str) -> dict[str, Any]:
+    """What a worker says of itself (``RunDir.sampler_stats``); nothing before its first
+    batch."""
     try:
-        stats: dict[str, Any] = json.loads(stats_path(run_dir, worker).read_text())
+        stats: dict[str, Any] = json.loads(folder.sampler_stats(worker).read_text())
         return stats
     except (OSError, ValueError):
         return {}

@@ -51,12 +51,6 @@ class SamplerConfig:
     parent_pid: int
 
 
-def stats_path(run_dir: Path, name: str) -> Path:
-    """Where a worker says how much it has generated (read for tokens/s), and the counter
-    of its newest batch (a restarted worker goes on past it)."""
-    return Path(run_dir) / "samplers" / f"{name}.json"
-
-
 def node_address(name: str) -> str:
     """A stable stand-in address for a local worker, where records name their node."""
     return "0x" + keccak(f"swarmrl-local-sampler/{name}".encode())[:20].hex()
@@ -76,7 +70,7 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     take_threads(config.threads)
 
-    from orchestrator.trainer import checkpoint as ckpt
+    from orchestrator.run_dir import RunDir
     from orchestrator.trainer.feed import Spool
     from swarmrl.cli_options import quiet_transformers
     from swarmrl.files import write_atomically
@@ -92,25 +86,28 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
         return not stop.is_set() and os.getppid() == config.parent_pid
 
     tasks = read_tasks(config.tasks_file)
-    spool = Spool(Path(config.run_dir) / "rollouts")
-    while (step := ckpt.latest_step(config.run_dir)) is None:
+    folder = RunDir(Path(config.run_dir))
+    spool = Spool(folder.spool)
+    while (step := folder.latest()) is None:
         if not go_on():
             return
         time.sleep(0.05)
-    model_dir = ckpt.step_dir(config.run_dir, step)
+    model_dir = folder.step(step)
     backend = load_backend(config.backend, model_dir, device=config.device)
     params = SamplingParams(
         max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
     )
     node = node_address(config.name)
-    stats_file = stats_path(config.run_dir, config.name)
+    # How much it has generated (read for tokens/s), and the counter of its newest batch
+    # (a restarted worker goes on past it).
+    stats_file = folder.sampler_stats(config.name)
     stats_file.parent.mkdir(parents=True, exist_ok=True)
     stats = _previous_stats(stats_file)
     counter = config.start_counter
     while go_on():
-        newest = ckpt.latest_step(config.run_dir)
+        newest = folder.latest()
         if newest is not None and newest > step:
-            backend.load_weights(ckpt.step_dir(config.run_dir, newest))
+            backend.load_weights(folder.step(newest))
             step = newest
         if spool.pending(config.name) >= config.max_pending:
             time.sleep(0.02)

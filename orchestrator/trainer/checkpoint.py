@@ -1,17 +1,17 @@
 """The trainer's checkpoints: one directory per optimizer step, complete or absent.
 
-``RUN_DIR/checkpoints/step_<n>/`` is the published policy: an HF model directory
-(config, generation config, tokenizer, safetensors) with the weights in the run's
-serving dtype, what samplers and validators load and the weight broadcast ships,
-file for file. Beside it, in ``trainer/`` (never published), what resuming needs:
-``dcp/``, the fp32 master weights and the AdamW state written with
-torch.distributed.checkpoint (each rank of a sharded trainer writes its own part,
-and any number of ranks, one included, reads them back: a run resumes on another
-world size), and ``trainer_state.pt`` (step, RNG, data position). A checkpoint is
-written under a hidden staging name, every file synced, then renamed into place by
-rank 0 once every rank wrote its part: a reader, or a trainer restarted after kill -9,
-sees whole checkpoints or none, and a staging directory left by a crash is swept
-away on the next start.
+``RUN_DIR/checkpoints/step_<n>/`` is the published policy (``RunDir.step``; the run
+folder's contract is ``orchestrator.run_dir``): an HF model directory (config,
+generation config, tokenizer, safetensors) with the weights in the run's serving dtype,
+what samplers and validators load and the weight broadcast ships, file for file. Beside
+it, in ``trainer/`` (never published), what resuming needs: ``dcp/``, the fp32 master
+weights and the AdamW state written with torch.distributed.checkpoint (each rank of a
+sharded trainer writes its own part, and any number of ranks, one included, reads them
+back: a run resumes on another world size), and ``trainer_state.pt`` (step, RNG, data
+position). A checkpoint is written under a hidden staging name, every file synced, then
+renamed into place by rank 0 once every rank wrote its part: a reader, or a trainer
+restarted after kill -9, sees whole checkpoints or none, and a staging directory left by
+a crash is swept away on the next start.
 
 Every step's published weights are kept (they are what evaluation and the
 validator read); ``trainer/``, the optimizer state alone twice the weights' fp32
@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import pickle
-import re
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from orchestrator.run_dir import RunDir
 from swarmrl.files import fsync, os_error_reason
 
 if TYPE_CHECKING:
@@ -53,7 +53,6 @@ TRAINER_DIR = "trainer"  # what resuming needs, beside the published policy
 DCP_DIR = "dcp"  # in TRAINER_DIR: master weights and optimizer, one part per rank
 LM_PREFIX = "lm."  # a TokenScorer's names for its LM's tensors
 KEEP_STATES = 2
-_STEP_DIR = re.compile(r"step_(\d+)")
 
 
 @dataclass(frozen=True)
@@ -64,31 +63,8 @@ class Resume:
     state: dict[str, Any]
 
 
-def checkpoints_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def step_dir(run_dir: Path, step: int) -> Path:
-    return checkpoints_dir(run_dir) / f"step_{step}"
-
-
 def trainer_dir(run_dir: Path, step: int) -> Path:
-    return step_dir(run_dir, step) / TRAINER_DIR
-
-
-def steps_on_disk(run_dir: Path) -> list[int]:
-    """The steps with a complete checkpoint, oldest first."""
-    root = checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    found = (_STEP_DIR.fullmatch(p.name) for p in root.iterdir() if p.is_dir())
-    return sorted(int(m.group(1)) for m in found if m)
-
-
-def latest_step(run_dir: Path) -> int | None:
-    """The newest complete checkpoint's step, or None when there is none."""
-    steps = steps_on_disk(run_dir)
-    return steps[-1] if steps else None
+    return RunDir(Path(run_dir)).step(step) / TRAINER_DIR
 
 
 def save_checkpoint(
@@ -110,8 +86,8 @@ def save_checkpoint(
     and ``state``, its own); a single process calls it alone."""
     from orchestrator.trainer.distributed import barrier, full_state_dict, is_main
 
-    final = step_dir(run_dir, step)
-    staging = final.parent / f".{final.name}.staging"
+    folder = RunDir(Path(run_dir))
+    final, staging = folder.step(step), folder.staging(step)
     own = staging / TRAINER_DIR
     if is_main():
         if final.exists():
@@ -139,7 +115,7 @@ def save_checkpoint(
         raise
     barrier()  # no rank goes on before the step is in place
     if is_main():
-        for old in steps_on_disk(run_dir)[:-keep]:
+        for old in folder.steps()[:-keep]:
             shutil.rmtree(trainer_dir(run_dir, old), ignore_errors=True)
     return final
 
@@ -240,7 +216,7 @@ def check_resumable(run_dir: Path, step: int) -> dict[str, Any]:
 
     from swarmrl.models.directory import check_model, load_tokenizer
 
-    directory = step_dir(run_dir, step)
+    directory = RunDir(Path(run_dir)).step(step)
     check_model(directory)
     load_tokenizer(directory)
     state = load_state(run_dir, step)
@@ -260,8 +236,8 @@ def resume_point(run_dir: Path, published: int | None) -> Resume | None:
     as in ``train local``); no step below it is resumed from. A damaged checkpoint
     above it is moved aside (logged) for the one before it. ValueError (one sentence)
     when nothing at or above ``published`` is whole."""
-    root = checkpoints_dir(run_dir)
-    steps = steps_on_disk(run_dir)
+    folder = RunDir(Path(run_dir))
+    root, steps = folder.checkpoints, folder.steps()
     if not steps:
         if published is None:
             return None
@@ -308,15 +284,14 @@ def resume_point(run_dir: Path, published: int | None) -> Resume | None:
 def _move_aside(run_dir: Path, step: int) -> Path:
     """Renames a damaged checkpoint out of the steps (kept for a look, never read), so
     its step can be trained again."""
-    aside = checkpoints_dir(run_dir) / f".step_{step}.damaged"
+    folder = RunDir(Path(run_dir))
+    aside = folder.damaged(step)
     shutil.rmtree(aside, ignore_errors=True)
-    step_dir(run_dir, step).rename(aside)
+    folder.step(step).rename(aside)
     return aside
 
 
 def sweep_staging(run_dir: Path) -> None:
     """Remove what a crash left half-written."""
-    root = checkpoints_dir(run_dir)
-    if root.is_dir():
-        for path in root.glob(".step_*.staging"):
-            shutil.rmtree(path, ignore_errors=True)
+    for path in RunDir(Path(run_dir)).stagings():
+        shutil.rmtree(path, ignore_errors=True)

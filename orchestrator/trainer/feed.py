@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestrator.trainer.samples import Group, split_groups, staleness
 from swarmrl.rollouts import checks
-from swarmrl.rollouts.generate import prompt_ids
+from swarmrl.rollouts.generate import PromptIds
 from swarmrl.rollouts.records import Rollout, read_rollouts, write_rollouts
 from swarmrl.tasks import Task
 
@@ -228,8 +228,9 @@ class RolloutFeed:
             records = read_rollouts(path)
             if not records:
                 raise ValueError(f"{path.name} holds no records")
+            prompts = PromptIds(self.expect.tokenizer)  # a group's prompt tokenised once
             for record in records:
-                self._check(record, trainer_step)
+                self._check(record, trainer_step, prompts)
             return split_groups(records, self.expect.group_size)
         except (ValueError, OSError) as e:
             self.counts["unusable_files"] += 1
@@ -239,7 +240,7 @@ class RolloutFeed:
                 logger.warning("skipping rollout file %s: %s", path.name, e)
             return None
 
-    def _check(self, r: Rollout, trainer_step: int | None) -> None:
+    def _check(self, r: Rollout, trainer_step: int | None, prompts: PromptIds) -> None:
         """ValueError with the sentence of the first check the record fails."""
         expect = self.expect
         task = expect.tasks.get(r.problem_id)
@@ -257,7 +258,7 @@ class RolloutFeed:
                 or checks.vocabulary(r, expect.vocab_size)
                 or checks.logprobs_per_token(r)
                 or checks.logprobs_bounded(r)
-                or checks.prompt(r, prompt_ids(expect.tokenizer, task.prompt, r.target_len))
+                or checks.prompt(r, prompts(task.prompt, r.target_len))
             )
         if why is not None:
             raise ValueError(why)

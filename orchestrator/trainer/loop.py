@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from orchestrator.run_dir import RunDir
 from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.batch import TokenScorer
 from orchestrator.trainer.distributed import data_parallel_step, is_main, shard
@@ -116,6 +117,7 @@ class Trainer:
     ) -> None:
         launch = launch or TrainerLaunch()
         self.run_dir = Path(run_dir)
+        self.run_folder = RunDir(self.run_dir)
         self.recipe = recipe
         self.serving = torch_dtype(serving)
         self.keep_checkpoints = keep_checkpoints
@@ -129,7 +131,7 @@ class Trainer:
             # Rank 0 alone: a damaged checkpoint is moved aside once.
             resume = ckpt.resume_point(self.run_dir, published)
         resume_step = _from_main(None if resume is None else resume.step)
-        source = base_model if resume_step is None else ckpt.step_dir(self.run_dir, resume_step)
+        source = base_model if resume_step is None else self.run_folder.step(resume_step)
         self.tokenizer = load_tokenizer(source)
         # What is trained: the LM (``model``) inside the module that scores tokens with it.
         self.policy = load_policy(base_model, device, launch, sharded=self.sharded)
@@ -154,7 +156,7 @@ class Trainer:
         if self.main:
             saved_feed = state.get("feed", {})
             self._feed = RolloutFeed(
-                Spool(self.run_dir / "rollouts"),
+                Spool(self.run_folder.spool),
                 Expectations(
                     run=run,
                     tasks={t.problem_id: t for t in tasks},

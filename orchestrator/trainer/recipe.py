@@ -4,7 +4,7 @@ Each field carries its default, its bounds and its meaning, and everything else 
 generated from them: the orchestrator's settings take the recipe's keys in
 ``orchestrator.toml`` and ``SWARMRL_*`` (``OrchestratorSettings`` is a recipe),
 ``swarmrl train local`` has one option per field (``--group-size``), the trainer loop
-takes a recipe, and the README's reference table is rendered from this model.
+takes a recipe, and docs/configuration.md's reference table is rendered from this model.
 
 Defaults are INTELLECT-2's where it states them (clip 0.2, delta 4, gradient norm
 0.1, async level 2) and what the default model learns with for the rest.

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from swarmrl.chain.deploy_protocol import MAX_TOKENS_TEXT
 from swarmrl.chain.paths import DEPLOYMENT_FILE, default_state_dir
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:
     from swarmrl.chain.contracts import Contracts
-    from swarmrl.chain.deploy import Deployment
 
 chain_app = typer.Typer(
     help="The protocol on chain: a local anvil, deployments, test tokens, the reward budget.",
@@ -38,9 +38,6 @@ LOG_FILE = "anvil.log"
 LOCK_FILE = "chain.lock"
 # A pid file holds one number; reading more would only read garbage.
 PID_FILE_BYTES = 64
-# deploy.MAX_TOKENS, the bound the contracts' uint256 leaves for whole tokens; written
-# here too because --help is built before web3 (and so swarmrl.chain.deploy) loads.
-MAX_TOKENS_TEXT = "10^59"
 DEV_TOKENS = 10_000
 # deploy.ProtocolParams' defaults, written here too because --help is built before web3
 # (and so swarmrl.chain.deploy) loads; a test holds them equal.
@@ -333,89 +330,33 @@ def deploy_cmd(
 ) -> None:
     """Deploy the protocol to any chain, such as Base Sepolia, and write its deployment file."""
     with _one_sentence_errors():
-        from swarmrl import keystore
-        from swarmrl.chain.anvil import check_rpc_url, connect
-        from swarmrl.chain.deploy import (
-            BURN_TREASURY,
-            MAX_TOKENS,
-            ProtocolParams,
-            checked_address,
-            deploy,
-            run_id_from_name,
-        )
-        from swarmrl.chain.errors import ChainConfigError
-        from swarmrl.chain.tokens import TOKEN
-        from swarmrl.chain.tx import with_rpc_retries
-        from swarmrl.files import check_output_path
+        from swarmrl.chain.deploy_protocol import DeploymentNotWrittenError, deploy_protocol
 
-        # Everything that costs nothing is checked before the key is decrypted and
-        # long before the first transaction: a typo must not cost gas.
-        for flag, tokens in (("--min-stake", min_stake), ("--slash-penalty", slash_penalty)):
-            if tokens > MAX_TOKENS:
-                raise ChainConfigError(f"{flag} {tokens} is above {MAX_TOKENS_TEXT} tokens")
-        if reward_per_unit_wei > MAX_TOKENS * TOKEN:
-            raise ChainConfigError(
-                f"--reward-per-unit-wei {reward_per_unit_wei} is above {MAX_TOKENS_TEXT} tokens"
-            )
-        params = ProtocolParams.checked(
-            min_stake_per_node=min_stake * TOKEN,
-            unbonding_period=unbonding_period,
-            invalidation_window=invalidation_window,
-            reward_per_unit=reward_per_unit_wei,
-            slash_penalty=slash_penalty * TOKEN,
-            quorum=quorum,
-        )
-        run_id = run_id_from_name(run)
         try:
-            recorders = [checked_address(a) for a in recorder]
-            validators = [checked_address(a) for a in validator]
-            treasury = None if treasury is None else checked_address(treasury)
-        except ValueError as e:
-            raise ChainConfigError(str(e)) from None
-        if len(set(validators)) < quorum:
-            raise ChainConfigError(
-                f"--quorum {quorum} needs at least {quorum} distinct --validator addresses"
+            done = deploy_protocol(
+                rpc_url=rpc_url,
+                key=key,
+                out=out,
+                run=run,
+                recorders=recorder,
+                validators=validator,
+                treasury=treasury,
+                quorum=quorum,
+                min_stake=min_stake,
+                unbonding_period=unbonding_period,
+                invalidation_window=invalidation_window,
+                reward_per_unit_wei=reward_per_unit_wei,
+                slash_penalty=slash_penalty,
+                force=force,
+                keystore_dir=keystore_dir,
+                password_file=password_file,
             )
-        check_rpc_url(rpc_url)
-        check_output_path(out)
-        if out.exists() and not force:
-            raise ChainConfigError(f"{out} exists; pass --force to overwrite it")
-        directory = keystore_dir or keystore.default_dir()
-        keystore.info(directory, key)  # the keystore exists and is readable
-        password = keystore.read_password(password_file)
-        w3 = connect(rpc_url)
-        chain_id = with_rpc_retries(lambda: w3.eth.chain_id, what="eth_chainId")
-        admin = keystore.unlock(directory, key, password)
-        deployment = deploy(
-            w3,
-            admin,
-            rpc_url=rpc_url,
-            run_id=run_id,
-            recorders=recorders,
-            validators=validators,
-            treasury=treasury or BURN_TREASURY,
-            params=params,
-        )
-        _write_or_print(out, deployment)
-        typer.echo(f"deployed on chain {chain_id}: pool {deployment.contracts.compute_pool}")
-        typer.echo(f"deployment: {out}")
-
-
-def _write_or_print(out: Path, deployment: Deployment) -> None:
-    """Writes the deployment file; if that fails, prints its content on stdout instead,
-    since the contracts it names were paid for and cannot be found again otherwise."""
-    from swarmrl.chain.deploy import write_deployment
-    from swarmrl.chain.errors import ChainError
-    from swarmrl.files import os_error_sentence
-
-    try:
-        write_deployment(out, deployment)
-    except OSError as e:
-        typer.echo(deployment.model_dump_json(indent=2))
-        raise ChainError(
-            f"the protocol is deployed but {out} could not be written ({os_error_sentence(e)}); "
-            "the deployment file is printed on stdout instead: save it"
-        ) from None
+        except DeploymentNotWrittenError as e:
+            # The contracts it names were paid for and cannot be found again otherwise.
+            typer.echo(e.deployment.model_dump_json(indent=2))
+            raise
+        for line in done.summary():
+            typer.echo(line)
 
 
 def _coordinator(

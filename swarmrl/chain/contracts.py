@@ -26,14 +26,14 @@ from web3.exceptions import TransactionNotFound
 from web3.logs import DISCARD
 from web3.types import FilterParams, LogReceipt, TxReceipt
 
-from swarmrl.chain import eip712
+from swarmrl import eip712
 from swarmrl.chain.anvil import DEV_CHAIN_ID, connect
 from swarmrl.chain.artifacts import load_artifact
 from swarmrl.chain.deploy import Deployment, decoder
 from swarmrl.chain.errors import ChainConfigError, ChainError
+from swarmrl.chain.recorded_work import LeafRef, WorkLeaf, WorkPart
 from swarmrl.chain.revert import revert_data_of
 from swarmrl.chain.tx import TxSender, TxSettings, chain_time, with_rpc_retries
-from swarmrl.chain.work import LeafRef, WorkLeaf, WorkPart
 
 LOG_CHUNK_BLOCKS = 10_000  # public RPCs cap eth_getLogs ranges
 
@@ -64,7 +64,9 @@ class PartRecord:
 
 @dataclass(frozen=True)
 class Membership:
-    """A node's stay in the pool with one provider (left_at 0 while it stays)."""
+    """A node's stay in the pool with one provider (left_at 0 while it stays; else the
+    first second whose parts it does not back: the second after its leave if a part was
+    recorded earlier in that second, since the leave came after that part)."""
 
     provider: str | None
     joined_at: int
@@ -251,13 +253,16 @@ class Contracts:
     # Administration (DEFAULT_ADMIN_ROLE on the contract in question).
 
     def grant_role(self, contract: str, role: str, account: str) -> TxReceipt:
-        """Grants `role` (its constant's name, e.g. "VALIDATOR_ROLE") on `contract`."""
+        """Grants `role` (its constant's name, e.g. "MINTER_ROLE") on `contract`. The
+        pool's RECORDER_ROLE and VALIDATOR_ROLE change only after its delay (the
+        contract reverts RoleChangeDelayed): see `schedule_role_change`."""
         c = self.contracts[contract]
         role_id = self._call(contract, c.functions[role]())
         return self._send(contract, c.functions.grantRole(role_id, _cs(account)))
 
     def revoke_role(self, contract: str, role: str, account: str) -> TxReceipt:
-        """Revokes `role` on `contract`; a revoked validator's pending votes stop counting."""
+        """Revokes `role` on `contract`. The pool's RECORDER_ROLE and VALIDATOR_ROLE
+        change only after its delay: see `schedule_role_change`."""
         c = self.contracts[contract]
         role_id = self._call(contract, c.functions[role]())
         return self._send(contract, c.functions.revokeRole(role_id, _cs(account)))
@@ -267,9 +272,38 @@ class Contracts:
         role_id = self._call(contract, c.functions[role]())
         return self._read(bool, contract, c.functions.hasRole(role_id, _cs(account)))
 
+    def schedule_role_change(self, role: str, account: str, *, grant: bool = True) -> TxReceipt:
+        """Run by the pool's admin: schedules granting (or, `grant=False`, revoking) the
+        pool's `role` ("RECORDER_ROLE" or "VALIDATOR_ROLE") for `account`, which anyone
+        applies with `apply_role_change` once the pool's SLASH_CHANGE_DELAY has passed
+        (`pending_role_change` says when). A revoked validator's pending votes stop
+        counting; the recorders and validators of the deployment act at once."""
+        role_id = self._call("ComputePool", self.pool.functions[role]())
+        fn = self.pool.functions.scheduleRoleChange(role_id, _cs(account), grant)
+        return self._send("ComputePool", fn)
+
+    def apply_role_change(self, role: str, account: str) -> TxReceipt:
+        """Applies the pool's scheduled change of `role` for `account`, once it is due."""
+        role_id = self._call("ComputePool", self.pool.functions[role]())
+        return self._send("ComputePool", self.pool.functions.applyRoleChange(role_id, _cs(account)))
+
+    def pending_role_change(self, role: str, account: str) -> tuple[bool, int]:
+        """The scheduled change of the pool's `role` for `account`: whether it grants
+        (else revokes) and when it is due (0: none is scheduled)."""
+        role_id = self._call("ComputePool", self.pool.functions[role]())
+        fn = self.pool.functions.pendingRoleChange(role_id, _cs(account))
+        grant, due = self._call("ComputePool", fn)
+        return bool(grant), int(due)
+
+    def change_delay(self) -> int:
+        """The pool's SLASH_CHANGE_DELAY: how long a scheduled role change, a new
+        window or reward per unit, a lower quorum or a higher penalty waits."""
+        return self._read(int, "ComputePool", self.pool.functions.SLASH_CHANGE_DELAY())
+
     def set_quorum(self, quorum: int) -> TxReceipt:
         """A higher quorum applies at once, a lower one only after the pool's
-        SLASH_CHANGE_DELAY (as do the slash votes of a validator granted after deployment)."""
+        SLASH_CHANGE_DELAY (as do role changes of recorders and validators, and a new
+        window or reward per unit)."""
         return self._send("ComputePool", self.pool.functions.setQuorum(quorum))
 
     def eject(self, node: str) -> TxReceipt:

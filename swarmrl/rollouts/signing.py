@@ -19,7 +19,7 @@ from typing import ClassVar
 from eth_account.signers.local import LocalAccount
 from pydantic import Field
 
-from swarmrl.chain.eip712 import (
+from swarmrl.eip712 import (
     UNSIGNED,
     Domain,
     Member,
@@ -102,7 +102,7 @@ def run_domain(deployment: Path | None) -> tuple[Domain, str]:
     """The swarm domain rollout files of a deployment are signed under, and its run id;
     ``deployment`` defaults as every chain command's does."""
     from swarmrl.chain.deploy import load_deployment
-    from swarmrl.chain.eip712 import swarm_domain
+    from swarmrl.eip712 import swarm_domain
 
     d = load_deployment(deployment)
     return swarm_domain(d.chain_id, d.contracts.compute_pool), d.run_id

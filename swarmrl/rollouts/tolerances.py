@@ -11,7 +11,7 @@ model's recomputation therefore measures a distance and has two thresholds:
 - ``evidence``: beyond it the rejection is evidence, and the node is banned and its
   stake slashed. It sits far beyond anything honest variation produced, with the
   margin recorded in the trust benchmark (``swarmrl bench trust``,
-  ``benchmarks/BENCHMARKS.md``). A check whose honest distribution comes near what
+  ``docs/benchmarks/trust.md``). A check whose honest distribution comes near what
   cheats produce has no evidence threshold: it only rejects.
 
 The distances, per record (the worst token or chunk where the check is per token):
@@ -143,7 +143,7 @@ TEMPERATURE_DECAY = 0.75
 # lies above 0 by as much as that rounding moves log-probabilities against what the
 # steps between move them, tending to one half (never past it) as the policy stops
 # moving. Measured on the default model after 9 training steps, default orders of 880
-# to 1,390 tokens (benchmarks/BENCHMARKS.md): honest, slope 0.000 in fp32 and -0.055
+# to 1,390 tokens (docs/benchmarks/trust.md): honest, slope 0.000 in fp32 and -0.055
 # to 0.053 sampled in bf16 (validated in bf16 or fp32), z -69 or below (counted from 0
 # instead, up to 14.7); generated with the older step, slope 0.97 to 1.04, z 69 and up;
 # 9 steps behind, slope 2.2 to 2.3, z 26 to 35. On the tiny test model sampled in fp32

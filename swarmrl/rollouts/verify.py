@@ -47,7 +47,7 @@ from swarmrl import toploc
 from swarmrl.models.backend import PROOF_CHUNK, PROOF_TOPK, Backend, Prefill
 from swarmrl.rollouts import checks
 from swarmrl.rollouts.checks import Assignment
-from swarmrl.rollouts.generate import prompt_ids
+from swarmrl.rollouts.generate import PromptIds, prompt_ids
 from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.tolerances import (
     ARGMAX,
@@ -422,17 +422,14 @@ def verify_submission(
     """
     verdicts: list[Verdict | None] = [None] * len(rollouts)
     to_prefill: dict[tuple[tuple[int, ...], float, float], list[int]] = {}
-    # A group shares its prompt: tokenised once, not once per sample.
-    expected: dict[tuple[str, int], list[int]] = {}
+    expected = PromptIds(backend.tokenizer)  # a group's prompt tokenised once
     for i, rollout in enumerate(rollouts):
         if error := checks.known_task(rollout, tasks):
             verdicts[i] = _evidence(error)
             continue
         task = tasks[rollout.problem_id]
-        key = (rollout.problem_id, rollout.target_len)
-        if key not in expected:
-            expected[key] = prompt_ids(backend.tokenizer, task.prompt, rollout.target_len)
-        if early := _unprefilled_verdict(backend, rollout, task, asked, expected[key]):
+        ids = expected(task.prompt, rollout.target_len)
+        if early := _unprefilled_verdict(backend, rollout, task, asked, ids):
             verdicts[i] = early
         elif not prefill:
             verdicts[i] = _rewards_verdict(backend, rollout, task, score, 0, 0, None)

@@ -3,7 +3,7 @@
 Each protocol is one module with its request and response models and one typed
 spec (:mod:`swarmrl.p2p.protocol`: id, codecs, size limits, deadline) that both
 sides serve and call through; what they sign is an EIP-712 struct
-(:class:`swarmrl.chain.eip712.Signed`).
+(:class:`swarmrl.eip712.Signed`).
 
 The four share one version, :data:`WORK_PROTOCOL`: a node states it when it joins
 and the orchestrator refuses another, so peers of two releases part at the join in

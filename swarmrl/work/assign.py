@@ -16,7 +16,7 @@ from typing import Annotated
 import pydantic_core
 from pydantic import Field, StringConstraints
 
-from swarmrl.chain.eip712 import Member, Signed, Struct, hex_bytes, micros, text_hash
+from swarmrl.eip712 import Member, Signed, Struct, hex_bytes, micros, text_hash
 from swarmrl.models.backend import Precision
 from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import protocol_id

@@ -22,7 +22,7 @@ import pydantic_core
 from pydantic import Field, StringConstraints
 
 from swarmrl import __version__
-from swarmrl.chain.eip712 import Member, Signed, Struct, text_hash
+from swarmrl.eip712 import Member, Signed, Struct, text_hash
 from swarmrl.models.backend import BackendName
 from swarmrl.p2p.protocol import Json, RequestResponse
 from swarmrl.p2p.wire import WireError, protocol_id

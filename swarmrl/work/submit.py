@@ -22,7 +22,7 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import keccak, to_checksum_address
 from pydantic import Field, model_validator
 
-from swarmrl.chain.eip712 import (
+from swarmrl.eip712 import (
     Domain,
     Member,
     Signed,

@@ -400,7 +400,7 @@ def _bundle(account: object) -> dict[str, object]:
 
 
 def _seal(path: Path, bundle: dict[str, object], password: str) -> Path:
-    from client.node.transfer import seal
+    from client.node.setup.transfer import seal
 
     plain = json.dumps(bundle).encode()
     return _write(path, seal(plain, str(bundle["node"]), password, scrypt_n=CHEAP_SCRYPT_N))
@@ -440,8 +440,8 @@ def _consent(path: Path, provider: str, **change: object) -> Path:
     from eth_account import Account
     from eth_utils import to_checksum_address
 
-    from client.node.setup import ConsentFile
-    from swarmrl.chain import eip712
+    from client.node.setup.keys import ConsentFile
+    from swarmrl import eip712
 
     node = Account.create()
     values = {"provider": to_checksum_address(provider), "node": node.address, "nonce": 0}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.local_swarm import alive, processes
+from simulation.local_swarm import alive, processes
 
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 

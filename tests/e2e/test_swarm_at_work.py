@@ -3,7 +3,7 @@ loopback, plus a node that generates with another model.
 
 Mid-run, faults drawn from a seed (printed; SWARMRL_FAULT_SEED=<seed> replays them): a
 node, the orchestrator, its trainer and anvil are each killed with SIGKILL at a random
-point and started again (`orchestrator.swarm_faults`, the short form of the trust
+point and started again (`simulation.faults`, the short form of the trust
 suite's fault runs, `swarmrl bench trust`).
 
 After the run: every receipt a node holds, and everything the ledger held before the
@@ -42,7 +42,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.local_swarm import (
+from simulation.faults import (
+    FaultPlan,
+    Faults,
+    Promise,
+    Target,
+    hang_a_worker,
+    stop_with_a_hung_worker,
+)
+from simulation.local_swarm import (
     CHEATER,
     HONEST,
     LEARNING_RECIPE,
@@ -53,14 +61,6 @@ from orchestrator.local_swarm import (
     orchestrator_toml,
     stake_and_init_node,
     wait_for,
-)
-from orchestrator.swarm_faults import (
-    FaultPlan,
-    Faults,
-    Promise,
-    Target,
-    hang_a_worker,
-    stop_with_a_hung_worker,
 )
 from swarmrl import keystore
 from tests.integration.test_rollouts_cli import swarmrl
@@ -190,7 +190,7 @@ def _run(swarm, default_model, tmp_path):
     cheater_key = CHEATER[0]
     swarm.start(
         cheater_key,
-        [sys.executable, "-m", "client.node.cheater", config(cheater_key)],
+        [sys.executable, "-m", "simulation.cheater", config(cheater_key)],
         tmp_path / f"{cheater_key}.log",
     )
 

@@ -40,6 +40,17 @@ ADMIN, RECORDER, VALIDATOR, TREASURY = DEV_ADMIN, DEV_RECORDER, DEV_VALIDATOR, D
 PROVIDER_A, NODE_A, PROVIDER_B, NODE_B, OUTSIDER = 4, 5, 6, 7, 8
 
 
+def change_roles_after_delay(contracts, accounts, role, *indexes, grant=True):
+    """The admin schedules granting (or revoking) the pool's `role` for the accounts
+    `indexes`; the chain's clock then passes the pool's delay and the changes are applied."""
+    admin = contracts.as_account(accounts[ADMIN])
+    for index in indexes:
+        admin.schedule_role_change(role, accounts[index].address, grant=grant)
+    anvil_mod.increase_time(contracts.w3, contracts.change_delay())
+    for index in indexes:
+        admin.apply_role_change(role, accounts[index].address)
+
+
 @pytest.fixture(scope="session")
 def deployment(anvil):
     """The protocol deployed once per session (the tests revert to a snapshot after it)."""

@@ -10,14 +10,14 @@ import pytest
 from eth_utils import keccak, to_checksum_address
 
 from benchmarks.hostile import malleable_twin
+from swarmrl import eip712
 from swarmrl.chain import anvil as anvil_mod
-from swarmrl.chain import eip712
 from swarmrl.chain.contracts import Settlement
 from swarmrl.chain.deploy import MAX_UNBONDING_PERIOD
 from swarmrl.chain.errors import ChainError, RevertedError
+from swarmrl.chain.recorded_work import WorkLeaf, WorkPart
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSender
-from swarmrl.chain.work import WorkLeaf, WorkPart
 from swarmrl.times import date_time
 
 from .conftest import (
@@ -30,6 +30,7 @@ from .conftest import (
     RECORDER,
     TREASURY,
     VALIDATOR,
+    change_roles_after_delay,
 )
 
 
@@ -314,7 +315,7 @@ def test_a_quorum_of_validators_invalidates(contracts, accounts):
     node = accounts[NODE_A]
     _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
     admin = contracts.as_account(accounts[ADMIN])
-    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    change_roles_after_delay(contracts, accounts, "VALIDATOR_ROLE", OUTSIDER)
     assert contracts.has_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
     admin.set_quorum(2)
     ref = _record(contracts, accounts, 1, (node, 4, bytes(32))).ref(node.address)
@@ -337,7 +338,7 @@ def test_the_pool_accepts_our_proof_for_every_leaf(contracts, accounts):
     node = accounts[NODE_A]
     _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
     admin = contracts.as_account(accounts[ADMIN])
-    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    change_roles_after_delay(contracts, accounts, "VALIDATOR_ROLE", OUTSIDER)
     admin.set_quorum(2)  # one vote checks evidence, slashes nothing
     subs, sigs, tree = _signed_epoch(contracts, node, range(5))
     ref = _record(contracts, accounts, 3, (node, 5, tree.root)).ref(node.address)
@@ -435,7 +436,7 @@ def test_the_stake_behind_recorded_work_stays_until_its_window_ends(contracts, a
     penalty = contracts.deployment.params.slash_penalty
     assert contracts.bonded_of(provider.address) == penalty  # joined: bonded, work or not
     _record(contracts, accounts, 1, (node, 1, bytes(32)))
-    anvil_mod.increase_time(w3, 1)  # a leave in the record's second would not back it
+    anvil_mod.increase_time(w3, 1)  # the leave comes a second after the record
     p.leave_pool(node.address)
     p.remove_node(node.address)
     assert contracts.work_of(1, node.address).provider == provider.address  # still slashable
@@ -473,16 +474,26 @@ def test_one_signed_submission_is_evidence_for_one_penalty(contracts, accounts):
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 150 * TOKEN
 
 
-def test_a_revoked_validators_vote_stops_counting(contracts, accounts):
+def test_a_revoked_validators_vote_stops_counting(contracts, accounts, w3):
     node = accounts[NODE_A]
     _provider_with_node(contracts, accounts[PROVIDER_A], node, 100 * TOKEN)
     admin = contracts.as_account(accounts[ADMIN])
-    for extra in (OUTSIDER, TREASURY):
-        admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[extra].address)
+    change_roles_after_delay(contracts, accounts, "VALIDATOR_ROLE", OUTSIDER, TREASURY)
     admin.set_quorum(2)
+    revoked = accounts[VALIDATOR].address
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: RoleChangeDelayed\("):
+        admin.revoke_role("ComputePool", "VALIDATOR_ROLE", revoked)
+    admin.schedule_role_change("VALIDATOR_ROLE", revoked, grant=False)
+    grant, due = contracts.pending_role_change("VALIDATOR_ROLE", revoked)
+    assert not grant
+    anvil_mod.increase_time(w3, due - contracts.chain_time() - 300)
     ref = _record(contracts, accounts, 1, (node, 1, bytes(32))).ref(node.address)
     contracts.as_account(accounts[VALIDATOR]).invalidate(ref)
-    admin.revoke_role("ComputePool", "VALIDATOR_ROLE", accounts[VALIDATOR].address)
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: RoleChangeNotDue\("):
+        admin.apply_role_change("VALIDATOR_ROLE", revoked)
+    anvil_mod.increase_time(w3, 300)
+    contracts.as_account(accounts[OUTSIDER]).apply_role_change("VALIDATOR_ROLE", revoked)
+    assert not contracts.has_role("ComputePool", "VALIDATOR_ROLE", revoked)
     contracts.as_account(accounts[OUTSIDER]).invalidate(ref)
     assert not contracts.work_of(1, node.address).invalidated  # one current vote
     contracts.as_account(accounts[TREASURY]).invalidate(ref)
@@ -491,26 +502,34 @@ def test_a_revoked_validators_vote_stops_counting(contracts, accounts):
 
 def test_a_validator_appointed_later_slashes_only_once_stakers_could_leave(contracts, accounts, w3):
     """The deployment's validators vote at once; one the admin appoints later (here an
-    outsider, as the admin could appoint itself) has its slash votes refused until the
-    pool's delay has passed, and even then the penalty goes to the treasury."""
+    outsider, as the admin could appoint itself) holds the role only once the pool's
+    delay has passed, and even then the penalty goes to the treasury."""
     node, newcomer = accounts[NODE_A], accounts[OUTSIDER]
     _provider_with_node(contracts, accounts[PROVIDER_A], node, 200 * TOKEN)
-    contracts.as_account(accounts[ADMIN]).grant_role(
-        "ComputePool", "VALIDATOR_ROLE", newcomer.address
-    )
+    admin = contracts.as_account(accounts[ADMIN])
+    with pytest.raises(RevertedError, match=r"^ComputePool reverted: RoleChangeDelayed\("):
+        admin.grant_role("ComputePool", "VALIDATOR_ROLE", newcomer.address)
+    admin.schedule_role_change("VALIDATOR_ROLE", newcomer.address)
     subs, sigs, tree = _signed_epoch(contracts, node, [1, 2])
     early = _record(contracts, accounts, 1, (node, 2, tree.root)).ref(node.address)
     with pytest.raises(
         RevertedError,
-        match=rf"^ComputePool reverted: SlashVoteTooEarly\(validator={newcomer.address}, "
-        r"slashVotesAt=\S+ \S+ UTC \(in 6[01] d",
+        match=r"^ComputePool reverted: AccessControlUnauthorizedAccount\("
+        rf"account={newcomer.address}, ",
     ):
         contracts.as_account(newcomer).slash(early, subs[0], sigs[0], tree.proof(0))
+    with pytest.raises(
+        RevertedError,
+        match=r"^ComputePool reverted: RoleChangeNotDue\(role=0x[0-9a-f]{64}, "
+        rf"account={newcomer.address}, effectiveAt=\S+ \S+ UTC \(in 6[01] d",
+    ):
+        contracts.as_account(newcomer).apply_role_change("VALIDATOR_ROLE", newcomer.address)
     assert contracts.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN
 
-    delay = contracts.pool.functions.SLASH_CHANGE_DELAY().call()
+    delay = contracts.change_delay()
     assert delay > 2 * MAX_UNBONDING_PERIOD  # the longest window plus the longest unbonding
     anvil_mod.increase_time(w3, delay)
+    contracts.as_account(newcomer).apply_role_change("VALIDATOR_ROLE", newcomer.address)
     later = _record(contracts, accounts, 2, (node, 2, tree.root)).ref(node.address)
     before = [contracts.token_balance(a.address) for a in (accounts[TREASURY], newcomer)]
     contracts.as_account(newcomer).slash(later, subs[0], sigs[0], tree.proof(0))

@@ -13,9 +13,9 @@ import subprocess
 import time
 from dataclasses import asdict
 
-from orchestrator.demo.loop import LoopConfig, _cache_before
-from orchestrator.local_swarm import alive
 from orchestrator.pretrain import RECIPE_FILE, Recipe
+from simulation.demo.loop import LoopConfig, _cache_before
+from simulation.local_swarm import alive
 from swarmrl.chain.anvil import is_anvil_pid
 from tests.e2e.test_demo import SWARMRL, _descendants
 

@@ -11,7 +11,7 @@ from eth_utils import keccak
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmrl.chain import eip712
+from swarmrl import eip712
 
 REGISTRY = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
 POOL = "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512"

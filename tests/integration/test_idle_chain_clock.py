@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from client.node.onchain import read_facts
-from client.node.view import claimable_epochs
+from client.node.screen.onchain import read_facts
+from client.node.screen.view import claimable_epochs
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.errors import RevertedError
 from swarmrl.chain.tokens import TOKEN

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from libp2p.crypto.secp256k1 import create_new_key_pair
 
-from orchestrator.local_swarm import free_port
+from simulation.local_swarm import free_port
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.p2p.host import Host

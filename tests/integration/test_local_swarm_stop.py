@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import local_swarm
-from orchestrator.local_swarm import Swarm, alive
+from simulation import local_swarm
+from simulation.local_swarm import Swarm, alive
 from swarmrl.chain.anvil import Anvil
 
 # A child that takes `delay` seconds to finish after SIGTERM (none: it ignores SIGTERM),

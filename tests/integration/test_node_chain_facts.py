@@ -3,8 +3,8 @@ staked provider's node with recorded work, read and claimed as the app does."""
 
 from __future__ import annotations
 
-from client.node.onchain import ChainReader, ProviderClaimer, work_epochs
-from client.node.view import claimable_epochs, epoch_status, stake_status
+from client.node.screen.onchain import ChainReader, ProviderClaimer, work_epochs
+from client.node.screen.view import claimable_epochs, epoch_status, stake_status
 from swarmrl import keystore
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.deploy import write_deployment

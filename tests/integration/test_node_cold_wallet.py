@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from client.node.doctor import run_checks
 from client.node.settings import NodeSettings
-from client.node.setup import (
+from client.node.setup.doctor import run_checks
+from client.node.setup.keys import (
     ConsentFile,
     NodeSetupError,
     Step,
@@ -27,9 +27,8 @@ from client.node.setup import (
     read_consent,
     sign_consent,
 )
-from swarmrl import keystore
+from swarmrl import eip712, keystore
 from swarmrl.chain import anvil as anvil_mod
-from swarmrl.chain import eip712
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.local_swarm import free_port
+from simulation.local_swarm import free_port
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.settings_toml import write_settings

@@ -12,10 +12,10 @@ import threading
 import pytest
 from eth_account import Account
 
-from client.node.daemon import Daemon
+from client.node.daemon.runner import Daemon
 from client.node.events import Event, EventKind
-from client.node.loop import Node
 from client.node.settings import NodeSettings
+from client.node.work.loop import Node
 from swarmrl.files import write_atomically
 from swarmrl.sizes import MiB
 from tests.unit.test_node_pause import run_offline

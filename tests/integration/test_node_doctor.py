@@ -15,17 +15,18 @@ from pathlib import Path
 import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 
-from client.node.doctor import Check, exit_code, render, run_checks
 from client.node.settings import NodeSettings
-from client.node.setup import init_node
+from client.node.setup.doctor import Check, exit_code, render, run_checks
+from client.node.setup.keys import init_node
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
-from swarmrl.chain.eip712 import swarm_domain
 from swarmrl.chain.tokens import TOKEN
+from swarmrl.eip712 import swarm_domain
 from swarmrl.files import claim_data_dir
-from swarmrl.p2p import dialback, wire
+from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path
+from swarmrl.weights import dialback
 from swarmrl.work import join
 from tests.integration.conftest import PROVIDER_A
 

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
-from client.node.doctor import run_checks
-from client.node.journal import Journal
-from client.node.loop import sole_runner
 from client.node.settings import ROLE, NodeSettings
-from client.node.setup import init_node
-from client.node.transfer import TransferError, export_node, import_node
+from client.node.setup.doctor import run_checks
+from client.node.setup.keys import init_node
+from client.node.setup.transfer import TransferError, export_node, import_node
+from client.node.work.journal import Journal
+from client.node.work.loop import sole_runner
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
-from swarmrl.chain.eip712 import pool_domain, swarm_domain
 from swarmrl.chain.tokens import TOKEN
+from swarmrl.eip712 import pool_domain, swarm_domain
 from swarmrl.files import claim_data_dir
 from swarmrl.locks import FolderBusyError
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path

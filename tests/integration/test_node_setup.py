@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.node.setup import NodeSetupError, Step, init_node, passwords_from
+from client.node.setup.keys import NodeSetupError, Step, init_node, passwords_from
 from swarmrl import keystore
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.p2p.identity import load_or_create_peer_key, peer_id_of, peer_key_path

@@ -19,9 +19,9 @@ import time
 import pytest
 import torch
 
-from client.node import workers
-from client.node.worker import LocalWorker
-from client.node.workers import (
+from client.node.work import workers
+from client.node.work.worker import Generation, LocalWorker
+from client.node.work.workers import (
     NodeStoppingError,
     PolicyGoneError,
     Pool,
@@ -75,7 +75,7 @@ def cpu_pool(tmp_path, workers=2, **options) -> Pool:
 
 def records(workers, model):
     workers.hold(model, 1, "fp32")
-    return workers.records(ORDER, TASKS, node=ORDER.node, step=1, batch_size=BATCH)
+    return workers.records(Generation(ORDER, TASKS, node=ORDER.node, step=1, batch_size=BATCH))
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_workers_that_keep_dying_stop_the_work_with_the_reason(tmp_path):
 DAEMON = """
 import os, sys, time
 from pathlib import Path
-from client.node.workers import Pool, WorkerPlan
+from client.node.work.workers import Pool, WorkerPlan
 from swarmrl.models.backend import Engine
 pool = Pool([WorkerPlan(0, "cpu", (), (sorted(os.sched_getaffinity(0))[0],), 1)], backend="torch",
             engine=Engine(), log_dir=Path(sys.argv[1]), outbox=Path(sys.argv[1]))

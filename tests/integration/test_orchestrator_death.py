@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from orchestrator.local_swarm import alive, free_port
+from simulation.local_swarm import alive, free_port
 from tests.e2e.test_demo import _descendants
 from tests.integration import test_listen_ports
 from tests.integration.test_listen_ports import SWARMRL, orchestrator_config

@@ -24,13 +24,13 @@ from eth_utils import keccak
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from swarmrl import shards
-from swarmrl.chain.eip712 import swarm_domain
-from swarmrl.p2p.datapath import BUSY, Endpoint, ShardClient, ShardServer, ShardUnavailableError
-from swarmrl.p2p.fetch import Download, PeerBook, Progress
+from swarmrl.eip712 import swarm_domain
 from swarmrl.p2p.host import Host
 from swarmrl.p2p.pacing import Pacer
-from swarmrl.p2p.records import Announcement
-from swarmrl.p2p.store import Version, WeightStore
+from swarmrl.weights.datapath import BUSY, Endpoint, ShardClient, ShardServer, ShardUnavailableError
+from swarmrl.weights.download import Download, PeerBook, Progress
+from swarmrl.weights.peer_records import Announcement
+from swarmrl.weights.store import Version, WeightStore
 from tests.integration.test_p2p_upload import SPEC, Intake
 
 ORIGIN = Account.from_key(keccak(text="swarmrl rate caps origin"))

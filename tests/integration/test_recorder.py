@@ -20,15 +20,25 @@ from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree
+from swarmrl import eip712
 from swarmrl.chain import anvil as anvil_mod
-from swarmrl.chain import eip712
 from swarmrl.chain.anvil import connect
 from swarmrl.chain.contracts import Contracts
+from swarmrl.chain.recorded_work import WorkPart
 from swarmrl.chain.tokens import TOKEN
 from swarmrl.chain.tx import TxSettings
-from swarmrl.chain.work import WorkPart
 
-from .conftest import ADMIN, NODE_A, NODE_B, OUTSIDER, PROVIDER_A, PROVIDER_B, RECORDER, VALIDATOR
+from .conftest import (
+    ADMIN,
+    NODE_A,
+    NODE_B,
+    OUTSIDER,
+    PROVIDER_A,
+    PROVIDER_B,
+    RECORDER,
+    VALIDATOR,
+    change_roles_after_delay,
+)
 
 EPOCH = 60.0
 GRACE = 30.0
@@ -286,7 +296,7 @@ def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, contracts, node,
     """With two validators needed, our vote slashes nothing yet: it must still be cast
     once, also when a crash lost the ledger's record of it."""
     admin = contracts.as_account(accounts[ADMIN])
-    admin.grant_role("ComputePool", "VALIDATOR_ROLE", accounts[OUTSIDER].address)
+    change_roles_after_delay(contracts, accounts, "VALIDATOR_ROLE", OUTSIDER)
     admin.set_quorum(2)
     submit(0, "accepted", 5)
     bad = submit(0, "rejected", slashable=True)

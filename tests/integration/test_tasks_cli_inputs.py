@@ -124,7 +124,8 @@ def test_tasks_generate_checks_its_output_before_generating(tmp_path):
 
 
 def test_tasks_generate_makes_the_folders_of_its_output(tmp_path):
-    """The README's command on a fresh home, where ~/.local/share/swarmrl does not exist."""
+    """docs/orchestrator.md's command on a fresh home, where ~/.local/share/swarmrl does not
+    exist."""
     home = tmp_path / "home"
     home.mkdir()
     out = home / ".local" / "share" / "swarmrl" / "orchestrator" / "tasks.jsonl"  # as the shell

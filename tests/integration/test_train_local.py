@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.trainer import checkpoint as ckpt
+from orchestrator.run_dir import RunDir
 from orchestrator.trainer.metrics import read_metrics
 from tests.conftest import held_out_reward
 from tests.integration.test_rollouts_cli import swarmrl
@@ -23,7 +23,7 @@ from tests.model_fixtures import random_tiny_model
 SWARMRL = Path(sys.executable).with_name("swarmrl")
 # A small recipe that still makes groups the default model disagrees within.
 # The learning test's run: up to 30 steps at lr 3e-4, about 9 s a step on one core. The
-# default (1e-4) climbs further in 10 minutes (README) but by step 30 3e-4 has risen more:
+# default (1e-4) climbs further in 10 minutes (docs/training.md) but by step 30 3e-4 has risen more:
 # by 0.09 and 0.12 in two runs on the project's VM. 0.04 is over two and a half standard
 # deviations of the difference of two evaluations of 96 tasks x 8 samples. The rise is
 # looked for at step 15 first (one core of the VM: +0.048 at step 10, +0.060 at 15, +0.066
@@ -102,7 +102,7 @@ def test_bad_input_is_one_sentence_and_starts_nothing(tmp_path, train_tasks, cha
     assert message in out.stderr
     if out.returncode == 1:
         assert len(out.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not RunDir(tmp_path / "run").checkpoints.exists()
 
 
 @pytest.mark.slow
@@ -111,31 +111,32 @@ def test_kill_9_then_a_restart_continues_from_the_last_whole_step(
 ):
     out = tmp_path / "run"
     first = _start(default_model, train_tasks, out, "--steps", "50")
-    _wait_for(lambda: (ckpt.latest_step(out) or 0) >= 2, first, "step 2")
+    _wait_for(lambda: (RunDir(out).latest() or 0) >= 2, first, "step 2")
     workers = _children(first.pid)
     assert workers
     os.kill(first.pid, signal.SIGKILL)  # the trainer alone: its workers must notice
     first.wait()
     _wait_for(lambda: _gone(workers), None, "the orphaned workers' exit", limit=60)
-    killed_at = ckpt.latest_step(out)
+    killed_at = RunDir(out).latest()
 
     again = _start(default_model, train_tasks, out, "--steps", str(killed_at + 2))
     stdout, stderr = again.communicate(timeout=600)
     assert again.returncode == 0, stderr
     assert f"continuing {out} from step {killed_at}" in stderr
-    assert stdout.strip() == str(ckpt.step_dir(out, killed_at + 2))
-    assert ckpt.steps_on_disk(out) == list(range(killed_at + 3))
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert stdout.strip() == str(RunDir(out).step(killed_at + 2))
+    assert RunDir(out).steps() == list(range(killed_at + 3))
+    metrics = RunDir(out).metrics
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == list(range(1, killed_at + 3))  # each step once, none lost, none twice
-    assert (out / "metrics.png").stat().st_size > 0
-    assert not list(ckpt.checkpoints_dir(out).glob(".*"))
+    assert RunDir(out).metrics_plot.stat().st_size > 0
+    assert not list(RunDir(out).checkpoints.glob(".*"))
 
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_trainer_and_every_worker(default_model, train_tasks, tmp_path):
     out = tmp_path / "run"
     process = _start(default_model, train_tasks, out, "--steps", "500")
-    _wait_for(lambda: (ckpt.latest_step(out) or 0) >= 1, process, "step 1")
+    _wait_for(lambda: (RunDir(out).latest() or 0) >= 1, process, "step 1")
     workers = _children(process.pid)
     os.killpg(process.pid, signal.SIGINT)  # what a terminal sends the whole group
     _, stderr = process.communicate(timeout=120)
@@ -154,25 +155,25 @@ def test_two_trainer_processes_stop_on_ctrl_c_and_one_continues(
     in hand, and the same run continues on one process from there."""
     out = tmp_path / "run"
     job = _start(default_model, train_tasks, out, "--steps", "50", "--nproc-per-node", "2")
-    _wait_for(lambda: (ckpt.latest_step(out) or 0) >= 2, job, "step 2")
+    _wait_for(lambda: (RunDir(out).latest() or 0) >= 2, job, "step 2")
     os.killpg(job.pid, signal.SIGINT)  # the ranks too: the parent alone decides
     _, stderr = job.communicate(timeout=120)
     assert job.returncode == 0, stderr
     assert "threads: trainer 2 process(es)" in stderr
-    stopped = ckpt.latest_step(out)
+    stopped = RunDir(out).latest()
     assert f"stopped at step {stopped} (interrupted); run again to continue" in stderr
     assert "Traceback" not in stderr
     lines = [line.split()[1] for line in stderr.splitlines() if line.startswith("step ")]
     assert lines[:-1] == [f"{step}/50" for step in range(1, stopped + 1)]
-    rows = read_metrics(out / "metrics.jsonl")
+    rows = read_metrics(RunDir(out).metrics)
     assert [row["step"] for row in rows] == list(range(1, stopped + 1))
     assert rows[-1]["tokens_per_second"] > 0  # the workers' stats, read by rank 0
 
     again = swarmrl("train", "local", "--model", default_model, "--tasks", train_tasks,
                     "--out", out, *SMALL, "--steps", stopped + 1)  # fmt: skip
     assert f"continuing {out} from step {stopped}" in again.stderr
-    assert again.stdout.strip() == str(ckpt.step_dir(out, stopped + 1))
-    rows = read_metrics(out / "metrics.jsonl")
+    assert again.stdout.strip() == str(RunDir(out).step(stopped + 1))
+    rows = read_metrics(RunDir(out).metrics)
     assert [row["step"] for row in rows] == list(range(1, stopped + 2))
 
 
@@ -180,15 +181,15 @@ def test_two_trainer_processes_stop_on_ctrl_c_and_one_continues(
 def test_the_default_model_learns(
     default_model, default_model_held_out, held_out, train_tasks, tmp_path
 ):
-    """A short run of the README's: held-out reward measured with `swarmrl eval` (fixed
-    seed, T=1) before and after must rise; the full 10-minute figure is in the README.
+    """A short run of docs/training.md's: held-out reward measured with `swarmrl eval` (fixed
+    seed, T=1) before and after must rise; the full 10-minute figure is in docs/training.md.
     The run stops at the first look that shows the rise, as the demo's does."""
     before = default_model_held_out
     seen = []
     for steps in LEARNING_LOOKS:  # the same run, continued: `train local` resumes it
         run = swarmrl("train", "local", "--model", default_model, "--tasks", train_tasks,
                       "--out", tmp_path / "run", "--steps", steps, "--lr", 3e-4)  # fmt: skip
-        assert run.stdout.strip() == str(ckpt.step_dir(tmp_path / "run", steps))
+        assert run.stdout.strip() == str(RunDir(tmp_path / "run").step(steps))
         seen.append((steps, held_out_reward(run.stdout.strip(), held_out)))
         if seen[-1][1] >= before + LEARNING_RISE:
             break

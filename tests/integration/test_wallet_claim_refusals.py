@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.node.onchain import ProviderClaimer
+from client.node.screen.onchain import ProviderClaimer
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.errors import ChainError
 from swarmrl.chain.tokens import TOKEN

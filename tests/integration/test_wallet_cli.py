@@ -16,7 +16,7 @@ import pytest
 
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.deploy import write_deployment
-from swarmrl.chain.work import WorkPart
+from swarmrl.chain.recorded_work import WorkPart
 from tests.integration.conftest import NODE_A, OUTSIDER, PROVIDER_A, RECORDER, VALIDATOR
 from tests.integration.test_contracts import _record
 
@@ -201,7 +201,7 @@ def test_unstake_says_what_holds_the_stake_back(wallet, contracts, accounts, w3,
 def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
     wallet, contracts, accounts, w3, deployment
 ):
-    """The README's claim commands on an idle local chain: the window ends by the chain's
+    """docs/staking.md's claim commands on an idle local chain: the window ends by the chain's
     clock with no block mined, and the claim goes through, in one transaction. Work
     recorded after the node left is listed as never paid, and claimed by nothing."""
     assert wallet("stake", "provider", "150").returncode == 0

@@ -146,9 +146,9 @@ def test_a_seeder_killed_mid_transfer_is_routed_around(
 ):
     from libp2p.crypto.ed25519 import create_new_key_pair
 
-    from swarmrl.chain.eip712 import swarm_domain
-    from swarmrl.p2p.store import WeightStore
-    from swarmrl.p2p.swarm import SwarmNode
+    from swarmrl.eip712 import swarm_domain
+    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.store import WeightStore
 
     seeder = subprocess.Popen(
         [
@@ -241,8 +241,9 @@ def test_serve_refuses_a_key_that_pullers_would_ignore(env, tmp_path, checkpoint
     assert served.returncode == 1
     assert served.stderr.strip().splitlines() == [
         f"error: key 'stranger' ({stranger}) is not one of the deployment's recorders, so "
-        "pullers would ignore its checkpoints: serve with a recorder's key (see README, "
-        f"Weight broadcast), or pass --any-key if every puller passes --trust {stranger}"
+        "pullers would ignore its checkpoints: serve with a recorder's key (see "
+        "docs/how-it-works.md, Weight broadcast), or pass --any-key if every puller passes "
+        f"--trust {stranger}"
     ]
     assert not (tmp_path / "store").exists()
 

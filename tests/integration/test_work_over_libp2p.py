@@ -15,11 +15,11 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
 from client.node.events import Event, EventKind
-from client.node.journal import Journal
-from client.node.loop import RETRIED, Node
-from client.node.session import Session
 from client.node.settings import NodeSettings
-from client.node.worker import LocalWorker
+from client.node.work.journal import Journal
+from client.node.work.loop import RETRIED, Node
+from client.node.work.session import Session
+from client.node.work.worker import LocalWorker
 from orchestrator.service.work_server import RateLimiter
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host, RemoteError

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from client.node.backoff import Backoff
+from client.node.work.backoff import Backoff
 
 
 def delays(backoff: Backoff, count: int) -> list[float]:

@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from benchmarks import delta as bench
+from orchestrator.run_dir import RunDir
 from orchestrator.tasks.generators import demo_tasks
-from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.recipe import GRPORecipe
 from swarmrl import delta
 from swarmrl.models.directory import SINGLE_FILE
@@ -38,8 +38,8 @@ def test_a_bf16_run_gives_each_step_a_delta_of_the_size_it_has_on_disk(tmp_path,
     deltas = bench.step_deltas(run_dir, out)
     assert [d.step for d in deltas] == [1, 2]
     for d in deltas:
-        base = ckpt.step_dir(run_dir, d.step - 1) / SINGLE_FILE
-        target = ckpt.step_dir(run_dir, d.step) / SINGLE_FILE
+        base = RunDir(run_dir).step(d.step - 1) / SINGLE_FILE
+        target = RunDir(run_dir).step(d.step) / SINGLE_FILE
         shipped = out / f"step_{d.step}.delta"
         assert {t.dtype for t in load_file(target).values()} == {torch.bfloat16}
         assert d.full_bytes == target.stat().st_size
@@ -57,7 +57,7 @@ def test_a_model_whose_groups_never_teach_gives_up(tmp_path, model_dirs, monkeyp
         bench.train(
             model_dirs[0], TASKS, RECIPE, "fp32", tmp_path, score=lambda t, s: 0.0, say=print
         )
-    assert ckpt.steps_on_disk(tmp_path) == [0]
+    assert RunDir(tmp_path).steps() == [0]
 
 
 def test_the_summary_sets_the_first_step_apart(capsys):

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from benchmarks import offpolicy as bench
+from orchestrator.run_dir import RunDir
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.trainer.recipe import GRPORecipe
 
@@ -32,7 +33,7 @@ def test_each_arm_trains_with_its_correction_and_reports_it(default_model, tmp_p
     assert len(before) == len(held_out)
     assert [r.arm for r in results] == arms
     for i, r in enumerate(results):
-        trained = json.loads((tmp_path / f"arm{i}" / "run.json").read_text())
+        trained = json.loads(RunDir(tmp_path / f"arm{i}").settings.read_text())
         assert {k: trained[k] for k in r.arm.changes} == r.arm.changes
         assert [row["step"] for row in r.rows] == [1, 2]
         assert all(math.isfinite(row["mismatch_kl"]) for row in r.rows)

@@ -243,7 +243,7 @@ def test_endgame_and_busy_happen_in_a_run():
 
 
 def test_the_copied_constants_still_match_the_code():
-    source = (ROOT / "swarmrl/p2p/swarm/advertiser.py").read_text()
+    source = (ROOT / "swarmrl/weights/advertiser.py").read_text()
     values = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
@@ -255,9 +255,9 @@ def test_the_copied_constants_still_match_the_code():
     assert values["ADVERT_INTERVAL"] == bs.ADVERT_INTERVAL
     assert values["MAX_PEERS"] == bs.MAX_PEERS
     assert values["POLL_THREADS"] == bs.POLL_THREADS
-    fetcher = (ROOT / "swarmrl/p2p/swarm/fetcher.py").read_text()
+    fetcher = (ROOT / "swarmrl/weights/fetcher.py").read_text()
     assert "return download.run()" in fetcher
     assert math.inf == bs.RUN_TIMEOUT
-    fetch = (ROOT / "swarmrl/p2p/fetch.py").read_text()
+    fetch = (ROOT / "swarmrl/weights/download.py").read_text()
     assert "len(self._inflight[i]) < 2" in fetch
     assert bs.ENDGAME_COPIES == 2

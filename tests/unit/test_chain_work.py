@@ -8,7 +8,7 @@ import random
 import pytest
 from eth_utils import to_checksum_address
 
-from swarmrl.chain.work import MAX_LEAVES, WorkLeaf, WorkPart, parts_of
+from swarmrl.chain.recorded_work import MAX_LEAVES, WorkLeaf, WorkPart, parts_of
 
 COMMITMENT = bytes(range(32))
 

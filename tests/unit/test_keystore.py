@@ -327,7 +327,7 @@ def test_wallet_without_a_password_source_fails_cleanly(tmp_path):
     assert out.returncode == 1
     assert "no password" in out.stderr
     assert not (tmp_path / "ks" / "node1.json").exists()
-    # `wallet import` in a script (no terminal) too: the README says $SWARMRL_PASSWORD.
+    # `wallet import` in a script (no terminal) too: docs/node.md says $SWARMRL_PASSWORD.
     key_file = tmp_path / "key.hex"
     key_file.write_text("0x" + KEY.hex() + "\n")
     out = wallet(tmp_path, "import", "staker", "--private-key-file", str(key_file), password=None)

@@ -22,7 +22,7 @@ from orchestrator.service.ledger.schema import SCHEMA_VERSION
 from orchestrator.service.ledger.submissions import Lease, SubmissionRow
 from orchestrator.service.ledger.transitions import TRANSITIONS
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.eip712 import swarm_domain
 from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
 from swarmrl.work.assign import Slot, WorkOrder
 

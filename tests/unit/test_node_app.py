@@ -20,7 +20,10 @@ import requests
 from textual.pilot import Pilot
 from textual.widgets import Input, Label, Log, ProgressBar, Static
 
-from client.node.app import (
+from client.node.daemon.control import Command, ControlClient
+from client.node.daemon.runner import Daemon
+from client.node.events import Event, EventKind
+from client.node.screen.app import (
     ENDED,
     FINISH_QUESTION,
     STOP_QUESTION,
@@ -29,10 +32,7 @@ from client.node.app import (
     NodeApp,
     PasswordScreen,
 )
-from client.node.control import Command, ControlClient
-from client.node.daemon import Daemon
-from client.node.events import Event, EventKind
-from client.node.view import ChainFacts, EpochWork
+from client.node.screen.view import ChainFacts, EpochWork
 
 TOKEN = 10**18
 NOW = 1_700_000_000.0

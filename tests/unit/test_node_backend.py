@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from client.node.worker import LocalWorker
+from client.node.work.worker import LocalWorker
 from swarmrl.models import load_backend
 from swarmrl.models.torch_backend import TorchBackend
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from client.node.conditions import (
+from client.node.machine.conditions import (
     CONDITION_HOLDS,
     Conditions,
     CpuTimes,
     LinuxMachine,
 )
-from client.node.holds import Hold
+from client.node.machine.holds import Hold
 from client.node.settings import NodeSettings
 from swarmrl.settings_toml import load_settings
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from client.node.control import (
+from client.node.daemon.control import (
     MAX_SOCKET_PATH,
     WATCH_QUEUE,
     Command,
@@ -29,9 +29,9 @@ from client.node.control import (
     Update,
     socket_path,
 )
-from client.node.daemon import JUDGE_SECONDS, Daemon
+from client.node.daemon.runner import JUDGE_SECONDS, Daemon
 from client.node.events import Event, EventKind
-from client.node.holds import Hold, Holds
+from client.node.machine.holds import Hold, Holds
 from swarmrl.times import parse_duration
 
 NODE = "0x" + "ab" * 20
@@ -401,7 +401,7 @@ def test_a_command_that_fails_without_words_is_named_and_the_server_goes_on(tmp_
 SERVE = """
 import sys, threading
 from pathlib import Path
-from client.node.daemon import Daemon
+from client.node.daemon.runner import Daemon
 from tests.unit.test_node_daemon import StandIn
 with Daemon(StandIn(), Path(sys.argv[1])).serving():
     print("serving", flush=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from client.node.journal import Journal
+from client.node.work.journal import Journal
 
 REPO = Path(__file__).resolve().parents[2]
 ORDER = "ab" * 32
@@ -198,7 +198,7 @@ def test_damaged_files_are_reported_once_and_skipped(tmp_path, caplog):
     journal.settle(settled, {"units": 2})
     damage(tmp_path / "journal")
 
-    with caplog.at_level(logging.WARNING, logger="client.node.journal"):
+    with caplog.at_level(logging.WARNING, logger="client.node.work.journal"):
         for _ in range(3):
             assert [entry.digest for entry in journal.pending()] == [good]
             assert journal.receipts() == [{"units": 2}]
@@ -262,7 +262,7 @@ def test_a_journal_where_a_file_is_is_refused(tmp_path):
 CHILD = """
 import hashlib, sys
 from pathlib import Path
-from client.node.journal import Journal
+from client.node.work.journal import Journal
 
 journal = Journal(Path(sys.argv[1]))
 scratch = Path(sys.argv[2])

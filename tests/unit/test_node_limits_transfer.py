@@ -1,4 +1,4 @@
-"""client.node.traffic and client.node.limits: the monthly transfer count (kept across
+"""client.node.machine.traffic and .limits: the monthly transfer count (kept across
 a restart, begun again when the month turns), the quota and free-disk holds, the
 weight store's disk cap, and the Limits settings. The caps' rates measured on
 loopback are tests/integration/test_rate_caps.py's."""
@@ -15,13 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from client.node.holds import Hold
-from client.node.limits import Limits, disk_hold
+from client.node.machine.holds import Hold
+from client.node.machine.limits import Limits, disk_hold
+from client.node.machine.traffic import SAVE_SECONDS, TRAFFIC_FILE, GiB, Traffic
 from client.node.settings import NodeSettings
-from client.node.traffic import SAVE_SECONDS, TRAFFIC_FILE, GiB, Traffic
-from swarmrl.p2p.store import StoreError, WeightStore
 from swarmrl.settings_toml import load_settings, template
-from tests.unit.test_p2p_store import SIZE, fetch_all, make_checkpoint, steps
+from swarmrl.weights.store import StoreError, WeightStore
+from tests.unit.test_weights_store import SIZE, fetch_all, make_checkpoint, steps
 
 NOVEMBER = datetime(2026, 11, 20, 12, 0, tzinfo=UTC).timestamp()
 LAST_SECOND = datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC).timestamp()

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from client.node.daemon.metrics import MAX_REASON_KINDS, OTHER_REASON, NodeMetrics, reason_kind
 from client.node.events import Event, EventKind
-from client.node.loop import NodeState
-from client.node.metrics import MAX_REASON_KINDS, OTHER_REASON, NodeMetrics, reason_kind
+from client.node.work.loop import NodeState
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Callable
 
 from client.node.events import Event, EventKind
-from client.node.loop import Node
 from client.node.settings import NodeSettings
-from client.node.worker import LocalWorker
+from client.node.work.loop import Node
+from client.node.work.worker import LocalWorker
 
 
 class Swarm:
@@ -66,7 +66,7 @@ def test_a_paused_node_finishes_its_order_then_waits_for_resume(tmp_path):
 
 
 def test_workers_that_keep_failing_pause_the_loop_until_it_resumes(tmp_path):
-    from client.node.workers import WorkersFailingError
+    from client.node.work.workers import WorkersFailingError
 
     events: list[Event] = []
     idle = threading.Event()

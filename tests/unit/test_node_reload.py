@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from client.node.daemon import Daemon
-from client.node.reload import SettingsFile
+from client.node.daemon.reload import SettingsFile
+from client.node.daemon.runner import Daemon
 from client.node.settings import NodeSettings
 from swarmrl.settings_toml import load_settings, write_settings
 
@@ -124,7 +124,7 @@ def test_the_daemon_hands_the_node_what_changed(tmp_path):
 def test_the_loop_takes_new_torch_threads_from_its_own_thread(tmp_path):
     import torch
 
-    from client.node.loop import Node
+    from client.node.work.loop import Node
 
     before = torch.get_num_threads()
     node = Node(NodeSettings(data_dir=tmp_path / "node", keystore_dir=tmp_path), account=None)
@@ -192,7 +192,7 @@ class Clock:
 
 
 def test_a_node_held_outside_its_schedule_stays_held_when_the_file_is_cut_there(tmp_path):
-    from client.node.conditions import Conditions
+    from client.node.machine.conditions import Conditions
     from tests.unit.test_node_conditions import FakeMachine
 
     clock = Clock(1_700_000_000.0)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from client.node.loop import sole_runner
 from client.node.settings import NodeSettings
+from client.node.work.loop import sole_runner
 from swarmrl.locks import FolderBusyError
 
 ORCHESTRATOR = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWLyBuoa14i5VcrmMFAGQ8Xn3UPVLL2jwqDMNQQXaoVUS9"

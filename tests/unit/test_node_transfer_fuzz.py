@@ -17,8 +17,8 @@ from eth_account import Account
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.node import transfer
-from client.node.transfer import (
+from client.node.setup import transfer
+from client.node.setup.transfer import (
     FORMAT,
     NodeBundle,
     Refusal,
@@ -28,7 +28,7 @@ from client.node.transfer import (
     read_export,
     seal,
 )
-from swarmrl.chain.eip712 import pool_domain, swarm_domain
+from swarmrl.eip712 import pool_domain, swarm_domain
 from swarmrl.work.submit import Receipt, SubmitHeader
 
 PASSWORD = "correct horse"

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from client.node.events import Event, EventKind, describe, log_event
-from client.node.onchain import epoch_work
-from client.node.view import (
+from client.node.screen.onchain import epoch_work
+from client.node.screen.view import (
     LAST_REJECTIONS,
     ChainFacts,
     EpochWork,
@@ -19,7 +19,7 @@ from client.node.view import (
     stake_status,
 )
 from swarmrl.chain.contracts import Membership, PartRecord, Settlement, WorkRecord
-from swarmrl.chain.work import LeafRef, WorkLeaf
+from swarmrl.chain.recorded_work import LeafRef, WorkLeaf
 
 TOKEN = 10**18
 NODE = "0x" + "ab" * 20

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client.node.settings import NodeSettings
-from client.node.workers import plan_workers, share_cores, split_batches
+from client.node.work.workers import plan_workers, share_cores, split_batches
 
 
 def settings(tmp_path, **values) -> NodeSettings:

@@ -18,7 +18,7 @@ import torch
 from eth_account import Account
 from transformers import AutoModelForCausalLM
 
-from orchestrator.local_swarm import free_port
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.connection import LedgerDamagedError
 from orchestrator.service.ledger.home import GENESIS_FILE, ledger_path, open_for_daemon
@@ -28,6 +28,7 @@ from orchestrator.trainer.batch import TokenScorer
 from orchestrator.trainer.loop import Trainer
 from orchestrator.trainer.optim import build_optimizer
 from orchestrator.trainer.recipe import GRPORecipe
+from simulation.local_swarm import free_port
 from swarmrl import keystore, shards
 from swarmrl.chain.deploy import (
     ContractAddresses,
@@ -35,12 +36,12 @@ from swarmrl.chain.deploy import (
     ProtocolParams,
     write_deployment,
 )
-from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.eip712 import swarm_domain
 from swarmrl.models.directory import load_tokenizer
-from swarmrl.p2p.records import Announcement
-from swarmrl.p2p.store import WeightStore, newest_announced_step
 from swarmrl.settings_toml import write_settings
 from swarmrl.tasks import write_tasks
+from swarmrl.weights.peer_records import Announcement
+from swarmrl.weights.store import WeightStore, newest_announced_step
 from tests.ledger_faults import RUN, run_ledger, zero_a_page_of_submissions
 
 POOL = "0x" + "12" * 20
@@ -189,14 +190,14 @@ def test_the_store_says_which_step_the_swarm_has(tmp_path):
 
 
 def test_a_damaged_newest_checkpoint_nobody_has_is_moved_aside(run_dir):
-    zero(ckpt.step_dir(run_dir, 2) / "model.safetensors")
+    zero(RunDir(run_dir).step(2) / "model.safetensors")
     resume = ckpt.resume_point(run_dir, published=1)
     assert resume is not None
     assert resume.step == 1
     assert resume.state["run"] == RUN
     # Step 2 can be trained again; the damaged files are kept apart, never read.
-    assert ckpt.steps_on_disk(run_dir) == [0, 1]
-    assert (ckpt.checkpoints_dir(run_dir) / ".step_2.damaged" / "model.safetensors").is_file()
+    assert RunDir(run_dir).steps() == [0, 1]
+    assert (RunDir(run_dir).damaged(2) / "model.safetensors").is_file()
 
 
 INDEX = f"{ckpt.TRAINER_DIR}/{ckpt.DCP_DIR}/.metadata"  # DCP's index of the shards
@@ -206,7 +207,7 @@ INDEX = f"{ckpt.TRAINER_DIR}/{ckpt.DCP_DIR}/.metadata"  # DCP's index of the sha
     "file", ["model.safetensors", f"{ckpt.TRAINER_DIR}/{ckpt.STATE_FILE}", INDEX]
 )
 def test_a_damaged_checkpoint_the_swarm_has_stops_the_trainer(run_dir, model_dirs, file):
-    zeroed = ckpt.step_dir(run_dir, 2) / file
+    zeroed = RunDir(run_dir).step(2) / file
     zero(zeroed)
     recipe = GRPORecipe(steps=4, group_size=2, prompts_per_step=1, max_tokens=8)
     with pytest.raises(ValueError, match="cannot resume from checkpoint 2") as caught:
@@ -219,14 +220,14 @@ def test_a_damaged_checkpoint_the_swarm_has_stops_the_trainer(run_dir, model_dir
     assert said.startswith(f"cannot resume from checkpoint 2: {why}")
     assert said.endswith(
         "; the swarm has this step already, so training cannot go back before it: restore "
-        f"{ckpt.checkpoints_dir(run_dir)} from a backup"
+        f"{RunDir(run_dir).checkpoints} from a backup"
     )
     assert "\n" not in said
-    assert ckpt.steps_on_disk(run_dir) == [0, 1, 2]  # nothing moved, nothing written
+    assert RunDir(run_dir).steps() == [0, 1, 2]  # nothing moved, nothing written
 
 
 def test_the_trainer_never_starts_over_below_what_the_swarm_has(run_dir):
-    root = ckpt.checkpoints_dir(run_dir)
+    root = RunDir(run_dir).checkpoints
     with pytest.raises(ValueError, match="the newest checkpoint") as caught:
         ckpt.resume_point(run_dir, published=5)
     assert str(caught.value) == (
@@ -309,10 +310,10 @@ def test_orchestrator_run_refuses_a_data_dir_it_cannot_carry_on_from(
 ):
     config, data = orchestrator
     path = run_ledger(data, submissions=3)
-    run_dir = data / "run"
-    write_checkpoints(run_dir, model_dirs[0], steps=3)
-    announce(data / "weights", 2)
-    root = ckpt.checkpoints_dir(run_dir)
+    folder = RunDir.of_orchestrator(data)
+    write_checkpoints(folder.root, model_dirs[0], steps=3)
+    announce(folder.weights, 2)
+    root = folder.checkpoints
     if fault == "ledger deleted":
         path.unlink()
         says = f"{data} has held a run, but its ledger {path} is missing;"

@@ -11,6 +11,7 @@ import math
 
 from rich.console import Console
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.nodes import Seen
 from orchestrator.service.live import (
@@ -154,8 +155,8 @@ def data_dir_with_a_run(tmp_path):
     ledger.epochs.record(0, NODE, 16, "0x" + "00" * 32, TX_EPOCH, now=5.0)
     ledger.slashes.record(submission(3).digest, 0, OTHER, TX_SLASH, now=6.0)
     ledger.close()
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run = RunDir.of_orchestrator(tmp_path)
+    run.root.mkdir()
     rows = [
         {"step": 1, "task_reward": 0.25, "length": 40.0, "staleness_mean": 0.0},  # an old row
         *(
@@ -165,7 +166,7 @@ def data_dir_with_a_run(tmp_path):
         ),
     ]  # fmt: skip
     lines = "".join(json.dumps(row) + "\n" for row in rows)
-    (run_dir / "metrics.jsonl").write_text(lines + '{"step": 9, "task_')  # a line cut short
+    run.metrics.write_text(lines + '{"step": 9, "task_')  # a line cut short
     return tmp_path
 
 
@@ -189,7 +190,7 @@ def sized_order(counter: int, prompts: int) -> WorkOrder:
 def test_the_summary_reads_the_ledger_and_the_metrics(tmp_path):
     data_dir = data_dir_with_a_run(tmp_path)
     with Ledger(data_dir / "ledger.sqlite3") as ledger:
-        s = summarize(ledger, data_dir / "run")
+        s = summarize(ledger, RunDir.of_orchestrator(data_dir))
     assert s["policy_step"] == 8
     assert s["samples_per_second"] == 16 / 10  # five steps, each 16 samples in 10 s
     assert s["last_step_at"] == 180.0

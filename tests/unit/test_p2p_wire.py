@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.hostile import MemoryStream
-from swarmrl.p2p import messages, wire
-from swarmrl.p2p.have import HAVE
-from swarmrl.p2p.manifest import MANIFEST, ManifestRequest
-from swarmrl.p2p.messages import Advert, Holding
-from swarmrl.p2p.records import Announcement, PeerRecord
+from swarmrl.p2p import wire
 from swarmrl.p2p.wire import WireError
+from swarmrl.weights import gossip
+from swarmrl.weights.gossip import Advert, Holding
+from swarmrl.weights.have import HAVE
+from swarmrl.weights.manifest import MANIFEST, ManifestRequest
+from swarmrl.weights.peer_records import Announcement, PeerRecord
 
 HASH = "ab" * 32
 ADDRESS = "0x" + "12" * 20
@@ -275,7 +276,7 @@ def test_parse_names_what_is_wrong(body, where):
         ({"holdings": [{"manifest_hash": HASH, "step": 1, "shards": ""}] * 9}, "holdings"),
         ({"record": {"peer_id": "p"}}, "record"),
         ({"record": "12D3KooW"}, "record"),
-        ({"peers": ["/ip4/1.2.3.4/tcp/1"] * (messages.MAX_EXCHANGED_PEERS + 1)}, "peers"),
+        ({"peers": ["/ip4/1.2.3.4/tcp/1"] * (gossip.MAX_EXCHANGED_PEERS + 1)}, "peers"),
         ({"peers": ["x" * 257]}, "peers.0"),
     ],
 )
@@ -286,7 +287,7 @@ def test_parse_advert_names_the_nested_field(changes, where):
 
 
 def test_parse_bitfield_limit():
-    huge = "ab" * (messages.MAX_BITFIELD_HEX // 2 + 1)
+    huge = "ab" * (gossip.MAX_BITFIELD_HEX // 2 + 1)
     holdings = [{"manifest_hash": HASH, "step": 1, "shards": huge}]
     with pytest.raises(WireError, match=r"holdings\.0\.shards"):
         wire.parse(Advert, as_json(advert_dict(holdings=holdings)))
@@ -384,8 +385,8 @@ def test_protocol_ids_are_versioned_under_one_prefix():
     assert MANIFEST.id == "/swarmrl/manifest/1.0.0"
     assert HAVE.id == "/swarmrl/have/1.0.0"
     assert MANIFEST.id != HAVE.id
-    assert messages.checkpoints_topic("r1") == "swarmrl/r1/checkpoints"
-    assert messages.peers_topic("r1") == "swarmrl/r1/peers"
+    assert gossip.checkpoints_topic("r1") == "swarmrl/r1/checkpoints"
+    assert gossip.peers_topic("r1") == "swarmrl/r1/peers"
 
 
 def test_dump_is_compact_json():

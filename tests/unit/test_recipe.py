@@ -13,6 +13,7 @@ import typer
 from annotated_types import Ge, Le
 from typer.testing import CliRunner
 
+from orchestrator.run_dir import RunDir
 from orchestrator.train_local.cli import field_flag, recipe_argv
 from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.recipe import GRPORecipe
@@ -95,7 +96,7 @@ def test_the_options_reach_the_run_as_one_recipe(tmp_path, model_dirs):
     done = subprocess.run([SWARMRL, *map(str, args)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     # The run directory's identity is the recipe the options gave, field for field.
-    identity = json.loads((out / "run.json").read_text())
+    identity = json.loads(RunDir(out).settings.read_text())
     assert identity == {
         "model": str(model_dirs[0].resolve()),
         "tasks": str(tasks.resolve()),

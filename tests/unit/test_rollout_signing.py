@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 from eth_account import Account
 
-from swarmrl.chain.eip712 import micros, recover, swarm_domain
+from swarmrl.eip712 import micros, recover, swarm_domain
 from swarmrl.rollouts.records import (
     SIGNATURE_KEY,
     file_digest,

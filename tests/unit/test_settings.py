@@ -279,7 +279,7 @@ def test_a_template_with_values_keeps_every_key_and_refuses_an_unknown_one(tmp_p
 def test_the_swarms_config_writers_keep_relative_paths_the_callers(tmp_path, monkeypatch):
     """The demo's default `--out demo` reached orchestrator.toml as demo/run/...: read
     back against the file's folder it named demo/run/demo/run/train.jsonl."""
-    from orchestrator.local_swarm import Swarm, node_toml, orchestrator_toml
+    from simulation.local_swarm import Swarm, node_toml, orchestrator_toml
 
     monkeypatch.chdir(tmp_path)
     work = Path("demo/run")

@@ -10,9 +10,9 @@ import random
 
 import pytest
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.validator import Validator, ValidatorConfig
-from orchestrator.trainer import checkpoint as ckpt
 from swarmrl.models import load_backend
 from swarmrl.models.backend import SamplingParams
 from swarmrl.models.torch_backend import TorchBackend
@@ -185,7 +185,7 @@ def test_the_older_step_is_not_loaded_when_no_record_is_left_to_judge(policies, 
 def test_the_validator_checks_against_the_newest_step_a_node_could_not_claim(tmp_path):
     run_dir = tmp_path / "run"
     for step in (0, 3):
-        ckpt.step_dir(run_dir, step).mkdir(parents=True)
+        RunDir(run_dir).step(step).mkdir(parents=True)
     config = ValidatorConfig(
         data_dir=tmp_path,
         run_dir=run_dir,

@@ -3,9 +3,10 @@ itself runs them in tests/e2e/test_swarm_at_work.py and `swarmrl bench trust`.""
 
 from __future__ import annotations
 
-from orchestrator.swarm_faults import FaultPlan, Target, broken_weights
-from swarmrl.p2p.store import WeightStore
-from tests.unit.test_p2p_store import fetch_all, make_checkpoint
+from orchestrator.run_dir import RunDir
+from simulation.faults import FaultPlan, Target, broken_weights
+from swarmrl.weights.store import WeightStore
+from tests.unit.test_weights_store import fetch_all, make_checkpoint
 
 NODES = ["node4", "node5"]
 
@@ -53,13 +54,13 @@ def _announced(checkpoint):
 
 
 def test_a_nodes_copy_unlike_the_trainers_published_policy_is_found(tmp_path):
-    from orchestrator.swarm_faults import unlike_published
     from orchestrator.trainer import checkpoint as ckpt
+    from simulation.faults import unlike_published
     from swarmrl import shards
-    from swarmrl.p2p.records import Announcement
-    from tests.unit.test_p2p_store import DOMAIN, ORIGIN
+    from swarmrl.weights.peer_records import Announcement
+    from tests.unit.test_weights_store import DOMAIN, ORIGIN
 
-    policy = ckpt.step_dir(tmp_path / "run", 4)
+    policy = RunDir(tmp_path / "run").step(4)
     (policy / ckpt.TRAINER_DIR).mkdir(parents=True)
     (policy / "config.json").write_bytes(b"{}")
     (policy / "model.safetensors").write_bytes(bytes(range(256)) * 40)

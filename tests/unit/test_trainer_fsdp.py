@@ -25,8 +25,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from orchestrator.run_dir import RunDir
 from orchestrator.trainer.batch import TokenScorer, completion_logprobs
-from orchestrator.trainer.checkpoint import save_checkpoint, step_dir
+from orchestrator.trainer.checkpoint import save_checkpoint
 from orchestrator.trainer.distributed import data_parallel_step, full_state_dict, shard
 from orchestrator.trainer.loss import LossConfig
 from orchestrator.trainer.optim import build_optimizer
@@ -222,7 +223,7 @@ def run(tmp_path_factory):
     mp.spawn(worker, args=(samples, root), nprocs=WORLD, join=True)
     ranks = [torch.load(root / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     saved = {
-        name: weights_of(load(step_dir(root / "run", step)))
+        name: weights_of(load(RunDir(root / "run").step(step)))
         for step, (name, _, _) in enumerate(PLAN, start=1)
     }
     return reference, ranks, saved

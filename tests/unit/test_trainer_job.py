@@ -17,11 +17,11 @@ import psutil
 import pytest
 import torch
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service import trainer_process
 from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.trainer_process import TrainerProcessConfig
 from orchestrator.tasks.generators import demo_tasks
-from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import Spool
 from orchestrator.trainer.launch import TrainerLaunch
 from orchestrator.trainer.loop import Trainer
@@ -63,7 +63,7 @@ def spool(backend, run_dir, counter: int, tasks) -> None:
         score=lambda task, text: next(turns),
         target_for=lambda _: 128,
     )
-    Spool(run_dir / "rollouts").put("w0", counter, records)
+    Spool(RunDir(run_dir).spool).put("w0", counter, records)
 
 
 def wait_for(condition, what: str) -> None:
@@ -91,11 +91,12 @@ def job(tmp_path_factory, model_dirs, backend):
     """Runs the two-rank job to its last step with a SIGKILL in the middle; returns the
     run directory and the pids the ranks had before and after the kill."""
     root = tmp_path_factory.mktemp("job")
-    run_dir = root / "run"
+    folder = RunDir.of_orchestrator(root)
+    run_dir = folder.root
     write_tasks(TASKS, root / "tasks.jsonl")
     config = TrainerProcessConfig(
         run_dir=run_dir,
-        store_dir=root / "weights",
+        store_dir=folder.weights,
         model=model_dirs[0],
         tasks_file=root / "tasks.jsonl",
         run="job",
@@ -123,7 +124,7 @@ def job(tmp_path_factory, model_dirs, backend):
     spool(backend, run_dir, 0, TASKS[:2])  # step 1's groups, and no more yet
     trainer.start()
     try:
-        wait_for(lambda: ckpt.latest_step(run_dir) == 1, "step 1")
+        wait_for(lambda: RunDir(run_dir).latest() == 1, "step 1")
         agent = psutil.Process(trainer.process.pid)
         wait_for(lambda: len(ranks_of(agent)) == 2, "both ranks")
         before = sorted(p.pid for p in ranks_of(agent))
@@ -151,8 +152,8 @@ def test_the_job_trains_every_group_once_across_a_killed_rank(job):
     run_dir, before, after = job
     assert len(before) == len(after) == 2
     assert not set(before) & set(after)
-    assert ckpt.steps_on_disk(run_dir) == [0, 1, 2, 3]
-    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert RunDir(run_dir).steps() == [0, 1, 2, 3]
+    rows = read_metrics(RunDir(run_dir).metrics)
     # Each step once, each on its two fresh groups: the restart from step 1 neither
     # trained step 1's groups again nor lost the groups spooled while it restarted.
     assert [(r["step"], r["kept_groups"], r["samples"]) for r in rows] == [
@@ -160,17 +161,17 @@ def test_the_job_trains_every_group_once_across_a_killed_rank(job):
         (2, 2, 8),
         (3, 2, 8),
     ]
-    assert not Spool(run_dir / "rollouts").files()
-    assert not Spool(run_dir / "rollouts").read_files()
+    assert not Spool(RunDir(run_dir).spool).files()
+    assert not Spool(RunDir(run_dir).spool).read_files()
     first, last = (
-        read_state_dict(ckpt.step_dir(run_dir, 0)),
-        read_state_dict(ckpt.step_dir(run_dir, 3)),
+        read_state_dict(RunDir(run_dir).step(0)),
+        read_state_dict(RunDir(run_dir).step(3)),
     )
     assert any(not torch.equal(first[k], last[k]) for k in first)
     # What nodes load: the tied output head written once, as the model declares it.
     assert first.keys() == last.keys()
     assert "lm_head.weight" not in last
-    check_model(ckpt.step_dir(run_dir, 3))
+    check_model(RunDir(run_dir).step(3))
 
 
 def test_the_ranks_start_from_the_models_weights(job, model_dirs):
@@ -179,7 +180,7 @@ def test_the_ranks_start_from_the_models_weights(job, model_dirs):
     (fp32 serving: the masters)."""
     run_dir, _, _ = job
     files = read_state_dict(model_dirs[0])
-    start = read_state_dict(ckpt.step_dir(run_dir, 0))
+    start = read_state_dict(RunDir(run_dir).step(0))
     assert start.keys() == files.keys()
     for name, value in files.items():
         assert torch.equal(start[name], value), name
@@ -190,7 +191,7 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(job, model_dirs, backend):
     recipe = GRPORecipe(**{**dict(RECIPE), "steps": 4})
     trainer = Trainer(run_dir, model_dirs[0], TASKS, recipe, run="job")
     assert trainer.step == 3
-    published = read_state_dict(ckpt.step_dir(run_dir, 3))
+    published = read_state_dict(RunDir(run_dir).step(3))
     masters = trainer.model.state_dict()
     for name, value in published.items():
         assert torch.equal(masters[name], value), name  # fp32 serving: the masters

@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service.trainer_process import StepWriter
 from orchestrator.tasks.generators import demo_tasks
 from orchestrator.trainer import checkpoint as ckpt
@@ -47,7 +48,7 @@ def _stop_when_idle():
 def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, backend):
     run_dir = tmp_path / "run"
     trainer = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t")
-    assert ckpt.steps_on_disk(run_dir) == [0]  # the policy samplers start from
+    assert RunDir(run_dir).steps() == [0]  # the policy samplers start from
     _spool_groups(backend, trainer, 0, TASKS[:4], step=0)
     _spool_groups(backend, trainer, 1, TASKS[4:6], step=0)
     reports = []
@@ -73,15 +74,15 @@ def test_steps_write_checkpoints_and_a_restart_continues(tmp_path, model_dirs, b
     assert reports[0].mismatch_kl < 1e-6
     assert reports[1].mismatch_kl > 1e-4
     assert reports[1].mismatch_kl_by_staleness == [0.0, pytest.approx(second.mismatch_kl), 0.0]
-    rows = read_metrics(run_dir / "metrics.jsonl")
+    rows = read_metrics(RunDir(run_dir).metrics)
     assert [(row["step"], row["samples"]) for row in rows] == [(1, 8), (2, 8)]  # 2 groups of 4
     assert rows[0]["time"] <= rows[1]["time"]
-    assert (run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert ckpt.steps_on_disk(run_dir) == [0, 1, 2]
+    assert RunDir(run_dir).metrics_plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert RunDir(run_dir).steps() == [0, 1, 2]
     # Weights moved, and only the newest checkpoints keep optimizer state.
     first, last = (
-        read_state_dict(ckpt.step_dir(run_dir, 0)),
-        read_state_dict(ckpt.step_dir(run_dir, 2)),
+        read_state_dict(RunDir(run_dir).step(0)),
+        read_state_dict(RunDir(run_dir).step(2)),
     )
     assert any(not torch.equal(first[k], last[k]) for k in first)
     assert not ckpt.trainer_dir(run_dir, 0).exists()
@@ -116,8 +117,8 @@ def test_a_bf16_run_publishes_the_policy_alone_in_bf16_and_resumes_from_fp32(
     _spool_groups(backend, trainer, 0, TASKS[:4], step=0)
     _spool_groups(backend, trainer, 1, TASKS[4:6], step=0)
     trainer.train(should_stop=lambda: False, on_step=lambda report: None)
-    assert ckpt.steps_on_disk(run_dir) == [0, 1, 2]
-    published = ckpt.step_dir(run_dir, 2)
+    assert RunDir(run_dir).steps() == [0, 1, 2]
+    published = RunDir(run_dir).step(2)
     # What the origin publishes: the policy's files, no optimizer state, nothing fp32.
     files = [p.name for p in shards.version_files(published)]
     assert {"model.safetensors", "config.json"} <= set(files)
@@ -151,7 +152,7 @@ def test_a_run_directory_continues_only_its_own_run(tmp_path, model_dirs):
 def test_a_half_written_checkpoint_is_never_loaded(tmp_path, model_dirs):
     run_dir = tmp_path / "run"
     Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t")
-    staging = ckpt.checkpoints_dir(run_dir) / ".step_1.staging"
+    staging = RunDir(run_dir).staging(1)
     staging.mkdir()
     (staging / "model.safetensors").write_bytes(b"half")
     resumed = Trainer(run_dir, model_dirs[0], TASKS, SETTINGS, run="t")

@@ -1,5 +1,5 @@
 """The trust suite's cheat table in its short form: every behaviour of the demo's cheater
-(client/node/cheater.py) once, against the orchestrator's own intake, validator and
+(simulation/cheater.py) once, against the orchestrator's own intake, validator and
 ledger, on a tiny random policy whose newest step is its older one after a small step
 (every weight moved about 1e-4), too small for TOPLOC to tell them apart. Each is
 refused or rejected, the slashable ones as evidence, with and without a prefill as
@@ -18,10 +18,10 @@ import torch
 
 from benchmarks import trust_cheats
 from benchmarks.trust_cheats import Stage
-from client.node.cheater import CHEATS, CheatingNode, RandomWeights, Stale
 from client.node.settings import NodeSettings
+from orchestrator.run_dir import RunDir
 from orchestrator.service.settings import OrchestratorSettings
-from orchestrator.trainer import checkpoint as ckpt
+from simulation.cheater import CHEATS, CheatingNode, RandomWeights, Stale
 from swarmrl.chain.deploy import ProtocolParams
 from swarmrl.chain.tokens import format_tokens
 from swarmrl.models.torch_backend import TorchBackend
@@ -81,8 +81,8 @@ def rows(tmp_path_factory, model_dirs):
                 env.delenv(name)
         # The step a stale node kept, the first it may not use, and the current policy.
         newest = OrchestratorSettings().async_level + 1
-        shutil.copytree(model_dirs[1], ckpt.step_dir(root / "steps", 0))
-        nudged_model(model_dirs[1], ckpt.step_dir(root / "steps", newest))
+        shutil.copytree(model_dirs[1], RunDir(root / "steps").step(0))
+        nudged_model(model_dirs[1], RunDir(root / "steps").step(newest))
         found = trust_cheats.run(
             root / "steps", TASKS, workdir=root / "work", submissions=1, settings=SETTINGS
         )
@@ -212,15 +212,15 @@ def test_a_cheating_node_loads_and_keeps_what_its_cheat_says(tmp_path, model_dir
 )
 def test_a_malformed_cheater_command_line_exits_2(args):
     done = subprocess.run(
-        [sys.executable, "-m", "client.node.cheater", *args], capture_output=True, text=True
+        [sys.executable, "-m", "simulation.cheater", *args], capture_output=True, text=True
     )
     assert done.returncode == 2
-    assert done.stderr.splitlines()[-1].startswith("python -m client.node.cheater: error: ")
+    assert done.stderr.splitlines()[-1].startswith("python -m simulation.cheater: error: ")
 
 
 def test_a_cheater_without_its_config_says_so_in_one_sentence(tmp_path):
     missing = tmp_path / "node.toml"
     done = subprocess.run(
-        [sys.executable, "-m", "client.node.cheater", str(missing)], capture_output=True, text=True
+        [sys.executable, "-m", "simulation.cheater", str(missing)], capture_output=True, text=True
     )
     assert (done.returncode, done.stderr) == (1, f"error: {missing} does not exist\n")

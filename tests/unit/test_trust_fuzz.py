@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from benchmarks import trust_fuzz
 from benchmarks.fuzz_targets import PROTOCOLS, SIGNED, TARGETS, Session, Target, expect
-from swarmrl.chain.eip712 import Signed, signer_of
+from swarmrl.eip712 import Signed, signer_of
 from swarmrl.p2p.protocol import RequestResponse, Upload
 
 SHORT = 200

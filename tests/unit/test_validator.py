@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service import validator as validator_process
 from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.validator import Validator, ValidatorConfig, spool_sampler
-from orchestrator.trainer import checkpoint as ckpt
 from orchestrator.trainer.feed import spool_name
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import swarm_domain
+from swarmrl.eip712 import swarm_domain
 from swarmrl.models.backend import SamplingParams
 from swarmrl.rollouts.generate import Provenance, generate_rollouts
 from swarmrl.rollouts.records import write_rollouts
@@ -67,8 +67,8 @@ ORDER_ID = ORDER.digest(DOMAIN).hex()
 @pytest.fixture
 def validator(tmp_path, model_dirs):
     data_dir = tmp_path / "data"
-    run_dir = data_dir / "run"
-    shutil.copytree(model_dirs[0], ckpt.step_dir(run_dir, STEP))
+    run_dir = RunDir.of_orchestrator(data_dir).root
+    shutil.copytree(model_dirs[0], RunDir(run_dir).step(STEP))
     ledger = Ledger(data_dir / "ledger.sqlite3")
     ledger.nodes.join(NODE.address, PROVIDER, "peer", "torch", {}, 1.0)
     ledger.orders.add(ORDER_ID, ORDER, 1.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.run_dir import RunDir
 from orchestrator.service import validator
 from orchestrator.service.daemon import Orchestrator
 from orchestrator.service.settings import OrchestratorSettings
@@ -38,7 +39,7 @@ def daemon(root: Path, **settings: object) -> Orchestrator:
         **settings,
     )
     made.data_dir = root / "data"
-    made.run_dir = made.data_dir / "run"
+    made.run_folder = RunDir.of_orchestrator(made.data_dir)
     made.log_to_stderr = False
     return made
 

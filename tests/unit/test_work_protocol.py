@@ -9,7 +9,7 @@ import pytest
 from eth_utils import keccak
 from pydantic import ValidationError
 
-from swarmrl.chain.eip712 import UNSIGNED, pool_domain, swarm_domain
+from swarmrl.eip712 import UNSIGNED, pool_domain, swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.assign import Slot, WorkOrder

@@ -14,9 +14,9 @@ import pytest
 
 from benchmarks import load_nodes
 from client.node.events import Event, EventKind
-from client.node.loop import Node
-from client.node.session import Identity, Session, node_report
 from client.node.settings import NodeSettings
+from client.node.work.loop import Node
+from client.node.work.session import Identity, Session, node_report
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.scheduler import BUDGETS, draw_order
 from orchestrator.service.settings import OrchestratorSettings
@@ -29,7 +29,7 @@ from orchestrator.service.work_server import (
 )
 from swarmrl import __version__
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import Submission, pool_domain, swarm_domain
+from swarmrl.eip712 import Submission, pool_domain, swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.direct import DirectServer
 from swarmrl.rollouts.records import Rollout, write_rollouts

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from eth_utils import keccak
 
-from swarmrl.chain.eip712 import UNSIGNED, Submission, pool_domain, recover
+from swarmrl.eip712 import UNSIGNED, Submission, pool_domain, recover
 from swarmrl.work import submit
 from swarmrl.work.submit import BODY_LIMIT, SUBMIT, SubmitHeader, SubmitResponse
 from tests.codecs import CodecSuite, refused, replaced

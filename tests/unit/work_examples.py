@@ -8,9 +8,9 @@ import re
 
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 
-from client.node.session import Identity, Session
+from client.node.work.session import Identity, Session
 from swarmrl.chain.anvil import dev_accounts
-from swarmrl.chain.eip712 import pool_domain, swarm_domain
+from swarmrl.eip712 import pool_domain, swarm_domain
 from swarmrl.rollouts.records import Rollout, write_rollouts
 from swarmrl.work import WORK_PROTOCOL
 from swarmrl.work.assign import Slot, WorkOrder

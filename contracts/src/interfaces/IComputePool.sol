@@ -28,8 +28,9 @@ pragma solidity 0.8.37;
 /// windows of all work recorded before it left have closed, its provider's
 /// stake manager keeps the membership's penalty of active stake from being
 /// unbonded (`bondOf`). A leaf counts only if its membership was live when the part
-/// was recorded; any other is never paid and never slashed, and anyone may
-/// return its reward to the budget (`release`).
+/// was recorded (`joinedAt <= recordedAt < leftAt`); any other is never paid
+/// and never slashed, and anyone may return its reward to the budget
+/// (`release`). A slashed membership bonds nothing more and is paid nothing more.
 ///
 /// Within the window, validators (VALIDATOR_ROLE, `quorum` of those holding
 /// the role when the quorum is reached) can invalidate a leaf, dropping its
@@ -39,9 +40,10 @@ pragma solidity 0.8.37;
 /// reward recorded under it and not yet paid; a signed submission is evidence
 /// for one penalty at most. Slashed stake goes to the stake manager's
 /// treasury, fixed at its deployment, never to a validator. What lets a new
-/// party slash, or slash more, applies only after a delay in which stakers can
-/// leave: the slash votes of a validator appointed after deployment, a lower
-/// quorum, a higher penalty.
+/// party slash, or slash more, or moves who is paid, applies only after a delay
+/// in which stakers can leave and everyone can see it coming: granting or
+/// revoking the recorder or validator role after deployment, a new
+/// invalidation window or reward per unit, a lower quorum, a higher penalty.
 interface IComputePool {
     /// @dev EIP-712 type: Submission(bytes32 runId,address node,uint64 step,bytes32 rolloutDigest)
     struct Submission {
@@ -81,9 +83,11 @@ interface IComputePool {
     }
 
     /// @notice A node's stay in the pool with one provider: from `joinedAt` until
-    /// `leftAt` (0 while it stays); `slashed` once evidence ended it. `penalty`:
-    /// the pool's penalty at the join, which the membership bonds and a slash
-    /// takes (the current one if lower).
+    /// `leftAt` (0 while it stays), the first second whose parts it no longer
+    /// backs: the second of its leave, or the next one if a part was recorded
+    /// earlier in that second (the leave came after it, and bonds its window);
+    /// `slashed` once evidence ended it. `penalty`: the pool's penalty at the
+    /// join, which the membership bonds and a slash takes (the current one if lower).
     struct Membership {
         address provider;
         uint64 joinedAt;
@@ -144,12 +148,16 @@ interface IComputePool {
     event RewardReleased(uint64 indexed epoch, address indexed node, uint32 part, uint256 amount);
     /// @notice A new quorum, counted from `effectiveAt` (later than now for a lower one).
     event QuorumChanged(uint256 oldQuorum, uint256 newQuorum, uint256 effectiveAt);
-    event RewardPerUnitChanged(uint256 oldAmount, uint256 newAmount);
+    /// @notice A new reward per unit, for parts recorded from `effectiveAt` on.
+    event RewardPerUnitChanged(uint256 oldAmount, uint256 newAmount, uint256 effectiveAt);
     /// @notice A new penalty, for nodes joining from `effectiveAt` on (later than now for a higher one).
     event SlashPenaltyChanged(uint256 oldAmount, uint256 newAmount, uint256 effectiveAt);
-    /// @notice `validator` holds VALIDATOR_ROLE; its slash votes count from `slashVotesAt`.
+    /// @notice `validator` holds VALIDATOR_ROLE; its votes count from `slashVotesAt` (now).
     event ValidatorAppointed(address indexed validator, uint256 slashVotesAt);
-    event InvalidationWindowChanged(uint256 oldWindow, uint256 newWindow);
+    /// @notice A new invalidation window, for parts recorded from `effectiveAt` on.
+    event InvalidationWindowChanged(uint256 oldWindow, uint256 newWindow, uint256 effectiveAt);
+    /// @notice Granting (`grant`) or revoking `role` for `account` can be applied from `effectiveAt` on.
+    event RoleChangeScheduled(bytes32 indexed role, address indexed account, bool grant, uint256 effectiveAt);
 
     /// @notice `caller` is neither `node`'s provider (of record) nor, where allowed, the node.
     error NotNodeProvider(address node, address caller);
@@ -206,9 +214,14 @@ interface IComputePool {
     error WindowOutOfRange(uint256 window, uint256 min, uint256 max);
     /// @notice `penalty` is above `max`, the stake manager's minimum stake per node.
     error PenaltyTooHigh(uint256 penalty, uint256 max);
-    /// @notice `validator` was appointed after deployment: its slash votes count
-    /// from `slashVotesAt`, so that stakers can leave before it can slash.
-    error SlashVoteTooEarly(address validator, uint256 slashVotesAt);
+    /// @notice `role` (RECORDER_ROLE or VALIDATOR_ROLE) changes only after the
+    /// delay: `scheduleRoleChange`, then `applyRoleChange`.
+    error RoleChangeDelayed(bytes32 role);
+    /// @notice `role` is not one whose changes are scheduled; grant or revoke it directly.
+    error RoleNotDelayed(bytes32 role);
+    /// @notice No change of `role` for `account` is due: none is scheduled
+    /// (`effectiveAt` 0), or it applies from `effectiveAt`.
+    error RoleChangeNotDue(bytes32 role, address account, uint256 effectiveAt);
 
     function RECORDER_ROLE() external view returns (bytes32);
     function VALIDATOR_ROLE() external view returns (bytes32);
@@ -271,19 +284,28 @@ interface IComputePool {
     function isJoined(address node) external view returns (bool);
     function availableRewards() external view returns (uint256);
     function reservedRewards() external view returns (uint256);
+    /// @return The window of parts recorded now.
     function invalidationWindow() external view returns (uint256);
+    /// @return window A window waiting to apply, and from when (zeros if none).
+    function pendingInvalidationWindow() external view returns (uint256 window, uint256 effectiveAt);
     /// @return The validator votes that invalidate or slash now.
     function quorum() external view returns (uint256);
     /// @return quorum A lower quorum waiting to apply, and from when (zeros if none).
     function pendingQuorum() external view returns (uint256 quorum, uint256 effectiveAt);
     function validatorCount() external view returns (uint256);
+    /// @return The reward per unit of parts recorded now.
     function rewardPerUnit() external view returns (uint256);
+    /// @return amount A reward per unit waiting to apply, and from when (zeros if none).
+    function pendingRewardPerUnit() external view returns (uint256 amount, uint256 effectiveAt);
     /// @return The penalty a node joining now bonds (and the most any slash takes now).
     function slashPenalty() external view returns (uint256);
     /// @return amount A higher penalty waiting to apply, and from when (zeros if none).
     function pendingSlashPenalty() external view returns (uint256 amount, uint256 effectiveAt);
-    /// @return When `validator`'s slash votes count from, in its current term.
+    /// @return When `validator`'s current term began (its slash votes count from then).
     function slashVotesAt(address validator) external view returns (uint256);
+    /// @return grant Whether the change of `role` for `account` scheduled is a
+    /// grant (else a revocation), and when it is due (0: none is scheduled).
+    function pendingRoleChange(bytes32 role, address account) external view returns (bool grant, uint256 effectiveAt);
 
     /// @return The EIP-712 digest a node signs for `sub`.
     function submissionDigest(Submission calldata sub) external view returns (bytes32);
@@ -291,12 +313,18 @@ interface IComputePool {
     /// @notice Sets the votes needed, within [1, validatorCount]; a lower quorum
     /// applies only after the slash-change delay.
     function setQuorum(uint256 quorum) external;
-    /// @notice Sets the reward per unit of work recorded from now on.
+    /// @notice Sets the reward per unit of work recorded once the delay has passed.
     function setRewardPerUnit(uint256 amount) external;
     /// @notice Sets the penalty of memberships joined from now on, at most the
     /// minimum stake per node; a higher penalty applies only after the
     /// slash-change delay, a lower one also to every slash from now on.
     function setSlashPenalty(uint256 amount) external;
-    /// @notice Sets the window of work recorded from now on, within [1 minute, unbonding period].
+    /// @notice Sets the window of work recorded once the delay has passed,
+    /// within [1 minute, unbonding period].
     function setInvalidationWindow(uint256 window) external;
+    /// @notice Schedules granting (`grant`) or revoking RECORDER_ROLE or
+    /// VALIDATOR_ROLE for `account`, which anyone can apply once the delay has passed.
+    function scheduleRoleChange(bytes32 role, address account, bool grant) external;
+    /// @notice Applies the scheduled change of `role` for `account` once it is due.
+    function applyRoleChange(bytes32 role, address account) external;
 }

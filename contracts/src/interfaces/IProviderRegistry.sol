@@ -48,6 +48,9 @@ interface IProviderRegistry {
 
     function nodesOf(address provider) external view returns (address[] memory);
 
+    /// @return How many nodes `provider` has: `nodesOf(provider).length`, at a constant cost.
+    function nodeCountOf(address provider) external view returns (uint256);
+
     /// @return The nonce the node's next consent must carry.
     function consentNonce(address node) external view returns (uint256);
 

@@ -58,7 +58,7 @@ interface IStakeManager {
     /// @notice The manager already has `MAX_POOLS` pools.
     error TooManyPools();
     /// @notice `period` lies outside [`min`, `max`]: at least every pool's invalidation
-    /// window (and one minute), at most 30 days.
+    /// window, also one waiting to apply (and one minute), at most 30 days.
     error UnbondingPeriodOutOfRange(uint256 period, uint256 min, uint256 max);
     /// @notice `amount` is below `penalty`, the largest slash penalty of a pool: a node's
     /// minimum stake must cover one penalty.

@@ -14,9 +14,9 @@ import {MerkleBuilder, WorkParts} from "../utils/Merkle.sol";
 /// recording parts of up to three leaves (also naming a membership that is not
 /// live, a node no one runs, and, colluding, a signed leaf it already used),
 /// validators voting to invalidate and slash, an admin changing every
-/// parameter and granting and revoking validators, also one that appoints
-/// itself recorder and validator, lowers the quorum and slashes honest signed
-/// work, and providers joining, leaving, trying to dodge their stake (remove
+/// parameter and scheduling grants and revocations of validators (which anyone
+/// applies once due), also one that appoints itself recorder and validator,
+/// lowers the quorum and slashes honest signed work, and providers joining, leaving, trying to dodge their stake (remove
 /// the node, unbond, withdraw, re-add it, top up, rejoin), claiming and
 /// releasing. It keeps a ghost of what each party is owed, of each leaf's
 /// settlement, and of when each change that eases slashing applies, and flags
@@ -81,6 +81,16 @@ contract PoolHandler is TestBase {
     address[] public addedLater;
     mapping(address => bool) isAddedLater;
     mapping(bytes32 ballot => mapping(address validator => uint256)) votedAt;
+
+    /// @dev A role change the admin scheduled, due from `due`.
+    struct RoleChange {
+        bytes32 role;
+        address account;
+        bool grant;
+        uint256 due;
+    }
+
+    RoleChange[] roleChanges;
     mapping(bytes32 digest => uint256) slashesWith;
 
     uint256 public executionsWithoutQuorum;
@@ -102,6 +112,7 @@ contract PoolHandler is TestBase {
     uint256 public slashes;
     uint256 public dodges;
     uint256 public earlySlashVotes;
+    uint256 public earlyRoleChanges;
     uint256 public wrongPenalties;
     uint256 public adminSlashes;
 
@@ -121,9 +132,10 @@ contract PoolHandler is TestBase {
         providers = ps;
         validators = vs;
         (ghostQuorum, ghostPenalty) = (pool_.quorum(), pool_.slashPenalty());
-        // The test grants these two roles right after deploying this handler.
-        _noteGrant(address(this), false);
-        _noteGrant(vs[2], true);
+        // The test schedules these two roles right after deploying this handler, and applies them once due.
+        uint256 due = block.timestamp + pool_.SLASH_CHANGE_DELAY();
+        _noteGrant(address(this), false, due);
+        _noteGrant(vs[2], true, due);
     }
 
     /// @dev Every action comes a second after the one before (a block apart):
@@ -134,21 +146,56 @@ contract PoolHandler is TestBase {
         _;
     }
 
-    function _noteGrant(address account, bool validatorRole) internal {
+    /// @dev `account` was granted a role, scheduled to be due from `due`.
+    function _noteGrant(address account, bool validatorRole, uint256 due) internal {
         if (!isAddedLater[account]) {
             isAddedLater[account] = true;
             addedLater.push(account);
         }
         if (validatorRole) {
             lastGrant[account] = seq;
-            ghostVotesAt[account] = block.timestamp + pool.SLASH_CHANGE_DELAY();
+            ghostVotesAt[account] = due;
         }
     }
 
-    function _grant(bytes32 role, address account) internal {
+    /// @dev The admin schedules granting (`grant`) or revoking `role` for `account`.
+    function _schedule(bytes32 role, address account, bool grant) internal {
         vm.prank(admin);
-        pool.grantRole(role, account);
-        _noteGrant(account, role == pool.VALIDATOR_ROLE());
+        pool.scheduleRoleChange(role, account, grant);
+        uint256 due = block.timestamp + pool.SLASH_CHANGE_DELAY();
+        if (grant && !isAddedLater[account]) {
+            isAddedLater[account] = true;
+            addedLater.push(account);
+        }
+        for (uint256 k; k < roleChanges.length; ++k) {
+            RoleChange storage c = roleChanges[k];
+            if (c.role == role && c.account == account) {
+                (c.grant, c.due) = (grant, due); // a new schedule replaces the one waiting
+                return;
+            }
+        }
+        roleChanges.push(RoleChange(role, account, grant, due));
+    }
+
+    function _grant(bytes32 role, address account) internal {
+        _schedule(role, account, true);
+    }
+
+    /// @notice Anyone applies the scheduled role changes: each only once due.
+    function applyRoleChanges() external step {
+        bytes32 validatorRole = pool.VALIDATOR_ROLE();
+        for (uint256 k; k < roleChanges.length;) {
+            RoleChange memory c = roleChanges[k];
+            bool held = pool.hasRole(c.role, c.account);
+            try pool.applyRoleChange(c.role, c.account) {
+                if (block.timestamp < c.due) ++earlyRoleChanges;
+                if (c.grant && !held) _noteGrant(c.account, c.role == validatorRole, c.due);
+                roleChanges[k] = roleChanges[roleChanges.length - 1];
+                roleChanges.pop();
+            } catch {
+                ++k; // not yet due, or a revocation the quorum does not allow
+            }
+        }
     }
 
     function _ghostQuorum() internal view returns (uint256) {
@@ -372,14 +419,14 @@ contract PoolHandler is TestBase {
         if (_ghostQuorum() < 2) _setQuorum(2);
         uint256 k = _target(leafSeed);
         if (!_voteInvalidate(k, a)) return;
-        vm.prank(admin);
-        try pool.revokeRole(role, a) {}
+        vm.prank(a);
+        try pool.renounceRole(role, a) {}
         catch {
             return;
         }
         ++seq;
         _voteInvalidate(k, b);
-        _grant(role, a);
+        _grant(role, a); // scheduled: applied by `applyRoleChanges` once due
         ++seq;
         _voteInvalidate(k, a);
     }
@@ -521,8 +568,7 @@ contract PoolHandler is TestBase {
         address v = seed % 5 == 4 ? admin : validators[seed % 3];
         bytes32 role = pool.VALIDATOR_ROLE();
         if (seed % 2 == 0) {
-            vm.prank(admin);
-            pool.revokeRole(role, v);
+            _schedule(role, v, false);
         } else {
             vm.prank(v);
             pool.renounceRole(role, v);
@@ -822,10 +868,12 @@ contract PoolInvariantTest is ProtocolFixture {
             [alice, bob],
             [validator, validator2, validator3]
         );
-        vm.startPrank(admin);
-        pool.grantRole(pool.RECORDER_ROLE(), address(handler));
-        pool.grantRole(pool.VALIDATOR_ROLE(), validator3);
-        vm.stopPrank();
+        (bytes32 recorderRole, bytes32 validatorRole) = (pool.RECORDER_ROLE(), pool.VALIDATOR_ROLE());
+        scheduleRole(pool, recorderRole, address(handler), true);
+        scheduleRole(pool, validatorRole, validator3, true);
+        passDelay(pool);
+        pool.applyRoleChange(recorderRole, address(handler));
+        pool.applyRoleChange(validatorRole, validator3);
         targetContract(address(handler));
     }
 
@@ -905,6 +953,8 @@ contract PoolInvariantTest is ProtocolFixture {
         vm.assertEq(pool.validatorCount(), holders, "validator count");
         vm.assertGe(pool.invalidationWindow(), pool.MIN_INVALIDATION_WINDOW(), "window never zero");
         vm.assertLe(pool.invalidationWindow(), manager.unbondingPeriod(), "window <= unbonding");
+        (uint256 nextWindow,) = pool.pendingInvalidationWindow();
+        vm.assertLe(nextWindow, manager.unbondingPeriod(), "a waiting window <= unbonding");
         vm.assertLe(manager.unbondingPeriod(), manager.MAX_UNBONDING_PERIOD(), "unbonding bounded");
         vm.assertLe(pool.slashPenalty(), manager.minStakePerNode(), "penalty <= min stake");
         (uint256 pending,) = pool.pendingSlashPenalty();
@@ -914,9 +964,9 @@ contract PoolInvariantTest is ProtocolFixture {
 
     /// 6. No operator profits from a slash: slashed stake reaches only the
     /// deployment's treasury, never an account given a role after deployment
-    /// (the admin appointing itself among them); such a validator's slash vote
-    /// counts only from SLASH_CHANGE_DELAY after its appointment, a lower quorum
-    /// and a higher penalty apply only from that delay on.
+    /// (the admin appointing itself among them); such a recorder or validator
+    /// holds its role only from SLASH_CHANGE_DELAY after the admin scheduled
+    /// it, a lower quorum and a higher penalty apply only from that delay on.
     function invariant_noSlashReachesAnAccountAddedLater() public view {
         vm.assertEq(manager.treasury(), treasury, "the deployment's treasury");
         vm.assertEq(token.balanceOf(admin), 0, "the admin gained tokens");
@@ -924,6 +974,7 @@ contract PoolInvariantTest is ProtocolFixture {
             vm.assertEq(token.balanceOf(handler.addedLater(k)), 0, "an account added later gained tokens");
         }
         vm.assertEq(handler.earlySlashVotes(), 0, "a slash vote counted before its validator's delay");
+        vm.assertEq(handler.earlyRoleChanges(), 0, "a role change applied before its delay");
         vm.assertEq(handler.wrongPenalties(), 0, "a membership bonded a penalty not yet due");
     }
 }

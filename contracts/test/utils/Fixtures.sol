@@ -96,6 +96,24 @@ abstract contract ProtocolFixture is TestBase {
         return ComputePool(manager.createPool(runId, admin, params(quorum), recorders, validators));
     }
 
+    /// @dev Warps past `p`'s delay: every change scheduled before applies (or is due).
+    function passDelay(ComputePool p) internal {
+        vm.warp(block.timestamp + p.SLASH_CHANGE_DELAY());
+    }
+
+    /// @dev The admin schedules granting (`grant`) or revoking `role` for `account` on `p`.
+    function scheduleRole(ComputePool p, bytes32 role, address account, bool grant) internal {
+        vm.prank(admin);
+        p.scheduleRoleChange(role, account, grant);
+    }
+
+    /// @dev The admin schedules a role change on `p`, which is applied once the delay has passed.
+    function changeRoleAfterDelay(ComputePool p, bytes32 role, address account, bool grant) internal {
+        scheduleRole(p, role, account, grant);
+        passDelay(p);
+        p.applyRoleChange(role, account);
+    }
+
     function mint(address to, uint256 amount) internal {
         vm.prank(admin);
         token.mint(to, amount);
