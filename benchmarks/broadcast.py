@@ -41,7 +41,7 @@ from benchmarks.shards import write_random_file
 
 if TYPE_CHECKING:
     from benchmarks.shardcast_ref import RefResult
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
 
 MIB = 1024 * 1024
 SHARD_MIB = 16
@@ -76,7 +76,7 @@ def _peer_main(args: argparse.Namespace) -> None:
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     from swarmrl.eip712 import swarm_domain
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.store import WeightStore
 
     logging.basicConfig(level=logging.WARNING)

@@ -249,8 +249,8 @@ class Orchestrator:
         """Starts the process's host, and on it the weight origin and intake."""
         from swarmrl.p2p.host import Host
         from swarmrl.p2p.identity import load_or_create_peer_key
-        from swarmrl.weights import SwarmNode
         from swarmrl.weights.gossip import swarm_topics
+        from swarmrl.weights.peer import SwarmNode
         from swarmrl.weights.store import WeightStore
 
         s = self.settings

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from swarmrl.chain.deploy import Deployment, ProtocolParams
     from swarmrl.chain.recorded_work import WorkPart
     from swarmrl.eip712 import Domain, MerkleTree, Submission
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
 
 
 def _say(text: str) -> None:
@@ -123,7 +123,7 @@ class _Peers:
         """A peer trusting the origin's key; with `account`, an origin others dial."""
         from libp2p.crypto.ed25519 import create_new_key_pair
 
-        from swarmrl.weights import SwarmNode
+        from swarmrl.weights.peer import SwarmNode
         from swarmrl.weights.store import WeightStore
 
         made = SwarmNode.standalone(
@@ -228,7 +228,7 @@ def _reject_an_impostor(peers: _Peers, checkpoint: Path, newcomer: SwarmNode) ->
     from eth_account import Account
     from libp2p.crypto.ed25519 import create_new_key_pair
 
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.store import WeightStore
 
     impostor = Account.create()

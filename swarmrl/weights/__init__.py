@@ -46,8 +46,7 @@ the demo's swarm scene, the broadcast benchmark).
 
 Events (:mod:`swarmrl.weights.peer_events`: announced, progress, banned, ready, rejected,
 reachable) go to one callback, for progress bars and the TUI.
+
+The package itself imports nothing: `swarmrl weights` and everything that only names
+these modules start without loading libp2p (`from swarmrl.weights.peer import SwarmNode`).
 """
-
-from swarmrl.weights.peer import SwarmNode
-
-__all__ = ["SwarmNode"]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
     from swarmrl.eip712 import Domain
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.peer_events import Event
     from swarmrl.weights.store import Version
 
@@ -159,7 +159,7 @@ def serve_checkpoint(
     the deployment's recorders is refused unless `any_key`."""
     from swarmrl import keystore
     from swarmrl.p2p.identity import load_or_create_peer_key
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.store import WeightStore
 
     try:
@@ -236,7 +236,7 @@ def pull_checkpoint(
     from eth_utils import is_address
 
     from swarmrl.p2p.identity import load_or_create_peer_key
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.store import WeightStore
 
     for address in trust:

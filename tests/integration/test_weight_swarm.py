@@ -25,7 +25,7 @@ from swarmrl.eip712 import swarm_domain
 from swarmrl.p2p import wire
 from swarmrl.p2p.host import Host, RemoteError
 from swarmrl.p2p.pacing import Pacer
-from swarmrl.weights import SwarmNode, delta_versions
+from swarmrl.weights import delta_versions
 from swarmrl.weights.advertiser import MAX_POLL_INTERVAL, POLL_INTERVAL, Advertiser
 from swarmrl.weights.datapath import BAD_REQUEST, MAGIC
 from swarmrl.weights.dialback import DIALBACK, DialbackRequest
@@ -40,6 +40,7 @@ from swarmrl.weights.gossip import (
 )
 from swarmrl.weights.have import HAVE, HaveRequest
 from swarmrl.weights.manifest import MANIFEST, ManifestRequest
+from swarmrl.weights.peer import SwarmNode
 from swarmrl.weights.peer_events import SwarmEventKind
 from swarmrl.weights.store import WeightStore
 from tests.codecs import raw

@@ -147,7 +147,7 @@ def test_a_seeder_killed_mid_transfer_is_routed_around(
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     from swarmrl.eip712 import swarm_domain
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.store import WeightStore
 
     seeder = subprocess.Popen(

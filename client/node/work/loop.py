@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # imported where used: a node starts before torch and web3 lo
     from client.node.work.workers import Workers
     from swarmrl.models.backend import Precision
     from swarmrl.rollouts.records import Rollout
-    from swarmrl.weights import SwarmNode
+    from swarmrl.weights.peer import SwarmNode
     from swarmrl.weights.store import Version
     from swarmrl.work.submit import Receipt, SubmitHeader
 
@@ -227,8 +227,8 @@ class Node:
     def _start_swarm(self, me: Identity) -> None:
         """Starts the process's host, and on it the weight swarm and the work session."""
         from swarmrl.p2p.identity import load_or_create_peer_key, peer_key_path
-        from swarmrl.weights import SwarmNode
         from swarmrl.weights.gossip import swarm_topics
+        from swarmrl.weights.peer import SwarmNode
 
         s = self.settings
         listen = None if s.listen == OUTBOUND_ONLY else s.listen
