@@ -163,7 +163,7 @@ def set_up_swarm(
     count = math.ceil(nodes / per_provider)
     min_stake = deployment.params.min_stake_per_node
     deadline = admin.chain_time() + 24 * 3600
-    domain = admin.registry_domain()
+    domain = admin.registry.domain()
     providers: list[Contracts] = []
     groups: list[list[LocalAccount]] = []
     sent = 0
@@ -176,16 +176,18 @@ def set_up_swarm(
         made += size
         rpc(w3, "anvil_setBalance", [account.address, hex(PROVIDER_ETH)])
         stake = size * min_stake
-        admin.mint(account.address, stake)
+        admin.token.mint(account.address, stake)
         provider = Contracts(w3, deployment, account, SETUP_TX)
-        provider.register_provider()
+        provider.registry.register_provider()
         for node in group:
             # A fresh node's consent nonce is 0; the registry refuses any other.
             consent = eip712.NodeConsent(account.address, node.address, 0, deadline)
-            provider.add_node(node.address, deadline, eip712.sign_consent(node, consent, domain))
-        provider.stake(stake)  # approve + stake
+            provider.registry.add_node(
+                node.address, deadline, eip712.sign_consent(node, consent, domain)
+            )
+        provider.stakes.stake(stake)  # approve + stake
         for node in group:
-            provider.join_pool(node.address)
+            provider.pool.join_pool(node.address)
         sent += 1 + 1 + size + 2 + size
         providers.append(provider)
         groups.append(group)
@@ -210,7 +212,7 @@ def write_epoch(
     `per_node` signed submissions per node, accepted with UNITS_PER_SUBMISSION units
     each, and one more of `evidence_node`, rejected as slashable. Returns the rows written."""
     genesis = ledger.epochs.genesis()
-    domain = chain.pool_domain()
+    domain = chain.pool.domain()
     written = 0
     for i, node in enumerate(nodes):
         extra = 1 if node.address == evidence_node.address else 0
@@ -219,7 +221,7 @@ def write_epoch(
             order_id = keccak(text=f"order {node.address} {k}").hex()
             sha = keccak(text=f"file {node.address} {k}").hex()
             rollout_digest = keccak(bytes.fromhex(order_id) + bytes.fromhex(sha))
-            signed = chain.submission(node.address, step, rollout_digest)
+            signed = chain.pool.submission(node.address, step, rollout_digest)
             signature = eip712.sign_submission(node, signed, domain)
             row, created = ledger.submissions.record(
                 SubmissionRow(
@@ -327,7 +329,7 @@ def _measure(
         slash_outcome = str(slash.outcome)
         if slash.tx_hash is not None:
             slash_gas = _gas(w3, slash.tx_hash)
-    parts = recorder_chain.recorded_parts(0)
+    parts = recorder_chain.pool.recorded_parts(0)
     leaves = sum(len(part.leaves) for part in parts)
     on_chain = {leaf.node for part in parts for leaf in part.leaves}
     without_leaf = [str(n.address) for n in everyone if n.address not in on_chain]
@@ -339,17 +341,19 @@ def _measure(
     claimant = swarm.providers[0]
     mine = {n.address for n in swarm.nodes[0]} - {evidence_node.address}
     refs = [part.ref(leaf.node) for part in parts for leaf in part.leaves if leaf.node in mine]
-    per_unit = {part.part: recorder_chain.record_of(0, part.part).reward_per_unit for part in parts}
+    per_unit = {
+        part.part: recorder_chain.pool.record_of(0, part.part).reward_per_unit for part in parts
+    }
     expected = sum(ref.leaf.units * per_unit[ref.part] for ref in refs)
-    balance_before = claimant.token_balance(claimant.address)
+    balance_before = claimant.token.balance_of(claimant.address)
     claimed, claim_gas = 0, 0
     if refs:  # none where the first provider's one node is the slashed one
-        claimed = claimant.claim_refs(refs)
+        claimed = claimant.pool.claim_refs(refs)
         block = w3.eth.get_block("latest", full_transactions=False)
         [claim_tx] = block["transactions"]  # anvil mines each transaction in a block of its own
         assert isinstance(claim_tx, bytes)  # a hash: the block was read without full transactions
         claim_gas = _gas(w3, claim_tx)
-    balance_change = claimant.token_balance(claimant.address) - balance_before
+    balance_change = claimant.token.balance_of(claimant.address) - balance_before
 
     recording_gas = sum(gas)
     return SizeResult(

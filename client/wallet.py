@@ -188,13 +188,13 @@ def balance(
     account = keystore.info(_dir(keystore_dir), name).address
     with _chain_errors():
         chain = _protocol(deployment, rpc_url)
-        unbonding = chain.unbonding_of(account)
+        unbonding = chain.stakes.unbonding_of(account)
         typer.echo(f"address      {account}")
-        typer.echo(f"tokens       {format_tokens(chain.token_balance(account))}")
+        typer.echo(f"tokens       {format_tokens(chain.token.balance_of(account))}")
         typer.echo(f"gas (ETH)    {format_tokens(chain.eth_balance(account))}")
-        typer.echo(f"staked       {format_tokens(chain.stake_of(account))}")
+        typer.echo(f"staked       {format_tokens(chain.stakes.stake_of(account))}")
         typer.echo(
-            f"bonded       {format_tokens(chain.bonded_of(account))} "
+            f"bonded       {format_tokens(chain.stakes.bonded_of(account))} "
             "(your nodes' slash penalties in the pools: held while a node is joined, and after "
             "it leaves until the work recorded before has passed its invalidation window)"
         )
@@ -216,13 +216,15 @@ def stake(
     """Stake tokens as a provider (registering as one first if needed)."""
     units = parse_tokens(amount)
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
-        have = chain.token_balance(chain.address)
+        have = chain.token.balance_of(chain.address)
         if have < units:
             raise ValueError(f"insufficient balance: {format_tokens(have)} tokens, {amount} needed")
-        if not chain.is_provider(chain.address):
-            chain.register_provider()
-        chain.stake(units, permit=True)
-        typer.echo(f"staked {amount}; now {format_tokens(chain.stake_of(chain.address))} staked")
+        if not chain.registry.is_provider(chain.address):
+            chain.registry.register_provider()
+        chain.stakes.stake(units, permit=True)
+        typer.echo(
+            f"staked {amount}; now {format_tokens(chain.stakes.stake_of(chain.address))} staked"
+        )
 
 
 @app.command("add-node")
@@ -282,16 +284,16 @@ def unstake(
     units = parse_tokens(amount)
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         _check_unbondable(chain, units)
-        chain.request_unbond(units)
+        chain.stakes.request_unbond(units)
         typer.echo(f"unbonding {amount}; withdraw it after the unbonding period")
 
 
 def _check_unbondable(chain: Contracts, units: int) -> None:
     """One sentence, before any transaction, if `units` cannot leave active stake now."""
     me = chain.address
-    active, bonded = chain.stake_of(me), chain.bonded_of(me)
-    nodes = len(chain.nodes_of(me))
-    backing = nodes * chain.min_stake_per_node()
+    active, bonded = chain.stakes.stake_of(me), chain.stakes.bonded_of(me)
+    nodes = len(chain.registry.nodes_of(me))
+    backing = nodes * chain.stakes.min_stake_per_node()
     free = max(0, active - max(bonded, backing))
     if units <= free:
         return
@@ -321,16 +323,16 @@ def withdraw(
     """Withdraw every unbonded amount whose unbonding period has passed."""
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         _check_withdrawable(chain)
-        typer.echo(f"withdrew {format_tokens(chain.withdraw())}")
+        typer.echo(f"withdrew {format_tokens(chain.stakes.withdraw())}")
 
 
 def _check_withdrawable(chain: Contracts) -> None:
     """One sentence, before any transaction, saying when stake becomes withdrawable."""
-    unbonding = chain.unbonding_of(chain.address)
+    unbonding = chain.stakes.unbonding_of(chain.address)
     if unbonding.withdrawable:
         return
     entries = chain.sender.call(
-        chain.stake_manager.functions.unbondingEntries(chain.address), "StakeManager"
+        chain.stakes.contract.functions.unbondingEntries(chain.address), "StakeManager"
     )
     pending = [(amount, release) for amount, release in entries if amount]
     if not pending:
@@ -366,12 +368,12 @@ def claim(
     _check_address(node, "--node")
     with _acting_as(name, keystore_dir, password_file, deployment, rpc_url) as chain:
         if epochs:
-            amount = chain.claim(node, epochs)
+            amount = chain.pool.claim(node, epochs)
         else:
             ready = _claimable_now(chain, name, node)
             epochs = [found.work.epoch for found in ready]
             # The refs are at hand already: no second search of the logs.
-            amount = chain.claim_refs([found.ref for found in ready])
+            amount = chain.pool.claim_refs([found.ref for found in ready])
         typer.echo(f"claimed {format_tokens(amount)} for epochs {', '.join(map(str, epochs))}")
 
 
@@ -426,7 +428,7 @@ def claimable(
     provider = keystore.info(_dir(keystore_dir), name).address
     with _chain_errors():
         chain = _protocol(deployment, rpc_url)
-        every = _unclaimed(chain, [node] if node else chain.nodes_ever_of(provider))
+        every = _unclaimed(chain, [node] if node else chain.registry.nodes_ever_of(provider))
         now = chain.chain_time()
     unclaimed = [found for found in every if found.provider == provider]
     if not unclaimed:
@@ -462,12 +464,12 @@ def _unclaimed(chain: Contracts, nodes: list[str]) -> list[Unclaimed]:
     from eth_utils import to_checksum_address
 
     from client.node.screen.onchain import epoch_work
-    from swarmrl.chain.contracts import Settlement
+    from swarmrl.chain.compute_pool import Settlement
 
     found: list[Unclaimed] = []
     for node in nodes:
-        for epoch in chain.recorded_epochs(node):
-            work = chain.work_of(epoch, node)
+        for epoch in chain.pool.recorded_epochs(node):
+            work = chain.pool.work_of(epoch, node)
             if work is not None and work.settlement is Settlement.OPEN:
                 found.append(
                     Unclaimed(
@@ -532,8 +534,8 @@ def _role_names(chain: Contracts) -> dict[bytes, str]:
     from eth_utils import filter_abi_by_type, keccak
 
     names = {bytes(32): "DEFAULT_ADMIN_ROLE"}
-    for contract in chain.contracts.values():
-        for item in filter_abi_by_type("function", contract.abi):
+    for handle in chain.handles.values():
+        for item in filter_abi_by_type("function", handle.contract.abi):
             name = item["name"]
             if name.endswith("_ROLE") and not item["inputs"]:
                 names.setdefault(keccak(text=name), name)

@@ -327,9 +327,9 @@ class Faults:
                 units = sum(s.units for s in rows if s.status is SubmissionStatus.ACCEPTED)
                 if units == 0 and any(s.slashable for s in rows):
                     units = 1  # the one unit that commits evidence (recorder._units)
-                if row.units == 0 and units and not chain.membership_of(row.node)[1].live:
+                if row.units == 0 and units and not chain.pool.membership_of(row.node)[1].live:
                     units = 0  # out of the pool at recording (slashed): never recorded
-                work = chain.work_of(row.epoch, row.node)
+                work = chain.pool.work_of(row.epoch, row.node)
                 on_chain = 0 if work is None else work.units
                 if on_chain != units:
                     out.append(
@@ -339,7 +339,7 @@ class Faults:
                 if row.units:
                     held.setdefault(row.node, set()).add(row.epoch)
             for node in {s.node for s in ledger.submissions.all()}:
-                ghost = set(chain.recorded_epochs(node)) - held.get(node, set())
+                ghost = set(chain.pool.recorded_epochs(node)) - held.get(node, set())
                 out += [f"epoch {e} of {node} is on chain, not in the ledger" for e in ghost]
         return out
 

@@ -15,13 +15,14 @@ import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pydantic_core
-from eth_account import Account
-from eth_account.signers.local import LocalAccount
 
 from swarmrl.files import data_dir
+
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # JSON V3 files are a few hundred bytes; anything far larger is not a keystore.
@@ -98,6 +99,10 @@ def save(directory: Path, name: str, private_key: bytes, password: str) -> KeyIn
         raise KeystoreError(f"a key named {name!r} already exists")
     if not password:
         raise KeystoreError("the password must not be empty")
+    # Imported here: eth_account takes 0.7 s to import, and every swarmrl command loads
+    # this module to name its keys; only saving and unlocking a key need it.
+    from eth_account import Account
+
     try:
         account = Account.from_key(private_key)
     except (ValueError, TypeError):
@@ -111,6 +116,8 @@ def save(directory: Path, name: str, private_key: bytes, password: str) -> KeyIn
 
 def create(directory: Path, name: str, password: str) -> KeyInfo:
     """A fresh random key, saved encrypted as `name`."""
+    from eth_account import Account
+
     return save(directory, name, Account.create().key, password)
 
 
@@ -304,6 +311,8 @@ def list_keys(directory: Path) -> KeyListing:
 def unlock(directory: Path, name: str, password: str) -> LocalAccount:
     """The decrypted account; a wrong password, or a key that is not the address the
     keystore records, is a `KeystoreError`."""
+    from eth_account import Account
+
     keystore = _read(_path(directory, name))
     try:
         key = Account.decrypt({"version": 3, "crypto": keystore.crypto}, password)

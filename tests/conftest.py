@@ -1,7 +1,9 @@
 """Settings every test shares."""
 
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 from filelock import FileLock
@@ -53,12 +55,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
 @pytest.fixture(scope="session")
 def default_model(tmp_path_factory):
     """The embedded default policy, built once per run as `swarmrl model init` does: by
-    whichever worker asks first, while the others wait for it."""
-    from orchestrator.pretrain import build_default_model
+    whichever worker asks first, while the others wait for it. `make test` builds it
+    before pytest starts (``$SWARMRL_TEST_MODEL``, see the Makefile), and the run takes
+    a copy of that when it is this recipe's, finished."""
+    from orchestrator.pretrain import Recipe, build_default_model, is_built
 
     root = workers.run_folder(tmp_path_factory)
     with FileLock(root / "default-model.lock"):
-        model = build_default_model(workers.default_model_dir(root))
+        out = workers.default_model_dir(root)
+        prebuilt = os.environ.get("SWARMRL_TEST_MODEL")
+        if prebuilt and not out.exists() and is_built(Path(prebuilt), Recipe()):
+            shutil.copytree(prebuilt, out)
+        model = build_default_model(out)
         workers.mark_ready(root)
         return model
 
@@ -69,7 +77,6 @@ def held_out_reward(model, tasks) -> float:
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     swarmrl = Path(sys.executable).with_name("swarmrl")
     args = ["eval", "--model", model, "--tasks", tasks, "--n", 8, "--max-tokens", 128, "--json"]
@@ -85,7 +92,6 @@ def held_out(tmp_path_factory):
     """96 demo tasks from a seed no training set uses."""
     import subprocess
     import sys
-    from pathlib import Path
 
     out = tmp_path_factory.mktemp("held-out") / "held-out.jsonl"
     swarmrl = Path(sys.executable).with_name("swarmrl")

@@ -45,6 +45,7 @@ from swarmrl.chain.deploy import Deployment
 from swarmrl.work.states import SubmissionStatus
 
 if TYPE_CHECKING:
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.p2p.host import Host
 
 log = logging.getLogger("swarmrl.orchestrator")
@@ -65,23 +66,23 @@ class Keys:
 class ProtocolChainView(ChainView):
     """Join checks against the chain, through a read-only Protocol."""
 
-    def __init__(self, contracts: Any) -> None:
+    def __init__(self, contracts: Contracts) -> None:
         self.contracts = contracts
 
     def standing(self, node: str, provider: str) -> str | None:
         p = self.contracts
         try:
-            if not p.is_provider(provider):
+            if not p.registry.is_provider(provider):
                 return f"{provider} is not a registered provider"
-            if p.provider_of(node) != provider:
+            if p.registry.provider_of(node) != provider:
                 return f"node {node} is not registered under provider {provider}"
-            nodes = max(1, len(p.nodes_of(provider)))
-            if p.stake_of(provider) < p.min_stake_per_node() * nodes:
+            nodes = max(1, len(p.registry.nodes_of(provider)))
+            if p.stakes.stake_of(provider) < p.stakes.min_stake_per_node() * nodes:
                 return (
                     f"provider {provider} has staked less than the pool's minimum "
                     f"for {nodes} node(s)"
                 )
-            if not p.is_joined(node):
+            if not p.pool.is_joined(node):
                 return f"node {node} has not joined this run's pool"
         except Exception as e:  # the chain is unreachable or answered nonsense
             log.warning("chain check for %s failed: %r", node, e)
@@ -222,7 +223,7 @@ class Orchestrator:
         published = newest_announced_step(self.run_folder.weights)
         ckpt.resume_point(self.run_folder.root, published)
 
-    def _connect_chain(self) -> Any:
+    def _connect_chain(self) -> Contracts:
         """The deployment's contracts, read-only. A chain that does not answer, after the
         chain layer's bounded retries, is one sentence naming its URL."""
         from swarmrl.chain.contracts import Contracts
@@ -245,7 +246,7 @@ class Orchestrator:
                 raise
             raise ValueError(f"the chain at {url} cannot be used: {sentence}") from None
 
-    def _start_host(self, chain: Any) -> None:
+    def _start_host(self, chain: Contracts) -> None:
         """Starts the process's host, and on it the weight origin and intake."""
         from swarmrl.p2p.host import Host
         from swarmrl.p2p.identity import load_or_create_peer_key

@@ -36,7 +36,8 @@ from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.stop import StopSignal
 from swarmrl import eip712
 from swarmrl.chain import recorded_work
-from swarmrl.chain.contracts import Contracts, Membership
+from swarmrl.chain.compute_pool import Membership
+from swarmrl.chain.contracts import Contracts
 from swarmrl.chain.deploy import Deployment
 from swarmrl.chain.errors import ChainError, RevertedError, rpc_failure_sentence
 from swarmrl.chain.recorded_work import WorkLeaf
@@ -172,7 +173,7 @@ class Recorder:
             if row.part is not None:
                 parts.setdefault((row.epoch, row.part), []).append(row)
         for (epoch, part), rows in parts.items():
-            if self.recorder.record_of(epoch, part).recorded_at:
+            if self.recorder.pool.record_of(epoch, part).recorded_at:
                 continue
             log.warning(
                 "recorder: the chain no longer holds part %d of epoch %d (%d nodes, recorded "
@@ -213,14 +214,14 @@ class Recorder:
             by_node.setdefault(s.node, []).append(s)
         # Parts are numbered from 0: without a part 0 nothing of the epoch is on chain,
         # and the pool's logs since its deployment need not be read.
-        sent_before = self.recorder.record_of(epoch, 0).recorded_at != 0
+        sent_before = self.recorder.pool.record_of(epoch, 0).recorded_at != 0
         on_chain = {
             leaf.node: (part, leaf)
-            for part in (self.recorder.recorded_parts(epoch) if sent_before else [])
+            for part in (self.recorder.pool.recorded_parts(epoch) if sent_before else [])
             for leaf in part.leaves
         }
         waiting = [node for node in nodes if node not in on_chain]
-        memberships = self.recorder.memberships_of(waiting)
+        memberships = self.recorder.pool.memberships_of(waiting)
         found, empty, leaves = [], [], []
         for node in nodes:
             tree = commitment_tree(by_node[node])
@@ -248,7 +249,7 @@ class Recorder:
             log.info("recorder: %d nodes of epoch %d were already on chain", len(found), epoch)
         first = 1 + max((part.part for part, _ in on_chain.values()), default=-1)
         for part in recorded_work.parts_of(epoch, leaves, first=first):
-            receipt = self.recorder.record_work(part)
+            receipt = self.recorder.pool.record_work(part)
             tx_hash = _tx_hash(receipt["transactionHash"])
             rows = [_row(epoch, part.part, leaf, tx_hash) for leaf in part.leaves]
             self.ledger.epochs.record_many(rows, now=now)
@@ -264,8 +265,10 @@ class Recorder:
 
     def _slash(self, report: RecorderReport, evidence: SubmissionRow, now: float) -> None:
         epoch, node = evidence.epoch, evidence.node
-        submission = self.validator.submission(node, evidence.step, _bytes(evidence.rollout_digest))
-        if submission.digest(self.validator.pool_domain()) != _bytes(evidence.digest):
+        submission = self.validator.pool.submission(
+            node, evidence.step, _bytes(evidence.rollout_digest)
+        )
+        if submission.digest(self.validator.pool.domain()) != _bytes(evidence.digest):
             # Cannot happen for rows intake wrote; the pool would refuse such evidence.
             log.error("recorder: submission %s does not match its digest", evidence.digest)
             self._settle(report, evidence, None, SlashOutcome.MISSED, now)
@@ -284,8 +287,8 @@ class Recorder:
         leaves = [_leaf(r) for r in self.ledger.epochs.part(epoch, row.part)]
         part = recorded_work.WorkPart(epoch, row.part, leaves)
         ref = part.ref(node)
-        record = self.validator.record_of(epoch, row.part)
-        if self.validator.membership_at(node, ref.leaf.membership).slashed:
+        record = self.validator.pool.record_of(epoch, row.part)
+        if self.validator.pool.membership_at(node, ref.leaf.membership).slashed:
             self._settle(report, evidence, None, SlashOutcome.FOUND, now)
             return
         problem = None
@@ -301,7 +304,7 @@ class Recorder:
             return
         index = sorted(_bytes(s.digest) for s in submissions).index(_bytes(evidence.digest))
         try:
-            receipt = self.validator.slash(
+            receipt = self.validator.pool.slash(
                 ref, submission, _bytes(evidence.signature), tree.proof(index)
             )
         except RevertedError as e:

@@ -76,6 +76,7 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
     from swarmrl.files import write_atomically
     from swarmrl.models import load_backend
     from swarmrl.models.backend import SamplingParams
+    from swarmrl.models.held import HeldPolicy
     from swarmrl.rollouts.generate import Provenance, batch_seed, generate_rollouts
     from swarmrl.tasks import read_tasks
     from swarmrl.tasks.rewards import task_reward
@@ -92,8 +93,10 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
         if not go_on():
             return
         time.sleep(0.05)
-    model_dir = folder.step(step)
-    backend = load_backend(config.backend, model_dir, device=config.device)
+    # It never asks for a precision (None: the backend's own), so only steps change.
+    policy: HeldPolicy[None] = HeldPolicy(
+        lambda model_dir, _precision: load_backend(config.backend, model_dir, device=config.device)
+    )
     params = SamplingParams(
         max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
     )
@@ -107,8 +110,8 @@ def run_sampler(config: SamplerConfig, stop: Any) -> None:
     while go_on():
         newest = folder.latest()
         if newest is not None and newest > step:
-            backend.load_weights(folder.step(newest))
             step = newest
+        backend = policy.hold(folder.step(step), step, None)
         if spool.pending(config.name) >= config.max_pending:
             time.sleep(0.02)
             continue

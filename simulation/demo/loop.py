@@ -212,9 +212,9 @@ def _stake(swarm: Swarm, report: Report) -> None:
         for key, provider in [*HONEST.items(), CHEATER]:
             stake_and_init_node(swarm, provider, key, STAKE)
             address = keystore.info(swarm.keystore_dir, key).address
-            provider_address = chain.provider_of(address)
+            provider_address = chain.registry.provider_of(address)
             assert provider_address is not None  # `node init` registered it
-            stake = chain.stake_of(provider_address) / TOKEN
+            stake = chain.stakes.stake_of(provider_address) / TOKEN
             report.nodes.append(
                 NodeReport(key, address, provider_address, key in HONEST, stake_before=stake)
             )
@@ -400,7 +400,7 @@ def _settle(swarm: Swarm, work: Path, report: Report) -> None:
             epochs = sorted({e["epoch"] for e in recorded if e["node"] == node.address and e["tx"]})
             if epochs:
                 _claim(swarm, node, epochs)
-            node.stake_after = chain.stake_of(node.provider) / TOKEN
+            node.stake_after = chain.stakes.stake_of(node.provider) / TOKEN
     swarm.kill("orchestrator", signal.SIGTERM)
 
 

@@ -337,11 +337,11 @@ def _stake_two_providers(demo: _DemoChain) -> None:
 
     for provider, node in ((demo.honest, demo.honest_node), (demo.cheater, demo.cheater_node)):
         p = demo.contracts.as_account(provider)
-        p.register_provider()
-        consent, signature = p.node_consent(node, provider.address)
-        p.add_node(node.address, consent.deadline, signature)
-        p.stake(150 * TOKEN, permit=True)
-        p.join_pool(node.address)
+        p.registry.register_provider()
+        consent, signature = p.registry.node_consent(node, provider.address)
+        p.registry.add_node(node.address, consent.deadline, signature)
+        p.stakes.stake(150 * TOKEN, permit=True)
+        p.pool.join_pool(node.address)
     _say("  two providers staked 150 SRL each; their nodes consented and joined the pool")
 
 
@@ -358,15 +358,15 @@ def _record_an_epoch(demo: _DemoChain) -> tuple[WorkPart, dict[str, _Epoch]]:
     leaves = []
     for node in (demo.honest_node, demo.cheater_node):
         subs = [
-            contracts.submission(node.address, s, keccak(text=f"{node.address}{s}"))
+            contracts.pool.submission(node.address, s, keccak(text=f"{node.address}{s}"))
             for s in (1, 2, 3)
         ]
-        sigs = [contracts.sign_submission(node, sub) for sub in subs]
-        tree = eip712.MerkleTree.from_digests([sub.digest(contracts.pool_domain()) for sub in subs])
-        leaves.append(contracts.leaf(node.address, len(subs), tree.root))
+        sigs = [contracts.pool.sign_submission(node, sub) for sub in subs]
+        tree = eip712.MerkleTree.from_digests([sub.digest(contracts.pool.domain()) for sub in subs])
+        leaves.append(contracts.pool.leaf(node.address, len(subs), tree.root))
         epochs[node.address] = (subs, sigs, tree)
     part = WorkPart(1, 0, leaves)
-    contracts.as_account(demo.recorder).record_work(part)
+    contracts.as_account(demo.recorder).pool.record_work(part)
     _say(
         "  the orchestrator recorded epoch 1 (3 signed rollouts per node) in one "
         "transaction, paying the gas"
@@ -384,10 +384,10 @@ def _cheater_cannot_unbond(demo: _DemoChain) -> None:
     # chain mines the whole scene within one.
     anvil_mod.increase_time(demo.w3, 60)
     dodge = demo.contracts.as_account(demo.cheater)
-    dodge.leave_pool(demo.cheater_node.address)
-    dodge.remove_node(demo.cheater_node.address)
+    dodge.pool.leave_pool(demo.cheater_node.address)
+    dodge.registry.remove_node(demo.cheater_node.address)
     try:
-        dodge.request_unbond(150 * TOKEN)
+        dodge.stakes.request_unbond(150 * TOKEN)
     except RevertedError as e:
         bonded = e.args_by_name["bonded"] // TOKEN
     else:
@@ -405,13 +405,13 @@ def _slash_the_cheater(demo: _DemoChain, part: WorkPart, epoch: _Epoch) -> None:
     contracts = demo.contracts
     subs, sigs, tree = epoch
     before = (
-        contracts.token_balance(demo.treasury.address),
-        contracts.token_balance(demo.validator.address),
+        contracts.token.balance_of(demo.treasury.address),
+        contracts.token.balance_of(demo.validator.address),
     )
     cheat = part.ref(demo.cheater_node.address)
-    contracts.as_account(demo.validator).slash(cheat, subs[1], sigs[1], tree.proof(1))
-    gained = contracts.token_balance(demo.treasury.address) - before[0]
-    validator_gain = contracts.token_balance(demo.validator.address) - before[1]
+    contracts.as_account(demo.validator).pool.slash(cheat, subs[1], sigs[1], tree.proof(1))
+    gained = contracts.token.balance_of(demo.treasury.address) - before[0]
+    validator_gain = contracts.token.balance_of(demo.validator.address) - before[1]
     _say(
         f"  a validator found a bad rollout and slashed with the cheater's own signature as "
         f"evidence: {gained // TOKEN} SRL to the treasury, {validator_gain} to the validator"
@@ -425,13 +425,13 @@ def _honest_claims_and_withdraws(demo: _DemoChain) -> None:
 
     anvil_mod.increase_time(demo.w3, demo.params.invalidation_window + 1)
     # The provider needs nothing from the orchestrator: its proof is rebuilt from the logs.
-    reward = demo.contracts.as_account(demo.honest).claim(demo.honest_node.address, [1])
+    reward = demo.contracts.as_account(demo.honest).pool.claim(demo.honest_node.address, [1])
     _say(f"  after the 24 h invalidation window the honest provider claimed {reward / TOKEN} SRL")
 
     h = demo.contracts.as_account(demo.honest)
-    h.request_unbond(50 * TOKEN)
+    h.stakes.request_unbond(50 * TOKEN)
     anvil_mod.increase_time(demo.w3, demo.params.unbonding_period + 1)
-    _say(f"  it unbonded 50 SRL and withdrew {h.withdraw() // TOKEN} after the 7-day period")
+    _say(f"  it unbonded 50 SRL and withdrew {h.stakes.withdraw() // TOKEN} after the 7-day period")
 
 
 def _deployment_only() -> tuple[Deployment, LocalAccount]:

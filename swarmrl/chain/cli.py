@@ -403,15 +403,15 @@ def mint(
             raise ChainConfigError(f"--to: {e}") from None
 
         def has_minter_role(chain: Contracts, address: str) -> None:
-            if not chain.has_role("StakeToken", "MINTER_ROLE", address):
+            if not chain.token.has_role("MINTER_ROLE", address):
                 raise ChainConfigError(
                     f"key {key!r} ({address}) does not hold the minter role on the stake "
                     f"token {chain.token.address}; mint with the deployer's key"
                 )
 
         chain = _coordinator(key, keystore_dir, password_file, deployment, has_minter_role)
-        chain.mint(receiver, units)
-        balance = format_tokens(chain.token_balance(receiver))
+        chain.token.mint(receiver, units)
+        balance = format_tokens(chain.token.balance_of(receiver))
         typer.echo(f"minted {format_tokens(units)} to {receiver}; it now holds {balance}")
 
 
@@ -431,13 +431,13 @@ def fund(
         units = parse_tokens(amount)
 
         def holds_enough(chain: Contracts, address: str) -> None:
-            if (held := chain.token_balance(address)) < units:
+            if (held := chain.token.balance_of(address)) < units:
                 raise ChainConfigError(
                     f"key {key!r} ({address}) holds {format_tokens(held)} tokens, "
                     f"less than the {format_tokens(units)} to fund"
                 )
 
         chain = _coordinator(key, keystore_dir, password_file, deployment, holds_enough)
-        chain.fund(units)
-        budget = format_tokens(chain.available_rewards())
+        chain.pool.fund(units)
+        budget = format_tokens(chain.pool.available_rewards())
         typer.echo(f"funded the pool with {format_tokens(units)}; its reward budget is {budget}")

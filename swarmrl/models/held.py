@@ -1,7 +1,8 @@
 """A policy held on a device: what every process that runs one keeps between uses.
 
-A node's worker (``client.node.work.worker``) and the orchestrator's validator workers
-(``orchestrator.service.validator``) each hold one policy at a time: a model directory
+A node's worker (``client.node.work.worker``), the orchestrator's validator workers
+(``orchestrator.service.validator``) and train local's samplers
+(``orchestrator.train_local.sampler``) each hold one policy at a time: a model directory
 loaded onto their device in a precision, and kept while only its step changes, when
 the new step's weights replace the old ones in place (the same architecture, so no
 engine is built again). Another precision loads it anew, and the old engine is let go
@@ -17,7 +18,7 @@ from typing import Generic, TypeVar
 from swarmrl.models.backend import Backend, Precision
 
 # What the policy is loaded in: a Precision, or None for the backend's own choice (a
-# holder that never asks for one, as train local's samplers would be).
+# holder that never asks for one, as train local's samplers).
 P = TypeVar("P", bound=Precision | None)
 
 

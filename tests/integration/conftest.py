@@ -45,10 +45,10 @@ def change_roles_after_delay(contracts, accounts, role, *indexes, grant=True):
     `indexes`; the chain's clock then passes the pool's delay and the changes are applied."""
     admin = contracts.as_account(accounts[ADMIN])
     for index in indexes:
-        admin.schedule_role_change(role, accounts[index].address, grant=grant)
-    anvil_mod.increase_time(contracts.w3, contracts.change_delay())
+        admin.pool.schedule_role_change(role, accounts[index].address, grant=grant)
+    anvil_mod.increase_time(contracts.w3, contracts.pool.change_delay())
     for index in indexes:
-        admin.apply_role_change(role, accounts[index].address)
+        admin.pool.apply_role_change(role, accounts[index].address)
 
 
 @pytest.fixture(scope="session")

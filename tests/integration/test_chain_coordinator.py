@@ -36,20 +36,20 @@ def env(tmp_path, accounts, deployment, w3):
 
 def test_the_deployer_mints_and_funds_from_the_cli(env, contracts, accounts):
     receiver = accounts[PROVIDER_A].address
-    before = contracts.token_balance(receiver)
+    before = contracts.token.balance_of(receiver)
     minted = run("mint", "--to", receiver.lower(), "--amount", "12.5", "--key", "admin", env=env)
     assert minted.returncode == 0, minted.stderr
-    assert contracts.token_balance(receiver) == before + 12 * TOKEN + TOKEN // 2
+    assert contracts.token.balance_of(receiver) == before + 12 * TOKEN + TOKEN // 2
     assert minted.stdout.startswith(f"minted 12.5 to {receiver}; it now holds ")
 
     # The coordinator's faucet pays the reward budget too: mint to itself, then fund.
     admin = accounts[ADMIN].address
     assert run("mint", "--to", admin, "--amount", "250", "--key", "admin", env=env).returncode == 0
-    budget = contracts.available_rewards()
+    budget = contracts.pool.available_rewards()
     funded = run("fund", "--amount", "250", "--key", "admin", env=env)
     assert funded.returncode == 0, funded.stderr
-    assert contracts.available_rewards() == budget + 250 * TOKEN
-    assert contracts.token_balance(admin) == 0
+    assert contracts.pool.available_rewards() == budget + 250 * TOKEN
+    assert contracts.token.balance_of(admin) == 0
     assert funded.stdout.strip() == (
         f"funded the pool with 250; its reward budget is {(budget + 250 * TOKEN) // TOKEN}"
     )
@@ -65,7 +65,7 @@ def test_a_key_without_the_minter_role_is_refused_before_any_transaction(env, co
         f"error: key 'outsider' ({outsider}) does not hold the minter role on the stake token "
         f"{contracts.token.address}; mint with the deployer's key"
     )
-    held = contracts.token_balance(outsider)
+    held = contracts.token.balance_of(outsider)
     too_much = run("fund", "--amount", str(held // TOKEN + 1), "--key", "outsider", env=env)
     assert one_error(too_much) == (
         f"error: key 'outsider' ({outsider}) holds {held // TOKEN} tokens, "

@@ -49,8 +49,8 @@ def test_node_init_writes_the_key_and_files_it_was_given(
     caller, contracts, deployment, accounts, monkeypatch
 ):
     provider = contracts.as_account(accounts[PROVIDER_A])
-    provider.register_provider()
-    provider.stake(200 * TOKEN, permit=True)
+    provider.registry.register_provider()
+    provider.stakes.stake(200 * TOKEN, permit=True)
     keystore.save(caller / "keys", "provider", accounts[PROVIDER_A].key, PASSWORD)
     (caller / "password").write_text(PASSWORD + "\n")
     write_deployment(caller / "deployment.json", deployment)

@@ -38,10 +38,10 @@ def test_a_deployment_file_is_all_another_chain_needs(tmp_path, accounts, deploy
         assert loaded == deployed
         assert loaded.chain_id == BASE_SEPOLIA
         provider = Contracts.connect(loaded, accounts[PROVIDER_A])
-        provider.register_provider()
-        provider.stake(200 * TOKEN)
-        assert provider.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN
-        assert provider.pool_domain().chain_id == BASE_SEPOLIA
+        provider.registry.register_provider()
+        provider.stakes.stake(200 * TOKEN)
+        assert provider.stakes.stake_of(accounts[PROVIDER_A].address) == 200 * TOKEN
+        assert provider.pool.domain().chain_id == BASE_SEPOLIA
 
         # The session's anvil serves chain 31337: connecting there is refused up front.
         with pytest.raises(ChainConfigError, match=r"serves chain 31337.*on chain 84532"):

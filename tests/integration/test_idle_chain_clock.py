@@ -26,11 +26,11 @@ def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(
     provider = _provider_with_node(contracts, accounts[PROVIDER_B], node, 150 * TOKEN)
     _, _, tree = _signed_epoch(contracts, node, [10, 11])
     _record(contracts, accounts, 1, (node, 2, tree.root))
-    unlocks_at = contracts.work_of(1, node.address).unlocks_at
+    unlocks_at = contracts.pool.work_of(1, node.address).unlocks_at
     # Inside the window: refused, saying when it opens by the chain's clock.
     when = re.escape(date_time(unlocks_at))
     with pytest.raises(RevertedError, match=rf"unlocksAt={when} \(in (9 min \d+ s|10 min)\)\)$"):
-        provider.claim(node.address, [1])
+        provider.pool.claim(node.address, [1])
     assert claimable_epochs(read_facts(contracts, node.address, [1], {})) == []
 
     # The window passes by the chain's clock (as the wall clock would move it), and no
@@ -42,5 +42,5 @@ def test_a_claim_goes_through_once_the_window_has_passed_on_an_idle_chain(
     assert latest["timestamp"] < unlocks_at <= contracts.chain_time()
 
     assert claimable_epochs(read_facts(contracts, node.address, [1], {})) == [1]
-    assert provider.claim(node.address, [1]) == 2 * deployment.params.reward_per_unit
-    assert contracts.work_of(1, node.address).claimed
+    assert provider.pool.claim(node.address, [1]) == 2 * deployment.params.reward_per_unit
+    assert contracts.pool.work_of(1, node.address).claimed

@@ -23,11 +23,11 @@ def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
     monkeypatch.delenv("SWARMRL_PASSWORD", raising=False)
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = contracts.as_account(provider)
-    p.register_provider()
-    consent, signature = p.node_consent(node, provider.address)
-    p.add_node(node.address, consent.deadline, signature)
-    p.stake(150 * TOKEN)
-    p.join_pool(node.address)
+    p.registry.register_provider()
+    consent, signature = p.registry.node_consent(node, provider.address)
+    p.registry.add_node(node.address, consent.deadline, signature)
+    p.stakes.stake(150 * TOKEN)
+    p.pool.join_pool(node.address)
     _record(contracts, accounts, 1, (node, 3, bytes(32)))
     recorded_at = w3.eth.get_block("latest")["timestamp"]
     write_deployment(tmp_path / "deployment.json", deployment)

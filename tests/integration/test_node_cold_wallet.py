@@ -55,8 +55,8 @@ def machines(tmp_path, accounts, monkeypatch):
 
 def stake(contracts, account, tokens: int) -> None:
     provider = contracts.as_account(account)
-    provider.register_provider()
-    provider.stake(tokens * TOKEN, permit=True)
+    provider.registry.register_provider()
+    provider.stakes.stake(tokens * TOKEN, permit=True)
 
 
 def sent_by(w3, address: str) -> int:
@@ -98,7 +98,7 @@ def test_a_node_is_added_by_a_provider_whose_key_is_on_another_machine(
     # The node's machine sent nothing and owns nothing: no gas, no tokens.
     assert w3.eth.block_number == block
     assert (sent_by(w3, node.address), contracts.eth_balance(node.address)) == (0, 0)
-    assert contracts.token_balance(node.address) == 0
+    assert contracts.token.balance_of(node.address) == 0
     consent = json.loads(consent_path.read_text())
     assert consent["node"] == node.address
     assert consent["provider"] == provider.address
@@ -112,8 +112,8 @@ def test_a_node_is_added_by_a_provider_whose_key_is_on_another_machine(
 
     assert added.steps == (Step.NODE_ADDED, Step.POOL_JOINED)
     assert (added.node, added.provider, added.peer_id) == (node.address, provider.address, None)
-    assert contracts.provider_of(node.address) == provider.address
-    assert contracts.is_joined(node.address)
+    assert contracts.registry.provider_of(node.address) == provider.address
+    assert contracts.pool.is_joined(node.address)
     assert added.summary() == (
         f"node {node.address} with provider {provider.address}: "
         "added the node to the provider's nodes, joined the pool"
@@ -173,8 +173,8 @@ def test_one_provider_adds_two_nodes_from_two_machines(
         add_node_with_consent(provider_keys, "provider", passwords, deployment, read_consent(path))
         nodes.append(done.node)
 
-    assert sorted(contracts.nodes_of(provider)) == sorted(nodes)
-    assert all(contracts.is_joined(node) for node in nodes)
+    assert sorted(contracts.registry.nodes_of(provider)) == sorted(nodes)
+    assert all(contracts.pool.is_joined(node) for node in nodes)
     assert len(set(nodes)) == 2
 
 
@@ -257,7 +257,7 @@ def test_a_changed_consent_is_refused_as_not_the_nodes(
         "damaged; sign a new one on the node's machine"
     )
     assert sent_by(w3, provider.address) == before
-    assert contracts.provider_of(done.node) is None
+    assert contracts.registry.provider_of(done.node) is None
 
 
 def test_an_expired_consent_is_refused(machines, tmp_path, contracts, deployment, accounts, w3):
@@ -289,7 +289,7 @@ def test_a_used_consent_cannot_add_the_node_again(
     )
     add_node_with_consent(provider_keys, "provider", passwords, deployment, consent)
     # Given up by its provider, the node is added again only with a new consent.
-    contracts.as_account(provider).remove_node(consent.node)
+    contracts.as_account(provider).registry.remove_node(consent.node)
     before = sent_by(w3, provider.address)
 
     with pytest.raises(NodeSetupError) as refused:
@@ -415,7 +415,7 @@ def test_the_two_commands_on_two_machines(tmp_path, deployment, contracts, accou
     assert "swarmrl wallet add-node KEY consent.json" in signed.stdout
     # The node's config names no provider key: `node run` needs none.
     assert "provider_key" not in tomllib.loads((tmp_path / "node.toml").read_text())
-    assert contracts.provider_of(node) is None
+    assert contracts.registry.provider_of(node) is None
 
     added = swarmrl("cold", "wallet", "add-node", "provider", "consent.json")
     assert added.returncode == 0, added.stderr
@@ -423,7 +423,7 @@ def test_the_two_commands_on_two_machines(tmp_path, deployment, contracts, accou
         f"node {node} with provider {provider.address}: "
         "added the node to the provider's nodes, joined the pool"
     )
-    assert contracts.is_joined(node)
+    assert contracts.pool.is_joined(node)
     assert sorted(p.name for p in (tmp_path / "node" / "keys").iterdir()) == [
         "node.json",
         "node.peer-key",

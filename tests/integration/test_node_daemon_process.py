@@ -36,9 +36,9 @@ LIMIT = 120.0
 def node_config(contracts, accounts, deployment, tmp_path) -> Path:
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = contracts.as_account(provider)
-    p.register_provider()
-    consent, signature = p.node_consent(node, provider.address)
-    p.add_node(node.address, consent.deadline, signature)
+    p.registry.register_provider()
+    consent, signature = p.registry.node_consent(node, provider.address)
+    p.registry.add_node(node.address, consent.deadline, signature)
     write_deployment(tmp_path / "deployment.json", deployment)
     keystore.save(tmp_path / "keys", "node", node.key, PASSWORD)
     return write_settings(

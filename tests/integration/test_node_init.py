@@ -44,7 +44,7 @@ def test_set_up_node_joins_the_pool_and_the_config_names_its_files(
     )
 
     assert done.setup.steps[-1] is Step.POOL_JOINED
-    assert contracts.is_joined(done.setup.node)
+    assert contracts.pool.is_joined(done.setup.node)
     assert done.lines() == [done.setup.summary()]
     assert not config.exists()  # the config is the second step's
     wrote = write_node_config(

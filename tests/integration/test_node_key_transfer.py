@@ -95,8 +95,8 @@ def old(tmp_path, contracts, deployment, accounts, monkeypatch):
     keys = tmp_path / "old" / "keys"
     keystore.save(keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
     provider = contracts.as_account(accounts[PROVIDER_A])
-    provider.register_provider()
-    provider.stake(100 * TOKEN, permit=True)
+    provider.registry.register_provider()
+    provider.stakes.stake(100 * TOKEN, permit=True)
     init_node(keys, "node", "provider", lambda name, new: PASSWORD, deployment)
     write_deployment(tmp_path / "deployment.json", deployment)
     (tmp_path / "password").write_text(PASSWORD + "\n")

@@ -36,8 +36,8 @@ class Passwords:
 
 def stake(contracts, account, tokens: int) -> None:
     provider = contracts.as_account(account)
-    provider.register_provider()
-    provider.stake(tokens * TOKEN, permit=True)
+    provider.registry.register_provider()
+    provider.stakes.stake(tokens * TOKEN, permit=True)
 
 
 def sent_by(w3, address: str) -> int:
@@ -58,9 +58,9 @@ def test_a_fresh_node_is_registered_and_joined_and_a_second_run_does_nothing(
     assert done.provider == provider
     assert done.node == keystore.unlock(keys, "node", PASSWORD).address
     assert done.peer_id == peer_id_of(load_or_create_peer_key(peer_key_path(keys, "node")))
-    assert contracts.provider_of(done.node) == provider
-    assert contracts.is_joined(done.node)
-    assert contracts.consent_nonce(done.node) == 1
+    assert contracts.registry.provider_of(done.node) == provider
+    assert contracts.pool.is_joined(done.node)
+    assert contracts.registry.consent_nonce(done.node) == 1
     assert "added the node" in done.summary()
 
     before = sent_by(w3, provider)
@@ -117,14 +117,14 @@ def test_a_node_registered_and_not_joined_only_joins(keys, contracts, deployment
     node = accounts[NODE_A]
     keystore.save(keys, "node", node.key, PASSWORD)
     provider = contracts.as_account(accounts[PROVIDER_A])
-    consent, signature = provider.node_consent(node, provider.address)
-    provider.add_node(node.address, consent.deadline, signature)
+    consent, signature = provider.registry.node_consent(node, provider.address)
+    provider.registry.add_node(node.address, consent.deadline, signature)
     passwords = Passwords()
 
     done = init_node(keys, "node", "provider", passwords, deployment)
 
     assert done.steps == (Step.PEER_IDENTITY, Step.POOL_JOINED)
-    assert contracts.is_joined(node.address)
+    assert contracts.pool.is_joined(node.address)
     assert passwords.asked == [("provider", False)]  # no consent to sign, so no node key
 
 
@@ -144,7 +144,7 @@ def test_a_wrong_provider_password_sends_nothing_and_a_rerun_finishes(
     done = init_node(keys, "node", "provider", passwords, deployment)
     assert done.steps == (Step.NODE_ADDED, Step.POOL_JOINED)
     assert passwords.asked == [("provider", False), ("node", False)]
-    assert contracts.is_joined(done.node)
+    assert contracts.pool.is_joined(done.node)
 
 
 def test_a_node_taken_by_another_provider_is_refused(keys, contracts, deployment, accounts, w3):
@@ -152,9 +152,9 @@ def test_a_node_taken_by_another_provider_is_refused(keys, contracts, deployment
     node = accounts[NODE_A]
     keystore.save(keys, "node", node.key, PASSWORD)
     other = contracts.as_account(accounts[PROVIDER_B])
-    other.register_provider()
-    consent, signature = other.node_consent(node, other.address)
-    other.add_node(node.address, consent.deadline, signature)
+    other.registry.register_provider()
+    consent, signature = other.registry.node_consent(node, other.address)
+    other.registry.add_node(node.address, consent.deadline, signature)
     before = sent_by(w3, accounts[PROVIDER_A].address)
 
     with pytest.raises(NodeSetupError) as refused:

@@ -48,11 +48,11 @@ STAKE = 100 * TOKEN
 def joined(contracts: Contracts, provider, node):
     """`node`, added by `provider` (who staked the minimum) and joined to the pool."""
     p = contracts.as_account(provider)
-    p.register_provider()
-    consent, signature = p.node_consent(node, provider.address)
-    p.add_node(node.address, consent.deadline, signature)
-    p.stake(STAKE)
-    p.join_pool(node.address)
+    p.registry.register_provider()
+    consent, signature = p.registry.node_consent(node, provider.address)
+    p.registry.add_node(node.address, consent.deadline, signature)
+    p.stakes.stake(STAKE)
+    p.pool.join_pool(node.address)
     return node
 
 
@@ -99,11 +99,11 @@ class Submit:
         order_id = keccak(text=f"order-{self.count}").hex()
         sha = keccak(text=f"file-{self.count}").hex()
         rollout_digest = keccak(bytes.fromhex(order_id) + bytes.fromhex(sha))
-        signed = self.contracts.submission(self.node.address, self.count, rollout_digest)
-        signature = self.contracts.sign_submission(self.node, signed)
+        signed = self.contracts.pool.submission(self.node.address, self.count, rollout_digest)
+        signature = self.contracts.pool.sign_submission(self.node, signed)
         row, created = self.ledger.submissions.record(
             SubmissionRow(
-                digest=signed.digest(self.contracts.pool_domain()).hex(),
+                digest=signed.digest(self.contracts.pool.domain()).hex(),
                 node=self.node.address,
                 order_id=order_id,
                 epoch=epoch,
@@ -151,10 +151,10 @@ def record_and_vote_by_hand(
     tree = commitment_tree(rows)
     node = evidence.node
     part = record_by_hand(contracts, accounts, epoch, node, units, tree.root)
-    signed = contracts.submission(node, evidence.step, bytes.fromhex(evidence.rollout_digest))
+    signed = contracts.pool.submission(node, evidence.step, bytes.fromhex(evidence.rollout_digest))
     index = sorted(r.digest for r in rows).index(evidence.digest)
     signature = bytes.fromhex(evidence.signature.removeprefix("0x"))
-    contracts.as_account(accounts[VALIDATOR]).slash(
+    contracts.as_account(accounts[VALIDATOR]).pool.slash(
         part.ref(node), signed, signature, tree.proof(index)
     )
 
@@ -164,8 +164,8 @@ def record_by_hand(
 ) -> WorkPart:
     """Part 0 of `epoch` with `node`'s leaf alone, sent as the recorder would."""
     recorder = contracts.as_account(accounts[RECORDER])
-    part = WorkPart(epoch, 0, [recorder.leaf(node, units, root)])
-    recorder.record_work(part)
+    part = WorkPart(epoch, 0, [recorder.pool.leaf(node, units, root)])
+    recorder.pool.record_work(part)
     return part
 
 
@@ -185,7 +185,7 @@ def test_an_honest_epoch_is_recorded_once_with_a_commitment_over_every_submissio
     assert str(sent.tx_hash).startswith("0x")
     assert ledger.epochs.get(0, node.address) == sent
 
-    work = contracts.work_of(0, node.address)
+    work = contracts.pool.work_of(0, node.address)
     assert work is not None
     assert (work.units, work.provider, work.slashed) == (20, accounts[PROVIDER_A].address, False)
     assert (work.ref.part, work.ref.leaf.membership) == (sent.part, sent.membership) == (0, 1)
@@ -228,7 +228,7 @@ def test_evidence_is_slashed_once_with_the_nodes_own_signature(
     provider = accounts[PROVIDER_A].address
     submit(0, "accepted", 8)
     bad = submit(0, "rejected", slashable=True)  # e.g. TOPLOC beyond its tolerance
-    treasury_before = contracts.token_balance(deployment.treasury)
+    treasury_before = contracts.token.balance_of(deployment.treasury)
 
     report = recorder.run_once(after(ledger, 0))
     assert report.errors == []
@@ -241,19 +241,19 @@ def test_evidence_is_slashed_once_with_the_nodes_own_signature(
         "sent",
     )
     penalty = deployment.params.slash_penalty
-    assert contracts.stake_of(provider) == STAKE - penalty
-    assert contracts.token_balance(deployment.treasury) == treasury_before + penalty
-    work = contracts.work_of(0, node.address)
+    assert contracts.stakes.stake_of(provider) == STAKE - penalty
+    assert contracts.token.balance_of(deployment.treasury) == treasury_before + penalty
+    work = contracts.pool.work_of(0, node.address)
     assert work is not None
     assert (work.slashed, work.invalidated) == (True, True)
-    assert not contracts.is_joined(node.address)  # the pool ejects a slashed node
+    assert not contracts.pool.is_joined(node.address)  # the pool ejects a slashed node
     assert [(s.digest, s.outcome) for s in ledger.slashes.all()] == [(bad.digest, "sent")]
 
     votes_before = nonce(contracts, VALIDATOR, accounts)
     again = recorder.run_once(after(ledger, 0, 2 * EPOCH))
     assert (again.sent, again.found, again.slashes, again.errors) == ([], [], [], [])
     assert nonce(contracts, VALIDATOR, accounts) == votes_before
-    assert contracts.stake_of(provider) == STAKE - penalty
+    assert contracts.stakes.stake_of(provider) == STAKE - penalty
 
 
 def test_an_epoch_of_evidence_only_is_recorded_with_one_unit_and_slashed(
@@ -264,10 +264,10 @@ def test_an_epoch_of_evidence_only_is_recorded_with_one_unit_and_slashed(
     report = recorder.run_once(after(ledger, 0))
     assert [row.units for row in report.sent] == [1]
     assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
-    work = contracts.work_of(0, node.address)
+    work = contracts.pool.work_of(0, node.address)
     assert work is not None
     assert work.invalidated  # the one unit never pays
-    assert contracts.stake_of(accounts[PROVIDER_A].address) == (
+    assert contracts.stakes.stake_of(accounts[PROVIDER_A].address) == (
         STAKE - deployment.params.slash_penalty
     )
 
@@ -287,7 +287,7 @@ def test_a_slash_sent_before_a_crash_is_found_and_not_sent_again(
         (bad.digest, "found", None)
     ]
     assert nonce(contracts, VALIDATOR, accounts) == votes_before
-    assert contracts.stake_of(accounts[PROVIDER_A].address) == (
+    assert contracts.stakes.stake_of(accounts[PROVIDER_A].address) == (
         STAKE - deployment.params.slash_penalty
     )
 
@@ -297,13 +297,13 @@ def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, contracts, node,
     once, also when a crash lost the ledger's record of it."""
     admin = contracts.as_account(accounts[ADMIN])
     change_roles_after_delay(contracts, accounts, "VALIDATOR_ROLE", OUTSIDER)
-    admin.set_quorum(2)
+    admin.pool.set_quorum(2)
     submit(0, "accepted", 5)
     bad = submit(0, "rejected", slashable=True)
     report = recorder.run_once(after(ledger, 0))
     assert [(s.digest, s.outcome) for s in report.slashes] == [(bad.digest, "sent")]
     assert not slashed_on_chain(contracts, 0, node.address)
-    assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE
+    assert contracts.stakes.stake_of(accounts[PROVIDER_A].address) == STAKE
 
     # Epoch 1 was recorded and voted on just before a crash that lost both records.
     good = submit(1, "accepted", 2)
@@ -316,7 +316,7 @@ def test_under_a_quorum_our_vote_is_cast_once(recorder, ledger, contracts, node,
     assert [row.epoch for row in again.found] == [1]
     assert [(s.digest, s.outcome) for s in again.slashes] == [(bad_again.digest, "found")]
     assert nonce(contracts, VALIDATOR, accounts) == votes_before
-    assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE
+    assert contracts.stakes.stake_of(accounts[PROVIDER_A].address) == STAKE
 
 
 def _quick_timeouts(ledger, deployment, w3, accounts) -> Recorder:
@@ -345,7 +345,7 @@ def test_an_epoch_and_its_slash_the_chain_dropped_are_sent_again(
     first = recorder.run_once(after(ledger, 0))
     assert ([r.units for r in first.sent], [s.outcome for s in first.slashes]) == ([8], ["sent"])
     anvil_mod.revert(w3, before)
-    assert contracts.work_of(0, node.address) is None
+    assert contracts.pool.work_of(0, node.address) is None
 
     # Found dropped; sent at once, behind the nonce the chain lost: it times out once and
     # the sender reads its nonce again.
@@ -365,7 +365,7 @@ def test_an_epoch_and_its_slash_the_chain_dropped_are_sent_again(
         slashed_on_chain(contracts, 0, node.address),
     ) == (8, True)
     penalty = deployment.params.slash_penalty
-    assert contracts.stake_of(accounts[PROVIDER_A].address) == STAKE - penalty  # once
+    assert contracts.stakes.stake_of(accounts[PROVIDER_A].address) == STAKE - penalty  # once
     assert recorder.run_once(after(ledger, 0, 40)).dropped == []
 
 
@@ -401,7 +401,7 @@ def test_an_epoch_of_rejections_without_evidence_sends_nothing(
     assert report.sent == []
     [empty] = report.empty
     assert (empty.epoch, empty.units, empty.tx_hash) == (0, 0, None)
-    assert contracts.work_of(0, node.address) is None
+    assert contracts.pool.work_of(0, node.address) is None
     assert nonce(contracts, RECORDER, accounts) == sent_before
     # Marked, so it is not looked at again.
     assert recorder.run_once(after(ledger, 0, 10 * EPOCH)).empty == []
@@ -419,18 +419,18 @@ def test_open_and_unvalidated_epochs_wait_until_the_grace_time(
     for now in (after(ledger, 0, -EPOCH / 2), after(ledger, 0), after(ledger, 0, GRACE - 1)):
         report = recorder.run_once(now)
         assert (report.sent, report.empty, report.found) == ([], [], [])
-    assert contracts.work_of(0, node.address) is None
+    assert contracts.pool.work_of(0, node.address) is None
 
     # Past the grace time it goes on chain with what was accepted by then; the
     # unvalidated submission is still in the commitment.
     report = recorder.run_once(after(ledger, 0, GRACE))
     assert [(row.epoch, row.units) for row in report.sent] == [(0, 6)]
-    work = contracts.work_of(0, node.address)
+    work = contracts.pool.work_of(0, node.address)
     assert work is not None
     assert work.units == 6
     assert work.ref.leaf.commitment == commitment_tree(ledger.submissions.all(epoch=0)).root
     assert waiting.digest in {s.digest for s in ledger.submissions.all(epoch=0)}
-    assert contracts.work_of(1, node.address) is None
+    assert contracts.pool.work_of(1, node.address) is None
 
     # Epoch 1, fully validated, goes as soon as it has ended.
     report = recorder.run_once(after(ledger, 1))
@@ -535,7 +535,7 @@ def test_an_epoch_of_many_nodes_is_one_transaction_and_a_node_that_left_is_not_i
     submit(0, "accepted", 5)
     Submit(contracts, ledger, other)(0, "accepted", 7)
     Submit(contracts, ledger, gone)(0, "accepted", 3)
-    contracts.as_account(gone).leave_pool(gone.address)  # before the epoch is recorded
+    contracts.as_account(gone).pool.leave_pool(gone.address)  # before the epoch is recorded
     sent_before = nonce(contracts, RECORDER, accounts)
 
     report = recorder.run_once(after(ledger, 0))
@@ -546,18 +546,18 @@ def test_an_epoch_of_many_nodes_is_one_transaction_and_a_node_that_left_is_not_i
     assert len({r.tx_hash for r in report.sent}) == 1
     assert nonce(contracts, RECORDER, accounts) == sent_before + 1
     assert [(r.node, r.units) for r in report.empty] == [(gone.address, 0)]
-    [part] = contracts.recorded_parts(0)
-    assert contracts.record_of(0, 0).root == part.root
+    [part] = contracts.pool.recorded_parts(0)
+    assert contracts.pool.record_of(0, 0).root == part.root
     assert [leaf.node for leaf in part.leaves] == sorted(
         [node.address, other.address], key=lambda a: int(a, 16)
     )
 
 
 def units_on_chain(contracts: Contracts, epoch: int, node: str) -> int:
-    work = contracts.work_of(epoch, node)
+    work = contracts.pool.work_of(epoch, node)
     return 0 if work is None else work.units
 
 
 def slashed_on_chain(contracts: Contracts, epoch: int, node: str) -> bool:
-    work = contracts.work_of(epoch, node)
+    work = contracts.pool.work_of(epoch, node)
     return work is not None and work.slashed

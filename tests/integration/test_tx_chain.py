@@ -13,13 +13,15 @@ from .conftest import PROVIDER_A
 
 def test_a_revert_mined_on_chain_is_replayed_and_decoded(contracts, accounts):
     sender = TxSender(contracts.w3, accounts[PROVIDER_A], contracts.decoder)
-    fn = contracts.stake_manager.functions.withdraw()
+    fn = contracts.stakes.contract.functions.withdraw()
     with pytest.raises(
         RevertedError,
         match=r"^StakeManager reverted: NothingToWithdraw\(\) \(transaction 0x[0-9a-f]{64}\)$",
     ):
         sender.transact(fn, "StakeManager", gas=100_000)  # no estimate: it goes on chain
-    sender.transact(contracts.token.functions.approve(contracts.pool.address, 1), "StakeToken")
+    sender.transact(
+        contracts.token.contract.functions.approve(contracts.pool.address, 1), "StakeToken"
+    )
 
 
 def test_no_receipt_in_time_is_a_timeout(contracts, accounts, w3):
@@ -29,12 +31,12 @@ def test_no_receipt_in_time_is_a_timeout(contracts, accounts, w3):
     try:
         with pytest.raises(TxTimeoutError, match=r"had no receipt after 0.3 s; it may still be"):
             sender.transact(
-                contracts.token.functions.approve(contracts.pool.address, 1), "StakeToken"
+                contracts.token.contract.functions.approve(contracts.pool.address, 1), "StakeToken"
             )
     finally:
         w3.provider.make_request("evm_setAutomine", [True])
     anvil_mod.mine(w3)
-    assert contracts.allowance(accounts[PROVIDER_A].address, contracts.pool.address) == 1
+    assert contracts.token.allowance(accounts[PROVIDER_A].address, contracts.pool.address) == 1
 
 
 def test_a_dead_rpc_is_retried_then_reported(deployment, accounts):
@@ -42,7 +44,7 @@ def test_a_dead_rpc_is_retried_then_reported(deployment, accounts):
     settings = TxSettings(rpc_retries=2, backoff=0.01)
     chain = Contracts(dead, deployment, accounts[PROVIDER_A], settings)
     with pytest.raises(RpcUnavailableError, match=r"after 3 attempts \(connection refused"):
-        chain.register_provider()
+        chain.registry.register_provider()
     with pytest.raises(RpcUnavailableError):
         Contracts.connect(deployment, rpc_url="http://127.0.0.1:9", settings=settings)
 
@@ -56,7 +58,7 @@ def test_a_sender_whose_nonce_the_chain_dropped_sends_again_after_a_timeout(
     # again and the next send goes through.
     settings = TxSettings(receipt_timeout=0.5)
     sender = TxSender(w3, accounts[PROVIDER_A], contracts.decoder, settings)
-    approve = contracts.token.functions.approve
+    approve = contracts.token.contract.functions.approve
     before = anvil_mod.snapshot(w3)
     sender.transact(approve(contracts.pool.address, 1), "StakeToken")
     anvil_mod.revert(w3, before)  # the block is gone, the sender's nonce stays ahead
@@ -65,4 +67,4 @@ def test_a_sender_whose_nonce_the_chain_dropped_sends_again_after_a_timeout(
     sender.transact(approve(contracts.pool.address, 3), "StakeToken")
     # The transaction queued behind the gap is mined once the gap is filled, as a
     # reorganised transaction is: what a sender sends must be safe to land twice.
-    assert contracts.allowance(accounts[PROVIDER_A].address, contracts.pool.address) == 2
+    assert contracts.token.allowance(accounts[PROVIDER_A].address, contracts.pool.address) == 2

@@ -168,9 +168,9 @@ def test_unstake_says_what_holds_the_stake_back(wallet, contracts, accounts, w3,
     assert wallet("stake", "provider", "150").returncode == 0
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = contracts.as_account(provider)
-    consent, signature = p.node_consent(node, provider.address)
-    p.add_node(node.address, consent.deadline, signature)
-    p.join_pool(node.address)
+    consent, signature = p.registry.node_consent(node, provider.address)
+    p.registry.add_node(node.address, consent.deadline, signature)
+    p.pool.join_pool(node.address)
     _record(contracts, accounts, 1, (node, 1, bytes(32)))
     assert lines(wallet("balance", "provider"))["bonded"].startswith("50 ")
 
@@ -185,8 +185,8 @@ def test_unstake_says_what_holds_the_stake_back(wallet, contracts, accounts, w3,
         f"node(s); {bonded})"
     )
     # Out of the pool, the node's membership stays bonded while its work can be slashed.
-    p.leave_pool(node.address)
-    p.remove_node(node.address)
+    p.pool.leave_pool(node.address)
+    p.registry.remove_node(node.address)
     held = wallet("unstake", "provider", "150")
     assert held.stderr.strip() == (
         f"error: only 100 of your 150 staked can be unbonded now ({bonded})"
@@ -207,15 +207,15 @@ def test_claimable_lists_the_epochs_and_claim_without_epoch_takes_them_all(
     assert wallet("stake", "provider", "150").returncode == 0
     provider, node = accounts[PROVIDER_A], accounts[NODE_A]
     p = contracts.as_account(provider)
-    consent, signature = p.node_consent(node, provider.address)
-    p.add_node(node.address, consent.deadline, signature)
-    p.join_pool(node.address)
+    consent, signature = p.registry.node_consent(node, provider.address)
+    p.registry.add_node(node.address, consent.deadline, signature)
+    p.pool.join_pool(node.address)
     _record(contracts, accounts, 3, (node, 2, bytes(32)))
     _record(contracts, accounts, 4, (node, 1, bytes(32)))
-    stale = contracts.leaf(node.address, 1, bytes(32))
+    stale = contracts.pool.leaf(node.address, 1, bytes(32))
     anvil_mod.increase_time(w3, 1)  # a leave in the records' second would not back them
-    p.leave_pool(node.address)
-    contracts.as_account(accounts[RECORDER]).record_work(WorkPart(5, 0, [stale]))
+    p.pool.leave_pool(node.address)
+    contracts.as_account(accounts[RECORDER]).pool.record_work(WorkPart(5, 0, [stale]))
     unit = deployment.params.reward_per_unit / 10**18
     never_paid = "never paid: recorded when the node was not in the pool"
 

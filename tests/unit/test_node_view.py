@@ -18,7 +18,7 @@ from client.node.screen.view import (
     how_to_claim,
     stake_status,
 )
-from swarmrl.chain.contracts import Membership, PartRecord, Settlement, WorkRecord
+from swarmrl.chain.compute_pool import Membership, PartRecord, Settlement, WorkRecord
 from swarmrl.chain.recorded_work import LeafRef, WorkLeaf
 
 TOKEN = 10**18

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from client.node.screen.view import ChainFacts, EpochWork
 
 if TYPE_CHECKING:
-    from swarmrl.chain.contracts import Contracts, WorkRecord
+    from swarmrl.chain.compute_pool import WorkRecord
+    from swarmrl.chain.contracts import Contracts
     from swarmrl.chain.recorded_work import LeafRef
 
 
@@ -27,14 +28,14 @@ def read_facts(
     """`node`'s standing now; epochs in `final` are not read again, and epochs that
     became final are added to it. `refs` keeps the leaf of each epoch found recorded, so
     that later reads of it are three calls rather than searches of the chain's logs."""
-    provider = chain.provider_of(node)
+    provider = chain.registry.provider_of(node)
     if provider is None:
         raise ValueError(f"node {node} has no provider on chain; run `swarmrl node init`")
     refs = {} if refs is None else refs
     wanted = sorted(set(epochs))
     # One search of the logs for all the epochs awaiting record, then two for each found.
     unseen = [e for e in wanted if e not in final and e not in refs]
-    recorded = set(chain.recorded_epochs(node)) if unseen else set()
+    recorded = set(chain.pool.recorded_epochs(node)) if unseen else set()
     work = []
     for epoch in wanted:
         known = final.get(epoch)
@@ -45,10 +46,10 @@ def read_facts(
         work.append(known)
     return ChainFacts(
         provider=provider,
-        stake=chain.stake_of(provider),
-        needed=len(chain.nodes_of(provider)) * chain.min_stake_per_node(),
-        unbonding=chain.unbonding_of(provider).total,
-        joined=chain.is_joined(node),
+        stake=chain.stakes.stake_of(provider),
+        needed=len(chain.registry.nodes_of(provider)) * chain.stakes.min_stake_per_node(),
+        unbonding=chain.stakes.unbonding_of(provider).total,
+        joined=chain.pool.is_joined(node),
         now=chain.chain_time(),
         epochs=tuple(work),
     )
@@ -60,10 +61,10 @@ def _work_of(
     """`node`'s work in `epoch`: read by the leaf found before, else searched for if the
     pool logged it (`recorded`), keeping its leaf in `refs`."""
     if epoch in refs:
-        return chain.work_at(refs[epoch])
+        return chain.pool.work_at(refs[epoch])
     if epoch not in recorded:
         return None
-    record = chain.work_of(epoch, node)
+    record = chain.pool.work_of(epoch, node)
     if record is not None:
         refs[epoch] = record.ref
     return record
@@ -152,4 +153,4 @@ class ProviderClaimer:
             self._account = keystore.unlock(self.keystore_dir, self.key, password)
         chain = Contracts.connect(load_deployment(self.deployment), self._account)
         with account_lock(chain.deployment.chain_id, self._account.address):
-            return chain.claim(self.node, epochs)
+            return chain.pool.claim(self.node, epochs)

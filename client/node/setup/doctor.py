@@ -16,12 +16,15 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from client.node.settings import OUTBOUND_ONLY, ROLE, NodeSettings, load_tasks
 from swarmrl.files import check_data_dir
 from swarmrl.models.backend import BackendName
 from swarmrl.sizes import GiB, size
+
+if TYPE_CHECKING:
+    from swarmrl.chain.contracts import Contracts
 
 # The weight store holds the version being fetched beside the one in use; two
 # copies of the small models a laptop runs fit in this.
@@ -59,7 +62,7 @@ class _Found:
     account: Any = None  # the unlocked node key
     peer_key: Any = None
     deployment: Any = None
-    chain: Any = None  # the run's contracts, connected (swarmrl.chain.contracts.Contracts)
+    chain: Contracts | None = None  # the run's contracts, connected
     provider: str | None = None
 
 
@@ -275,13 +278,13 @@ def _stake(found: _Found) -> str:
     from swarmrl.chain.tokens import format_tokens
 
     chain, node = _needs_chain(found), _needs_node(found)
-    provider = chain.provider_of(node)
+    provider = chain.registry.provider_of(node)
     if provider is None:
         raise _CheckFailedError(f"node {node} has no provider on chain; {INIT_HINT}")
     found.provider = provider
-    stake = chain.stake_of(provider)
-    each = chain.min_stake_per_node()
-    nodes = len(chain.nodes_of(provider))
+    stake = chain.stakes.stake_of(provider)
+    each = chain.stakes.min_stake_per_node()
+    nodes = len(chain.registry.nodes_of(provider))
     needed = each * nodes
     if stake < needed:
         raise _CheckFailedError(
@@ -297,7 +300,7 @@ def _stake(found: _Found) -> str:
 
 def _joined(found: _Found) -> str:
     chain, node = _needs_chain(found), _needs_node(found)
-    if not chain.is_joined(node):
+    if not chain.pool.is_joined(node):
         raise _CheckFailedError(f"node {node} is not in the run's pool; {INIT_HINT} to join it")
     return f"ok: node {node} is in the run's pool"
 
@@ -419,7 +422,7 @@ def _dial_back(ip: str, orchestrator: str, peer_key: Any) -> str | None:
 # ---- helpers ------------------------------------------------------------------------
 
 
-def _needs_chain(found: _Found) -> Any:
+def _needs_chain(found: _Found) -> Contracts:
     if found.chain is None:
         raise _CheckSkippedError("chain")
     return found.chain

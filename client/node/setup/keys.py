@@ -273,7 +273,8 @@ def init_node(
                 if Step.NODE_ADDED in sends:
                     node_account = files.account(identity, password_for)
                     consent = ConsentFile.signed(
-                        chain.registry_domain(), *chain.node_consent(node_account, provider)
+                        chain.registry.domain(),
+                        *chain.registry.node_consent(node_account, provider),
                     )
                 _send(acting, identity.address, sends, consent, steps, "node init")
     return NodeSetup(identity.address, identity.peer_id, provider, tuple(steps))
@@ -299,15 +300,15 @@ def sign_consent(
     with _chain_errors():
         chain = Contracts.connect(deployment, rpc_url=rpc_url)
         if files.address is not None:
-            registered_to = chain.provider_of(files.address)
+            registered_to = chain.registry.provider_of(files.address)
             if registered_to not in (None, provider):
                 raise NodeSetupError(_taken(files.address, registered_to, provider))
         identity = files.ensure(password_for)
         node_account = files.account(identity, password_for)
-        consent, signature = chain.node_consent(node_account, provider, ttl=valid_for)
+        consent, signature = chain.registry.node_consent(node_account, provider, ttl=valid_for)
     steps = (*identity.steps, Step.CONSENT_SIGNED)
     done = NodeSetup(identity.address, identity.peer_id, provider, steps)
-    return done, ConsentFile.signed(chain.registry_domain(), consent, signature)
+    return done, ConsentFile.signed(chain.registry.domain(), consent, signature)
 
 
 def add_node_with_consent(
@@ -390,7 +391,7 @@ def _check_consent_usable(chain: Contracts, consent: ConsentFile) -> None:
             f"the consent expired at {date_time(consent.deadline)} (by the chain's clock); "
             "sign a new one on the node's machine"
         )
-    current = chain.consent_nonce(consent.node)
+    current = chain.registry.consent_nonce(consent.node)
     if consent.nonce != current:
         raise NodeSetupError(
             f"the consent was used or revoked already (it names the node's consent nonce "
@@ -419,18 +420,18 @@ def _plan(chain: Contracts, provider_key: str, provider: str, node: str | None) 
 def _read_state(chain: Contracts, provider: str, node: str | None) -> _ChainState:
     registered_to = joined_with = None
     if node is not None:
-        registered_to = chain.provider_of(node)
+        registered_to = chain.registry.provider_of(node)
         joined = with_rpc_retries(
-            chain.pool.functions.joinedProviderOf(node).call, what="joinedProviderOf"
+            chain.pool.contract.functions.joinedProviderOf(node).call, what="joinedProviderOf"
         )
         joined_with = None if int(joined, 16) == 0 else to_checksum_address(joined)
     return _ChainState(
         registered_to=registered_to,
         joined_with=joined_with,
-        is_provider=chain.is_provider(provider),
-        stake=chain.stake_of(provider),
-        nodes=len(chain.nodes_of(provider)),
-        min_stake_per_node=chain.min_stake_per_node(),
+        is_provider=chain.registry.is_provider(provider),
+        stake=chain.stakes.stake_of(provider),
+        nodes=len(chain.registry.nodes_of(provider)),
+        min_stake_per_node=chain.stakes.min_stake_per_node(),
         gas=chain.eth_balance(provider),
     )
 
@@ -494,14 +495,14 @@ def _send(
 
     try:
         if Step.PROVIDER_REGISTERED in sends:
-            acting.register_provider()
+            acting.registry.register_provider()
             steps.append(Step.PROVIDER_REGISTERED)
         if Step.NODE_ADDED in sends:
             assert consent is not None  # signed or checked by the caller for this step
-            acting.add_node(node, consent.deadline, bytes.fromhex(consent.signature))
+            acting.registry.add_node(node, consent.deadline, bytes.fromhex(consent.signature))
             steps.append(Step.NODE_ADDED)
         if Step.POOL_JOINED in sends:
-            acting.join_pool(node)
+            acting.pool.join_pool(node)
             steps.append(Step.POOL_JOINED)
     except ChainError as e:
         if not steps:

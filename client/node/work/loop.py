@@ -208,7 +208,7 @@ class Node:
         from swarmrl.eip712 import pool_domain, swarm_domain
 
         d = load_deployment(self.settings.deployment)
-        provider = Contracts.connect(d).provider_of(self.account.address)
+        provider = Contracts.connect(d).registry.provider_of(self.account.address)
         if provider is None:
             raise ValueError(
                 f"node {self.account.address} has no provider on chain; run `swarmrl node init`"
