@@ -168,7 +168,14 @@ def test_streams_held_open_by_others_take_no_upload_from_an_honest_node(served, 
             return replies
 
         refused = b'{"error":"this peer has not joined; send a join request first"}'
-        assert attacker._call(hold_streams, 8) == [refused] * 8
+        # A stream that comes while the peer's last one is still at the join gate (its
+        # check runs in a worker thread, so a flood holds one thread) is refused sooner:
+        # one upload at a time per peer. Which of the two each gets is the scheduler's.
+        busy = b'{"error":"this peer has an upload in progress; one at a time"}'
+        replies = attacker._call(hold_streams, 8)
+        assert len(replies) == 8
+        assert set(replies) <= {refused, busy}, replies
+        assert refused in replies
 
         session = over(node, orchestrator, server)
         session.join(REPORT)
