@@ -120,7 +120,7 @@ lint: $(DEPS_STAMP) $(NATIVE)
 
 # The whole of it timed, setup included: CI's budget is 25 minutes on 2 cores. The
 # checks before pytest run two at a time, each one's output kept together: once pip is
-# done, the tests' default model is built on one core (minutes) while the native build,
+# done, the tests' default model is built on one thread (minutes) while the native build,
 # lint, the contracts' tests and the Rust tests take turns on the other. Those last two
 # need no Python but wait for pip all the same: beside them it took 4.3 min, not 2.6.
 test:

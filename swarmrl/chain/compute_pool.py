@@ -132,19 +132,19 @@ class ComputePool(AccessControlled):
         applies with `apply_role_change` once the pool's SLASH_CHANGE_DELAY has passed
         (`pending_role_change` says when). A revoked validator's pending votes stop
         counting; the recorders and validators of the deployment act at once."""
-        role_id = self._call(self.contract.functions[role]())
+        role_id = self.role_id(role)
         fn = self.contract.functions.scheduleRoleChange(role_id, cs(account), grant)
         return self._send(fn)
 
     def apply_role_change(self, role: str, account: str) -> TxReceipt:
         """Applies the pool's scheduled change of `role` for `account`, once it is due."""
-        role_id = self._call(self.contract.functions[role]())
+        role_id = self.role_id(role)
         return self._send(self.contract.functions.applyRoleChange(role_id, cs(account)))
 
     def pending_role_change(self, role: str, account: str) -> tuple[bool, int]:
         """The scheduled change of the pool's `role` for `account`: whether it grants
         (else revokes) and when it is due (0: none is scheduled)."""
-        role_id = self._call(self.contract.functions[role]())
+        role_id = self.role_id(role)
         fn = self.contract.functions.pendingRoleChange(role_id, cs(account))
         grant, due = self._call(fn)
         return bool(grant), int(due)

@@ -140,21 +140,26 @@ class AccessControlled(ContractHandle):
     """A contract with OpenZeppelin's AccessControl; administration needs its
     DEFAULT_ADMIN_ROLE."""
 
+    def role_id(self, role: str) -> bytes:
+        """The id of `role`, named by its constant (e.g. "MINTER_ROLE"), as the contract
+        computes it."""
+        return bytes(self._call(self.contract.functions[role]()))
+
     def grant_role(self, role: str, account: str) -> TxReceipt:
         """Grants `role` (its constant's name, e.g. "MINTER_ROLE") on this contract. The
         pool's RECORDER_ROLE and VALIDATOR_ROLE change only after its delay (the
         contract reverts RoleChangeDelayed): see `ComputePool.schedule_role_change`."""
-        role_id = self._call(self.contract.functions[role]())
+        role_id = self.role_id(role)
         return self._send(self.contract.functions.grantRole(role_id, cs(account)))
 
     def revoke_role(self, role: str, account: str) -> TxReceipt:
         """Revokes `role` on this contract. The pool's RECORDER_ROLE and VALIDATOR_ROLE
         change only after its delay: see `ComputePool.schedule_role_change`."""
-        role_id = self._call(self.contract.functions[role]())
+        role_id = self.role_id(role)
         return self._send(self.contract.functions.revokeRole(role_id, cs(account)))
 
     def has_role(self, role: str, account: str) -> bool:
-        role_id = self._call(self.contract.functions[role]())
+        role_id = self.role_id(role)
         return self._read(bool, self.contract.functions.hasRole(role_id, cs(account)))
 
 
