@@ -46,7 +46,6 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +62,7 @@ from swarmrl.rollouts.records import Rollout
 from swarmrl.rollouts.tolerances import NO_SUMS, TemperatureSums
 from swarmrl.rollouts.verify import OlderStep, Verdict, verify_submission
 from swarmrl.tasks import Task
-from swarmrl.tasks.rewards import CODE_TYPES
+from swarmrl.tasks.rewards import task_reward
 from swarmrl.work.assign import WorkOrder
 from swarmrl.work.states import NodeState, SubmissionStatus
 
@@ -192,10 +191,13 @@ class Validator:
             records,
             self.tasks,
             asked,
-            _scorer(records, backend.tokenizer, check_code),
+            task_reward,
             older=self.older_step(row.step, asked.precision) if prefill else None,
             prefill=prefill,
             prior=node.temperature,
+            # Code tests are run on ``code_check_rate`` of the submissions; on the others
+            # a code record's own claim stands (math never does).
+            code_claims=not check_code,
         )
         verdicts, sums = judged.verdicts, judged.temperature
         seconds = cpu_seconds_with_checker() - began
@@ -322,27 +324,6 @@ class Validator:
             "yes" if prefilled else "no",
         )
         return True
-
-
-def _scorer(
-    records: list[Rollout], tokenizer: Any, check_code: bool
-) -> Callable[[Task, str], float]:
-    """The validator's task reward. Code tests are run on ``code_check_rate`` of the
-    submissions; on the others a code record's own claim stands (math never does)."""
-    from swarmrl.tasks.rewards import task_reward
-
-    claimed = {
-        (r.problem_id, tokenizer.decode(r.output_ids, skip_special_tokens=True)): r.task_reward
-        for r in records
-        if r.task_type in CODE_TYPES
-    }
-
-    def score(task: Task, text: str) -> float:
-        if task.task_type in CODE_TYPES and not check_code:
-            return claimed[(task.problem_id, text)]
-        return task_reward(task, text)
-
-    return score
 
 
 def _with_rewards(record: Rollout, verdict: Verdict) -> Rollout:

@@ -187,6 +187,8 @@ def _prefilled_verdict(
     task: Task,
     score: Callable[[Task, str], float],
     prefill: Prefill | ValueError,
+    *,
+    code_claims: bool = False,
 ) -> Verdict:
     """The verdict on a record that passed the unprefilled checks, given its prefill."""
     if isinstance(prefill, ValueError):
@@ -223,7 +225,14 @@ def _prefilled_verdict(
             distances=distances,
         )
     verdict = _rewards_verdict(
-        backend, rollout, task, score, chunks, passed, prefill.scores.sequence_logprob
+        backend,
+        rollout,
+        task,
+        score,
+        chunks,
+        passed,
+        prefill.scores.sequence_logprob,
+        code_claims=code_claims,
     )
     return replace(verdict, distances=distances)
 
@@ -266,12 +275,17 @@ def _rewards_verdict(
     chunks: int,
     passed: int,
     logprob: float | None,
+    *,
+    code_claims: bool = False,
 ) -> Verdict:
-    text = backend.tokenizer.decode(rollout.output_ids, skip_special_tokens=True)
-    try:
-        task_reward = score(task, text)
-    except ValueError as e:
-        return Verdict(False, f"its task cannot be scored ({e})", chunks, passed)
+    if code_claims and task.task_type in CODE_TYPES:
+        task_reward = rollout.task_reward  # its claim stands: no decode, no test run
+    else:
+        text = backend.tokenizer.decode(rollout.output_ids, skip_special_tokens=True)
+        try:
+            task_reward = score(task, text)
+        except ValueError as e:
+            return Verdict(False, f"its task cannot be scored ({e})", chunks, passed)
     penalty = length_penalty(rollout.target_len, len(rollout.output_ids))
     for name, claimed, actual in (
         ("task reward", rollout.task_reward, task_reward),
@@ -412,10 +426,13 @@ def verify_submission(
     prefill: bool = True,
     older: OlderStep | None = None,
     prior: TemperatureSums = NO_SUMS,
+    code_claims: bool = False,
 ) -> Judged:
     """One verdict per record, in order: each record's own checks, then its group's;
     and what the submission adds to its node's colder-sampling sums, ``prior`` (what
-    its node's earlier prefilled submissions left).
+    its node's earlier prefilled submissions left). With ``code_claims`` a code
+    record's claimed task reward stands unscored (the validator runs code tests on a
+    sample of submissions); every other reward is recomputed from the text.
 
     A group that fails its checks has every record rejected with the group's reason
     (a record already rejected keeps its own).
@@ -432,7 +449,9 @@ def verify_submission(
         if early := _unprefilled_verdict(backend, rollout, task, asked, ids):
             verdicts[i] = early
         elif not prefill:
-            verdicts[i] = _rewards_verdict(backend, rollout, task, score, 0, 0, None)
+            verdicts[i] = _rewards_verdict(
+                backend, rollout, task, score, 0, 0, None, code_claims=code_claims
+            )
         else:
             group = (tuple(rollout.prompt_ids), rollout.temperature, rollout.top_p)
             to_prefill.setdefault(group, []).append(i)
@@ -442,7 +461,9 @@ def verify_submission(
         prefills = _prefill_group(backend, [rollouts[i] for i in members])
         for i, result in zip(members, prefills, strict=True):
             task = tasks[rollouts[i].problem_id]
-            verdicts[i] = _prefilled_verdict(backend, rollouts[i], task, score, result)
+            verdicts[i] = _prefilled_verdict(
+                backend, rollouts[i], task, score, result, code_claims=code_claims
+            )
             if isinstance(result, Prefill):
                 prefilled[i] = result
             if isinstance(result, Prefill) and rollouts[i].temperature > 0:

@@ -191,6 +191,47 @@ def test_a_code_tasks_tests_rewritten_by_the_node_are_rejected(backend):
     assert verdict.reason == "its verification info differs from the task set's c0"
 
 
+@pytest.mark.parametrize("prefill", [False, True])
+def test_a_code_records_claim_stands_only_where_its_tests_are_not_run(backend, prefill):
+    """The validator runs code tests on a sample of submissions (``code_claims`` off);
+    on the others a code record's claimed task reward stands, and a math record's never
+    does."""
+    code = Task(
+        problem_id="c0",
+        task_type="code",
+        prompt="Print the sum of two integers.",
+        verification_info={"tests": [{"stdin": "1 2\n", "stdout": "3\n"}]},
+    )
+    math_task = TASKS[0]
+    asked = Assignment("test", NODE, 4, 1, 70, 1.0, 1.0)
+
+    def claiming(task):
+        (r,) = generate(backend, tasks=[task], n=1)
+        claimed = 1.0 - score(
+            task, backend.tokenizer.decode(r.output_ids, skip_special_tokens=True)
+        )
+        return lie(r, task_reward=claimed, reward=claimed - r.length_penalty)
+
+    def judged(record, task, code_claims):
+        (verdict,) = verify_submission(
+            backend, [record], {task.problem_id: task}, asked, score,
+            prefill=prefill, code_claims=code_claims,
+        ).verdicts  # fmt: skip
+        return verdict
+
+    code_record, math_record = claiming(code), claiming(math_task)
+    stands = judged(code_record, code, code_claims=True)
+    assert stands.accepted, stands.reason
+    assert stands.task_reward == code_record.task_reward
+    run = judged(code_record, code, code_claims=False)
+    assert not run.accepted
+    assert run.reason.startswith("its task reward is")
+    assert not run.slashable  # a test can time out here and pass there
+    never = judged(math_record, math_task, code_claims=True)
+    assert not never.accepted
+    assert never.slashable
+
+
 # -- provenance and sampling settings come from the assignment ----------------------
 
 
