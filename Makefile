@@ -127,7 +127,7 @@ lint: $(DEPS_STAMP) $(NATIVE)
 	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 # The whole of it timed, setup included: CI's budget is 25 minutes on 2 cores. The
-# checks before pytest run two at a time, each one's output kept together: once pip is
+# checks before pytest run two at a time, each one's output kept together: once the install is
 # done, the tests' default model is built on one thread (minutes) while the native build,
 # lint, the contracts' tests and the Rust tests take turns on the other. Those last two
 # need no Python but wait for the install all the same (beside them pip took 4.3 min, not
