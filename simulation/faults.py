@@ -510,9 +510,11 @@ def stop_with_a_hung_worker(swarm: Swarm, key: str, config: Path) -> float:
     worker = worker_of(swarm, key)
 
     def generating() -> list[str]:
+        # "worker 0 generating batch 2 of 3: 12 s so far, ...": the part, not how long
+        # it has run, which changes by the second.
         running = node_status(swarm, config)["running"]
         waiting = [] if running is None else running["waiting"]
-        return [w for w in waiting if " generating batch" in w]
+        return [w.split(":")[0] for w in waiting if " generating batch" in w]
 
     def hung() -> bool:
         # Stopped in a part: the node says it waits for the same batch before the stop
