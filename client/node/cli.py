@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ import typer
 from swarmrl.cli_options import DeploymentFile, KeystoreDir, PasswordFile
 
 if TYPE_CHECKING:  # imported where used: each command loads only what it needs
+    from client.node.daemon.control import Status
     from client.node.events import Event, Listener
     from client.node.settings import NodeSettings
     from client.node.work.journal import JournalSummary
@@ -378,14 +380,8 @@ def status(
 ) -> None:
     """Whether the node works and if not why; what it has submitted, the receipts it holds
     and what was refused for good (read from its journal when it does not run)."""
-    from client.node.daemon.control import ControlClient, NotRunningError
-
     data_dir = _data_dir(config)
-    try:
-        running = ControlClient(data_dir).status()
-        journal = running.journal
-    except NotRunningError:
-        running, journal = None, _journal_summary(data_dir)
+    running, journal = _status_or_journal(data_dir)
     if as_json:
         out = {
             "running": None if running is None else running.model_dump(exclude={"journal"}),
@@ -411,6 +407,32 @@ def status(
         )
         for r in journal.refused:
             typer.echo(f"refused {r.digest[:12]} (order {r.order_id[:12]}): {r.reason}")
+
+
+# How long `node status` asks again while a daemon holds the data dir without answering.
+STATUS_SETTLE_SECONDS = 10.0
+
+
+def _status_or_journal(data_dir: Path) -> tuple[Status | None, JournalSummary | None]:
+    """The running daemon's status and journal, or (None, the journal read from disk).
+    A daemon holds the data dir a moment before its socket answers and a moment after it
+    stops answering (starting, stopping): in that window the command asks again rather
+    than call the folder busy, which is true only of another command."""
+    from client.node.daemon.control import ControlClient, NotRunningError
+    from swarmrl.locks import FolderBusyError
+
+    deadline = time.monotonic() + STATUS_SETTLE_SECONDS
+    while True:
+        try:
+            running = ControlClient(data_dir).status()
+            return running, running.journal
+        except NotRunningError:
+            try:
+                return None, _journal_summary(data_dir)
+            except FolderBusyError:
+                if time.monotonic() >= deadline:
+                    raise
+        time.sleep(0.2)
 
 
 def _journal_summary(data_dir: Path) -> JournalSummary:

@@ -70,7 +70,7 @@ def _node(config: Path, *args: object, env: dict[str, str]) -> subprocess.Comple
 
 def _status(config: Path, env: dict[str, str]) -> dict:
     done = _node(config, "status", "--json", env=env)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (done.stdout, done.stderr)
     return json.loads(done.stdout)
 
 

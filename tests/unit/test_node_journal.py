@@ -327,3 +327,35 @@ def test_sigkill_while_adding_and_settling_loses_nothing(tmp_path):
     # Both paths were exercised.
     assert len(settled) >= 8
     assert len(added - settled) >= 2
+
+
+def test_status_asks_again_while_a_daemon_holds_the_data_dir_without_answering(
+    tmp_path, monkeypatch
+):
+    """A daemon holds its data dir a moment before its socket answers and after it stops
+    answering (starting, stopping: a test polling a stop saw the folder called busy)."""
+    from client.node import cli
+    from client.node.work.loop import holding_data_dir
+    from swarmrl.locks import FolderBusyError
+
+    data = tmp_path / "data"
+    Journal(data / "journal")
+    held = holding_data_dir(data, "swarmrl node run")
+    held.__enter__()
+    waits = []
+
+    def sleep(seconds: float) -> None:  # the daemon ends while status waits
+        waits.append(seconds)
+        held.__exit__(None, None, None)
+
+    monkeypatch.setattr(cli.time, "sleep", sleep)
+    running, journal = cli._status_or_journal(data)
+    assert waits  # it asked again
+    assert running is None
+    assert journal is not None
+    assert journal.receipts == 0
+
+    with holding_data_dir(data, "swarmrl node run"):  # one that never lets go
+        monkeypatch.setattr(cli, "STATUS_SETTLE_SECONDS", 0.0)
+        with pytest.raises(FolderBusyError, match=r"in use by `swarmrl node run` \(pid \d+\)"):
+            cli._status_or_journal(data)
