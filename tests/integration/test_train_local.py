@@ -167,7 +167,9 @@ def test_two_trainer_processes_stop_on_ctrl_c_and_one_continues(
     assert lines[:-1] == [f"{step}/50" for step in range(1, stopped + 1)]
     rows = read_metrics(RunDir(out).metrics)
     assert [row["step"] for row in rows] == list(range(1, stopped + 1))
-    assert rows[-1]["tokens_per_second"] > 0  # the workers' stats, read by rank 0
+    # The workers' stats, read by rank 0. Not of every step: one trained on batches
+    # already spooled comes after no new tokens (a clean-clone run's last step did).
+    assert any(row["tokens_per_second"] > 0 for row in rows)
 
     again = swarmrl("train", "local", "--model", default_model, "--tasks", train_tasks,
                     "--out", out, *SMALL, "--steps", stopped + 1)  # fmt: skip
