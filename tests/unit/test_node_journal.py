@@ -11,7 +11,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -348,7 +350,8 @@ def test_status_asks_again_while_a_daemon_holds_the_data_dir_without_answering(
         waits.append(seconds)
         held.__exit__(None, None, None)
 
-    monkeypatch.setattr(cli.time, "sleep", sleep)
+    # The command's own clock only: the time module's sleep is everyone's.
+    monkeypatch.setattr(cli, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
     running, journal = cli._status_or_journal(data)
     assert waits  # it asked again
     assert running is None
