@@ -58,7 +58,6 @@ from simulation.local_swarm import (
     processes,
     wait_for,
 )
-from swarmrl.work.states import SubmissionStatus
 
 # How long the daemon may take to start a killed trainer again: it looks every second.
 RESTART_SECONDS = 120.0
@@ -306,6 +305,7 @@ class Faults:
         return out
 
     def _recorded(self, close_limit: float) -> list[str]:
+        from orchestrator.service.recorder import paid_units
         from swarmrl.chain.contracts import Contracts
 
         chain = Contracts.connect(self.swarm.deployment)
@@ -324,10 +324,7 @@ class Faults:
                         ledger.epochs.unrecorded(closed)]  # fmt: skip
             held: dict[str, set[int]] = {}
             for row in ledger.epochs.all():
-                rows = ledger.submissions.all(node=row.node, epoch=row.epoch)
-                units = sum(s.units for s in rows if s.status is SubmissionStatus.ACCEPTED)
-                if units == 0 and any(s.slashable for s in rows):
-                    units = 1  # the one unit that commits evidence (recorder._units)
+                units = paid_units(ledger.submissions.all(node=row.node, epoch=row.epoch))
                 if row.units == 0 and units and not chain.pool.membership_of(row.node)[1].live:
                     units = 0  # out of the pool at recording (slashed): never recorded
                 work = chain.pool.work_of(row.epoch, row.node)

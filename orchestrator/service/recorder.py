@@ -116,7 +116,7 @@ class Recorder:
             if not self._closed(epoch, submissions, now):
                 continue
             what = f"recording epoch {epoch}"
-            self._guarded(report, what, self._record, epoch, nodes, submissions, now)
+            self._guarded(report, what, self._record, epoch, nodes, now)
         settled: set[tuple[int, str]] = set()
         for evidence in self.ledger.slashes.candidates():
             # The pool slashes a membership once: one evidence per (epoch, node) and
@@ -138,7 +138,8 @@ class Recorder:
         came later: a restarted orchestrator's validator gets it again for what waited
         while the orchestrator was down. Before, such an epoch went on chain at the
         restart, without the work the validator accepted moments later: acknowledged,
-        accepted, and never paid."""
+        accepted, and never paid. What still waits after the grace is late
+        (`Submissions.close`): judged as ever, not paid."""
         end = self.epoch_end(epoch)
         if now < end:
             return False
@@ -204,11 +205,12 @@ class Recorder:
         report: RecorderReport,
         epoch: int,
         nodes: list[str],
-        submissions: list[SubmissionRow],
         now: float,
     ) -> None:
         """Records the waiting `nodes` of closed `epoch`: what the chain holds already
-        (parts sent before a crash) is taken from it; the rest goes in new parts."""
+        (parts sent before a crash) is taken from it; the rest goes in new parts, paying
+        what was accepted when the ledger closed the epoch."""
+        submissions = self.ledger.submissions.close(epoch)
         by_node: dict[str, list[SubmissionRow]] = {}
         for s in submissions:
             by_node.setdefault(s.node, []).append(s)
@@ -236,7 +238,7 @@ class Recorder:
                     )
                 found.append(_row(part.epoch, part.part, leaf, None))
                 continue
-            units = _units(by_node[node])
+            units = paid_units(by_node[node])
             mine = _leaf_of(epoch, node, units, tree.root, memberships[node]) if units else None
             if mine is not None:
                 leaves.append(mine)
@@ -338,12 +340,14 @@ def commitment_tree(submissions: list[SubmissionRow]) -> eip712.MerkleTree:
     return eip712.MerkleTree.from_digests(sorted(_bytes(s.digest) for s in submissions))
 
 
-def _units(submissions: list[SubmissionRow]) -> int:
-    """A node's units of an epoch: its accepted rollouts. The pool takes no leaf without
-    units; one lets evidence be committed, and the slash invalidates the leaf, so it
-    never pays."""
-    units = sum(s.units for s in submissions if s.status is SubmissionStatus.ACCEPTED)
-    if units == 0 and any(s.slashable for s in submissions):
+def paid_units(submissions: list[SubmissionRow]) -> int:
+    """What a node's submissions of a closed epoch pay: the rollouts accepted when the
+    epoch closed (a late verdict pays nothing). The pool takes no leaf without units;
+    one lets evidence be committed, and the slash invalidates the leaf, so it never
+    pays."""
+    judged = [s for s in submissions if not s.late]
+    units = sum(s.units for s in judged if s.status is SubmissionStatus.ACCEPTED)
+    if units == 0 and any(s.slashable for s in judged):
         return 1
     return units
 

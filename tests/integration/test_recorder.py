@@ -19,7 +19,7 @@ from orchestrator.service import recorder as recorder_process
 from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
-from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree
+from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree, paid_units
 from swarmrl import eip712
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.anvil import connect
@@ -451,6 +451,36 @@ def test_a_restarted_recorder_gives_the_validator_its_grace_again(
     report = recorder.run_once(restarted + GRACE - 0.5)  # validated: no need to wait
     assert [(row.epoch, row.units) for row in report.sent] == [(0, 8)]
     assert units_on_chain(contracts, 0, node.address) == 8
+
+
+def test_a_verdict_after_its_epoch_closed_stands_and_is_not_paid(
+    recorder, ledger, contracts, node, submit
+):
+    # Past the grace the epoch goes on chain with what was accepted; the validator then
+    # accepts the submission it had not got to. Its verdict stands, the chain's units
+    # and the ledger's stay equal.
+    submit(0, "accepted", 6)
+    waiting = submit(0, "received")
+    assert recorder.run_once(after(ledger, 0, -1)).sent == []  # epoch 0 still open
+    report = recorder.run_once(after(ledger, 0, GRACE))
+    assert [(r.epoch, r.units) for r in report.sent] == [(0, 6)]
+    assert ledger.submissions.set_outcome(waiting.digest, "accepted", 2, "", False, True, 0.0)
+    late = ledger.submissions.get(waiting.digest)
+    assert late is not None
+    assert (late.status, late.units, late.late) == ("accepted", 2, True)
+    assert paid_units(ledger.submissions.all(epoch=0, node=node.address)) == 6
+    assert units_on_chain(contracts, 0, node.address) == 6
+
+    # A recorder that closed epoch 1 and died before sending it: what the validator
+    # accepted meanwhile is late all the same, so the next recorder sends what the
+    # first would have.
+    submit(1, "accepted", 4)
+    waiting = submit(1, "received")
+    ledger.submissions.close(1)
+    ledger.submissions.set_outcome(waiting.digest, "accepted", 3, "", False, True, 0.0)
+    report = recorder.run_once(after(ledger, 1))  # nothing waits for a verdict now
+    assert [(r.epoch, r.units) for r in report.sent] == [(1, 4)]
+    assert units_on_chain(contracts, 1, node.address) == 4
 
 
 def test_an_unreachable_chain_is_one_sentence_and_retried_next_round(

@@ -603,9 +603,35 @@ def test_a_ledger_of_schema_3_is_upgraded_to_leases_and_its_waiting_submissions_
     db.close()
 
 
+def as_schema_6(db: sqlite3.Connection) -> None:
+    """Takes away what schema 7 added to a ledger: each submission's late mark."""
+    db.execute("ALTER TABLE submissions DROP COLUMN late")
+    db.execute("PRAGMA user_version = 6")
+    db.commit()
+
+
+def test_a_ledger_of_schema_6_has_no_late_submissions_until_an_epoch_closes(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        for n in (1, 2):
+            ledger.submissions.record(submission(n))
+        ledger.submissions.set_outcome(f"{1:064x}", "accepted", 8, "", False, True, 20.0)
+    db = sqlite3.connect(path)
+    as_schema_6(db)
+    db.close()
+    with Ledger(path) as ledger:
+        assert [s.late for s in ledger.submissions.all()] == [False, False]
+        closed = ledger.submissions.close(submission(2).epoch)
+        assert [(s.status, s.late) for s in closed] == [("accepted", False), ("received", True)]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
 def as_schema_5(db: sqlite3.Connection) -> None:
-    """Takes away what schema 6 added to a ledger: each epoch row's part and membership,
-    the orders' index by counter."""
+    """Takes away what schemas 6 and 7 added to a ledger: each epoch row's part and
+    membership, the orders' index by counter, the submissions' late marks."""
+    as_schema_6(db)
     db.execute("DROP INDEX epochs_by_part")
     db.execute("DROP INDEX orders_by_counter")
     for column in ("part", "membership"):
@@ -633,8 +659,8 @@ def test_a_ledger_of_schema_5_keeps_its_epochs_with_no_part(tmp_path):
 
 
 def as_schema_4(db: sqlite3.Connection) -> None:
-    """Takes away what schemas 5 and 6 added to a ledger: the tallies, their triggers,
-    the submissions' index by node, the epochs' parts."""
+    """Takes away what schemas 5 to 7 added to a ledger: the tallies, their triggers,
+    the submissions' index by node, the epochs' parts, the late marks."""
     as_schema_5(db)
     for trigger in ("tally_new", "tally_verdict"):
         db.execute(f"DROP TRIGGER {trigger}")

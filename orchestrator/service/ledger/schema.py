@@ -18,7 +18,7 @@ from swarmrl.work.assign import Slot, WorkOrder
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # A work order is kept signed, as its node got it (JSON); node, counter and deadline,
 # taken from it, are what it is looked up by.
@@ -86,7 +86,7 @@ CREATE TABLE counters (node TEXT PRIMARY KEY, next INTEGER NOT NULL);
     file_sha256 TEXT NOT NULL, rollout_digest TEXT NOT NULL, signature TEXT NOT NULL,
     received_at REAL NOT NULL, units INTEGER NOT NULL, status TEXT NOT NULL,
     reason TEXT NOT NULL, slashable INTEGER NOT NULL, prefilled INTEGER NOT NULL,
-    receipt TEXT NOT NULL, validated_at REAL
+    receipt TEXT NOT NULL, validated_at REAL, late INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX submissions_by_epoch ON submissions (epoch, node);
 CREATE INDEX submissions_by_status ON submissions (status, received_at);
@@ -136,6 +136,13 @@ ALTER TABLE epochs ADD COLUMN membership INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX epochs_by_part ON epochs (epoch, part);
 CREATE INDEX IF NOT EXISTS orders_by_counter ON orders (node, counter);
 """
+# Schema 7: a submission still waiting for its verdict when the recorder closed its
+# epoch is late: its verdict stands, and the epoch, on chain already, does not pay it. A
+# schema 6 ledger's epochs paid what was accepted when they were recorded, and no
+# submission of them is marked.
+_UPGRADE_FROM_6 = """
+ALTER TABLE submissions ADD COLUMN late INTEGER NOT NULL DEFAULT 0;
+"""
 
 
 def prepare(connection: Connection, run: str | None) -> None:
@@ -177,6 +184,9 @@ def prepare(connection: Connection, run: str | None) -> None:
         if 1 <= version <= 5:
             _execute(db, _UPGRADE_FROM_5)
             log.info("ledger %s upgraded from schema 5 (epochs recorded in parts)", path)
+        if 1 <= version <= 6:
+            _execute(db, _UPGRADE_FROM_6)
+            log.info("ledger %s upgraded from schema 6 (late verdicts)", path)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 

@@ -51,6 +51,9 @@ class SubmissionRow:
     prefilled: bool = False
     receipt: str = ""  # the receipt (JSON) the node was given
     validated_at: float | None = None
+    # Still waiting for its verdict when the recorder closed its epoch (`close`): the
+    # verdict stands, and what the epoch pays does not count it.
+    late: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class Submissions:
             if row is not None:
                 return from_row(row), False
             db.execute(
-                f"INSERT INTO submissions VALUES ({', '.join('?' * 17)})",
+                f"INSERT INTO submissions VALUES ({', '.join('?' * 18)})",
                 (
                     s.digest,
                     to_checksum_address(s.node),
@@ -119,6 +122,7 @@ class Submissions:
                     int(s.prefilled),
                     s.receipt,
                     s.validated_at,
+                    int(s.late),
                 ),
             )
             if (
@@ -154,6 +158,23 @@ class Submissions:
         rows = self._connection.rows(
             f"SELECT * FROM submissions {clause}ORDER BY received_at, digest", params
         )
+        return [from_row(r) for r in rows]
+
+    def close(self, epoch: int) -> list[SubmissionRow]:
+        """Closes `epoch` for payment and returns its submissions: in one write
+        transaction, the ones still waiting for a verdict are marked late. The recorder
+        records what this returns; a verdict written after it (a validator past its
+        grace) moves a late submission all the same, and the epoch on chain does not pay
+        it, so the chain's units and the ledger's stay equal whichever write came first."""
+        with self._connection.write() as db:
+            db.execute(
+                "UPDATE submissions SET late = 1 WHERE epoch = ? AND status = ?",
+                (epoch, SubmissionStatus.RECEIVED),
+            )
+            rows = db.execute(
+                "SELECT * FROM submissions WHERE epoch = ? ORDER BY received_at, digest",
+                (epoch,),
+            ).fetchall()
         return [from_row(r) for r in rows]
 
     def latest(self, node: str, limit: int) -> list[SubmissionRow]:
@@ -320,4 +341,5 @@ def from_row(r: sqlite3.Row) -> SubmissionRow:
         prefilled=bool(r["prefilled"]),
         receipt=r["receipt"],
         validated_at=r["validated_at"],
+        late=bool(r["late"]),
     )
