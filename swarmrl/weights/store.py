@@ -24,7 +24,8 @@ A step's delta (:mod:`swarmrl.weights.delta_versions`) is a version of its own, 
 own manifest's hash, in a directory ending in ``-delta``, and carries the full
 manifest it rebuilds (``Version.target``) under that one's signed announcement.
 It is served like any version, never counts as the newest or towards ``keep``,
-and goes when the step it rebuilds goes; a restart drops it. :meth:`add_rebuilt`
+and goes when the step it rebuilds goes; a restart keeps it beside that step (the
+nodes of a restarted origin are fetching it). :meth:`add_rebuilt`
 builds the step from its base and its delta in a hidden folder and takes it in
 only if every shard matches the step's manifest.
 """
@@ -376,45 +377,65 @@ class WeightStore:
 
     def load(self) -> list[Version]:
         """Re-registers the complete versions an earlier run left under the root, each
-        re-hashed, so a restarted peer seeds them again. A version that no longer checks
-        out, or was never finished, stays on disk unregistered: its intact shards are
-        kept when it is announced again. Anything unreadable is skipped with a log line."""
+        re-hashed, so a restarted peer seeds them again, and then the deltas of those
+        versions: a restarted origin's newest delta is what the nodes are fetching (one
+        that dropped it left them waiting for a holder that never came). A version that
+        no longer checks out, or was never finished, stays on disk unregistered: its
+        intact shards are kept when it is announced again; a delta of none is deleted.
+        Anything unreadable is skipped with a log line."""
         found = []
         for leftover in self.root.glob(STAGING_PREFIX + "*"):  # a crash while making one
             shutil.rmtree(leftover, ignore_errors=True)
-        for directory in sorted(self.root.glob("step-*")):
-            if directory.name.endswith(DELTA_DIR_SUFFIX):
-                # A delta is needed only while its step is new; a restarted peer seeds
-                # the full versions and fetches any newer delta again. Not checked first:
-                # a delta's manifest is its own, never the one its announcement names.
-                shutil.rmtree(directory, ignore_errors=True)
-                continue
-            try:
-                announcement = Announcement.model_validate_json(
-                    (directory / ANNOUNCEMENT_FILE).read_bytes()
-                )
-                manifest = Manifest.from_json((directory / MANIFEST_FILE).read_bytes())
-                announcement.matches(manifest)
-            except (OSError, ValueError) as e:
-                log.warning("skipping %s: %s", directory, e)
-                continue
-            files_dir = directory / FILES_DIR
-            unfinished = any(not (files_dir / f.name).exists() for f in manifest.files)
-            if unfinished or self.get(announcement.manifest_hash):
-                continue
-            version = self.begin(announcement, manifest)
-            if version.held_count == manifest.shard_count:
-                self.finish(version)
+        directories = sorted(self.root.glob("step-*"))
+        deltas = [d for d in directories if d.name.endswith(DELTA_DIR_SUFFIX)]
+        for directory in [d for d in directories if d not in deltas]:
+            version = self._load_one(directory)
+            if version is not None:
                 found.append(version)
+        for directory in deltas:
+            version = self._load_one(directory, delta=True)
+            if version is None:
+                shutil.rmtree(directory, ignore_errors=True)
             else:
-                log.warning(
-                    "step %d in %s has %d bad shards; they will be fetched when it is announced",
-                    manifest.step,
-                    directory,
-                    manifest.shard_count - version.held_count,
-                )
-                self._forget(version)
+                found.append(version)
         return found
+
+    def _load_one(self, directory: Path, *, delta: bool = False) -> Version | None:
+        """The complete version in `directory`, registered; None when it is not one.
+        A `delta` is one only beside the complete full version its announcement names
+        (its manifest is its own, linked from that version's)."""
+        try:
+            announcement = Announcement.model_validate_json(
+                (directory / ANNOUNCEMENT_FILE).read_bytes()
+            )
+            manifest = Manifest.from_json((directory / MANIFEST_FILE).read_bytes())
+            target = None
+            if delta:
+                full = self.get(announcement.manifest_hash)
+                if full is None or not full.complete:
+                    return None
+                target = full.manifest
+            _check_names(announcement, manifest, target)
+        except (OSError, ValueError) as e:
+            log.warning("skipping %s: %s", directory, e)
+            return None
+        files_dir = directory / FILES_DIR
+        unfinished = any(not (files_dir / f.name).exists() for f in manifest.files)
+        if unfinished or self.get(peer_records.manifest_hash(manifest)):
+            return None
+        version = self.begin(announcement, manifest, target=target)
+        if version.held_count == manifest.shard_count:
+            self.finish(version)
+            return version
+        log.warning(
+            "step %d%s in %s has %d bad shards; they will be fetched when it is announced",
+            manifest.step,
+            " delta" * delta,
+            directory,
+            manifest.shard_count - version.held_count,
+        )
+        self._forget(version)
+        return None
 
     def _write_meta(self, directory: Path, manifest: Manifest, announcement: Announcement) -> None:
         write_atomically(directory / MANIFEST_FILE, manifest.to_json())

@@ -100,8 +100,11 @@ def test_a_delta_that_does_not_fit_is_one_sentence(weights, tmp_path, harm, erro
         delta_versions.rebuild(one, made, second, out)
 
 
-def _origin_store(tmp_path: Path, weights: Weights) -> tuple[WeightStore, Version, Version]:
-    """A store holding step 1 and step 2's delta, as an origin publishes them."""
+def _origin_store(
+    tmp_path: Path, weights: Weights, *, whole: bool = False
+) -> tuple[WeightStore, Version, Version]:
+    """A store holding step 1 and step 2's delta (`whole`: and step 2, as an origin
+    publishes it)."""
     one, first, two, second = steps(weights, tmp_path)
     made = tmp_path / "delta"
     made.mkdir()
@@ -114,6 +117,8 @@ def _origin_store(tmp_path: Path, weights: Weights) -> tuple[WeightStore, Versio
     store = WeightStore(tmp_path / "store", keep=2)
     base = store.add_origin(one, first, Announcement.sign(KEY, first, DOMAIN))
     announced = Announcement.sign(KEY, second, DOMAIN)
+    if whole:
+        store.add_origin(two, second, announced)
     delta = store.add_origin(made, delta_manifest, announced, target=second)
     return store, base, delta
 
@@ -158,7 +163,9 @@ def test_a_truncated_delta_is_one_sentence_and_changes_nothing(weights, tmp_path
     assert not list(store.root.glob(STAGING_PREFIX + "*"))
 
 
-def test_a_restarted_store_drops_its_deltas_without_a_warning(weights, tmp_path, caplog):
+def test_a_restarted_store_drops_the_deltas_of_steps_it_holds_in_part_without_a_warning(
+    weights, tmp_path, caplog
+):
     store, base, delta = _origin_store(tmp_path, weights)
     delta_dir = delta.files_dir.parent
     assert delta_dir.name.endswith("-delta")
@@ -172,5 +179,28 @@ def test_a_restarted_store_drops_its_deltas_without_a_warning(weights, tmp_path,
     assert caplog.text == ""
     assert [v.step for v in loaded] == [base.step]
     assert not delta_dir.exists()
+    for version in again.versions():
+        version.close()
+
+
+def test_a_restarted_origin_serves_its_deltas_again(weights, tmp_path, caplog):
+    # Its nodes were fetching the newest step's delta when it was killed: dropped, they
+    # waited for a holder that never came.
+    store, _, delta = _origin_store(tmp_path, weights, whole=True)
+    for version in store.versions():
+        version.close()
+    again = WeightStore(tmp_path / "store", keep=2)
+    with caplog.at_level(logging.WARNING, logger="swarmrl"):
+        loaded = again.load()
+    assert caplog.text == ""
+    assert [(v.step, v.is_delta) for v in loaded] == [(1, False), (2, False), (2, True)]
+    held = again.get(delta.manifest_hash)
+    assert held is not None
+    assert held.complete
+    assert held.target == delta.target
+    assert held.bitfield() == delta.bitfield()
+    newest = again.latest()  # never the delta
+    assert newest is not None
+    assert newest.step == 2
     for version in again.versions():
         version.close()
