@@ -212,4 +212,5 @@ def ledger(
             typer.echo(
                 f"{row['digest'][:16]}  {row['node']}  epoch {row['epoch']:>4}  "
                 f"{row['status']:<8} {row['units']:>4}  {row['reason']}"
+                + ("  (late: its epoch was recorded before its verdict, unpaid)" * row["late"])
             )

@@ -41,6 +41,7 @@ def ledger_rows(data_dir: Path) -> list[dict[str, Any]]:
                 "reason": s.reason,
                 "slashable": s.slashable,
                 "prefilled": s.prefilled,
+                "late": s.late,
                 "received_at": s.received_at,
             }
             for s in ledger.submissions.all()

@@ -20,6 +20,7 @@ from orchestrator.service.child import Child, ChildSpec
 from orchestrator.service.ledger import Ledger
 from orchestrator.service.ledger.submissions import SubmissionRow
 from orchestrator.service.recorder import Recorder, RecorderConfig, commitment_tree, paid_units
+from orchestrator.service.status import ledger_rows
 from swarmrl import eip712
 from swarmrl.chain import anvil as anvil_mod
 from swarmrl.chain.anvil import connect
@@ -454,7 +455,7 @@ def test_a_restarted_recorder_gives_the_validator_its_grace_again(
 
 
 def test_a_verdict_after_its_epoch_closed_stands_and_is_not_paid(
-    recorder, ledger, contracts, node, submit
+    recorder, ledger, contracts, node, submit, tmp_path
 ):
     # Past the grace the epoch goes on chain with what was accepted; the validator then
     # accepts the submission it had not got to. Its verdict stands, the chain's units
@@ -470,6 +471,9 @@ def test_a_verdict_after_its_epoch_closed_stands_and_is_not_paid(
     assert (late.status, late.units, late.late) == ("accepted", 2, True)
     assert paid_units(ledger.submissions.all(epoch=0, node=node.address)) == 6
     assert units_on_chain(contracts, 0, node.address) == 6
+    # `orchestrator ledger` says which verdict came late.
+    rows = {row["digest"]: row["late"] for row in ledger_rows(tmp_path)}
+    assert rows == {s.digest: s.digest == waiting.digest for s in ledger.submissions.all()}
 
     # A recorder that closed epoch 1 and died before sending it: what the validator
     # accepted meanwhile is late all the same, so the next recorder sends what the
