@@ -102,7 +102,8 @@ class SwarmNode:
                 on_change=self.advertiser.changed,
             )
             for version in store.load():
-                log.info("seeding step %d from %s", version.step, version.path)
+                delta = "'s delta" if version.is_delta else ""
+                log.info("seeding step %d%s from %s", version.step, delta, version.path)
             for addr in bootstrap:
                 self.join(addr)
         except BaseException:
