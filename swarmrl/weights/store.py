@@ -386,13 +386,15 @@ class WeightStore:
         found = []
         for leftover in self.root.glob(STAGING_PREFIX + "*"):  # a crash while making one
             shutil.rmtree(leftover, ignore_errors=True)
-        directories = sorted(self.root.glob("step-*"))
-        deltas = [d for d in directories if d.name.endswith(DELTA_DIR_SUFFIX)]
-        for directory in [d for d in directories if d not in deltas]:
+        # What is registered already (a second load) is neither read again nor deleted.
+        held = {v.directory for v in self.versions()}
+        directories = [d for d in sorted(self.root.glob("step-*")) if d not in held]
+        wholes = [d for d in directories if not d.name.endswith(DELTA_DIR_SUFFIX)]
+        for directory in wholes:
             version = self._load_one(directory)
             if version is not None:
                 found.append(version)
-        for directory in deltas:
+        for directory in [d for d in directories if d.name.endswith(DELTA_DIR_SUFFIX)]:
             version = self._load_one(directory, delta=True)
             if version is None:
                 shutil.rmtree(directory, ignore_errors=True)

@@ -163,17 +163,24 @@ def test_a_truncated_delta_is_one_sentence_and_changes_nothing(weights, tmp_path
     assert not list(store.root.glob(STAGING_PREFIX + "*"))
 
 
+def _restarted(store: WeightStore, caplog) -> tuple[WeightStore, list[Version]]:
+    """`store` closed, and a store on its root that loaded what it left, warnings in
+    `caplog`."""
+    for version in store.versions():
+        version.close()
+    again = WeightStore(store.root, keep=store.keep)
+    with caplog.at_level(logging.WARNING, logger="swarmrl"):
+        loaded = again.load()
+    return again, loaded
+
+
 def test_a_restarted_store_drops_the_deltas_of_steps_it_holds_in_part_without_a_warning(
     weights, tmp_path, caplog
 ):
     store, base, delta = _origin_store(tmp_path, weights)
     delta_dir = delta.files_dir.parent
     assert delta_dir.name.endswith("-delta")
-    for version in store.versions():
-        version.close()
-    again = WeightStore(tmp_path / "store", keep=2)
-    with caplog.at_level(logging.WARNING, logger="swarmrl"):
-        loaded = again.load()
+    again, loaded = _restarted(store, caplog)
     # Its manifest is the delta's own, never the one its announcement names: expected,
     # and no reason to tell the volunteer of corruption at every start.
     assert caplog.text == ""
@@ -187,11 +194,7 @@ def test_a_restarted_origin_serves_its_deltas_again(weights, tmp_path, caplog):
     # Its nodes were fetching the newest step's delta when it was killed: dropped, they
     # waited for a holder that never came.
     store, _, delta = _origin_store(tmp_path, weights, whole=True)
-    for version in store.versions():
-        version.close()
-    again = WeightStore(tmp_path / "store", keep=2)
-    with caplog.at_level(logging.WARNING, logger="swarmrl"):
-        loaded = again.load()
+    again, loaded = _restarted(store, caplog)
     assert caplog.text == ""
     assert [(v.step, v.is_delta) for v in loaded] == [(1, False), (2, False), (2, True)]
     held = again.get(delta.manifest_hash)
@@ -202,5 +205,7 @@ def test_a_restarted_origin_serves_its_deltas_again(weights, tmp_path, caplog):
     newest = again.latest()  # never the delta
     assert newest is not None
     assert newest.step == 2
+    assert again.load() == []  # nothing twice, and the delta it holds stays
+    assert held.directory.is_dir()
     for version in again.versions():
         version.close()
