@@ -5,13 +5,17 @@ every core, and processes on one machine slow each other down several times."""
 from __future__ import annotations
 
 import os
+import sys
 
 
 def take_threads(threads: int) -> None:
     """Give this process ``threads`` threads for torch and for rayon. Call it before the
     native kernels first run: rayon reads ``RAYON_NUM_THREADS`` once, when its pool
-    starts."""
+    starts. torch is not loaded for this: a process that has not loaded it gets the count
+    when it does (torch reads ``OMP_NUM_THREADS`` then), and one that never runs a model
+    (a node's daemon) never pays its seconds of import and 400 MiB."""
     os.environ["RAYON_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)

@@ -290,7 +290,7 @@ def _start_swarm(swarm: Swarm, work: Path, model: Path, train: Path, config: Loo
     swarm.start(
         "orchestrator", [SWARMRL, "orchestrator", "run", "--config", orch], log, nice=SWARM_NICE
     )
-    addr = wait_for(lambda: orchestrator_addr(log), "the orchestrator's address", 180, swarm)
+    addr = wait_for(lambda: orchestrator_addr(log), "orchestrator address", 180, swarm)
     _say(f"[swarm] orchestrator listening on {addr}")
     for key in [*HONEST, CHEATER[0]]:
         toml = node_toml(swarm, work / f"{key}.toml", key=key, tasks=train, orchestrator=str(addr))

@@ -28,10 +28,24 @@ from swarmrl.models.backend import (
 BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
 
 
+# The device files a GPU's driver makes: NVIDIA's, WSL2's, ROCm's. With none of them
+# torch can see no GPU, which is known without loading torch.
+GPU_DEVICE_FILES = ("nvidia*", "dxg", "kfd")
+
+
+def gpu_device_files() -> bool:
+    """Whether this machine has any of GPU_DEVICE_FILES."""
+    return any(any(Path("/dev").glob(pattern)) for pattern in GPU_DEVICE_FILES)
+
+
 def resolve_device(device: str) -> str:
-    """A `device` setting as torch names it: auto is cuda when torch sees a GPU, else cpu."""
+    """A `device` setting as torch names it: auto is cuda when torch sees a GPU, else cpu.
+    Where no GPU driver is, auto is cpu without loading torch (a node's daemon asks, and
+    runs no model)."""
     if device != "auto":
         return device
+    if not gpu_device_files():
+        return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -245,10 +245,12 @@ def _run(swarm, default_model, tmp_path):
         )
         return any(s["node"] == cheater_address for s in status["slashes"])
 
-    wait_for(cheater_slashed, "the cheater's slash", 240, swarm)
+    wait_for(cheater_slashed, "slash of the cheater", 240, swarm)
     wait_for(soak.done, "the soak's end", SOAK_MINUTES * 60 + 600, swarm)
     samples = soak.stop()
     print(f"soak: {SOAK_NODE}'s resident MiB by sample: {[round(s / 2**20) for s in samples]}")
+    # Its daemon ran no model the whole run: torch is the workers' alone.
+    assert "libtorch" not in Path(f"/proc/{swarm.processes[SOAK_NODE].pid}/maps").read_text()
     swarm.kill(SOAK_NODE, 15)
 
     nodes = {key: tmp_path / f"{key}.toml" for key in [*HONEST, cheater_key]}

@@ -21,6 +21,7 @@ import pytest
 from simulation.local_swarm import free_port
 from swarmrl import keystore
 from swarmrl.chain.deploy import write_deployment
+from swarmrl.models import gpu_device_files
 from swarmrl.settings_toml import write_settings
 from tests.integration.conftest import NODE_A, PROVIDER_A
 
@@ -109,6 +110,10 @@ def test_the_daemon_answers_its_commands_and_stops_on_one(node_config, tmp_path)
         assert status["running"]["pid"] == daemon.pid
         assert status["running"]["version"]
         assert status["receipts"] == 0
+        # The daemon runs no model: torch is its workers' to load (seconds and 400 MiB),
+        # and where no GPU driver is, `device = "auto"` needs no torch to resolve.
+        if not gpu_device_files():
+            assert "libtorch" not in Path(f"/proc/{daemon.pid}/maps").read_text()
 
         again = _node(node_config, "run", "--headless", env=env)
         assert again.returncode == 1
