@@ -78,8 +78,12 @@ $(BIN)/python:
 # CUDA wheels each time (2.5 min). uv hard-links from the cache, so the venv's files
 # are the cache's, not a second copy of them (a copy beside each clone filled a CI
 # machine's disk). The cache is uv's own (~/.cache/uv, or $$UV_CACHE_DIR).
+# --compile-bytecode: uv writes each module's bytecode at install, as pip does (uv's
+# default leaves it to the first import). Where PYTHONDONTWRITEBYTECODE is set, as on this
+# project's machines, no import ever writes it, and every process compiled what it
+# imports again: 4.4 s of a node worker's 10 s start, 1.8 s of `node init`'s 3.4 s.
 UV := $(BIN)/uv
-PIP_INSTALL := $(UV) pip install -q --python $(BIN)/python
+PIP_INSTALL := $(UV) pip install -q --compile-bytecode --python $(BIN)/python
 $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install -q uv==0.13.8
 
