@@ -25,7 +25,8 @@ def building_lock(out: Path) -> FileLock:
 
 def main(out: Path) -> None:
     with building_lock(out):
-        # Imported under the lock: torch's import is seconds a waiting test would not see.
+        # The lock before torch's import (seconds): a test that looks meanwhile waits for
+        # this build rather than finding none and building its own.
         import torch
 
         from orchestrator.pretrain import build_default_model
