@@ -127,37 +127,19 @@ lint: $(DEPS_STAMP) $(NATIVE)
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-# The whole of it timed, setup included: CI's budget is 25 minutes on 2 cores. Once the
-# install is done, the tests' default model is built on one thread (minutes) beside
-# everything else: the native build, lint, the contracts' tests and the Rust tests (two
-# at a time, each one's output kept together), then pytest, whose first user of the
-# model waits for the build (tests/prebuilt_model.py) while the others run what needs
-# none. Before pytest started only once the model was built, a core stood idle for the
-# last two minutes of the build.
+# The whole of it timed, setup included: CI's budget is 25 minutes on 2 cores. The
+# native build, lint, the contracts' tests and the Rust tests run two at a time (each
+# one's output kept together), then pytest.
 test:
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory $(DEPS_STAMP); \
-	$(MAKE) --no-print-directory $(TEST_MODEL_MARK) & model=$$!; \
-	trap 'kill $$model 2>/dev/null || true' EXIT; \
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks; \
-	SWARMRL_TEST_MODEL=$(TEST_MODEL) $(BIN)/pytest; \
-	wait $$model; \
+	$(BIN)/pytest; \
 	echo "make test passed in $$(( $$(date +%s) - start )) s"
 
 checks: setup lint contracts-test rust-test
 
 rust-test: system
 	cargo test --workspace --locked
-
-# The default model the tests share (tests/conftest.py copies it into each run), built
-# as their first user would build it: on one thread, so with the weights a one-core
-# pytest worker gets. Rebuilt when anything that shapes it changes.
-TEST_MODEL := $(VENV)/test-model/default
-TEST_MODEL_MARK := $(TEST_MODEL)/swarmrl-init.json
-TEST_MODEL_SOURCES := orchestrator/pretrain.py $(wildcard orchestrator/tasks/*.py) \
-	$(wildcard swarmrl/models/*.py) $(wildcard swarmrl/tasks/*.py)
-$(TEST_MODEL_MARK): $(DEPS_STAMP) tests/prebuilt_model.py $(TEST_MODEL_SOURCES)
-	$(BIN)/python -m tests.prebuilt_model $(TEST_MODEL)
 
 demo: setup
 	$(BIN)/swarmrl demo

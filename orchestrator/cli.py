@@ -45,26 +45,32 @@ def model_init(
         None, "--out", help="Where to write it (default: the models dir's 'default')."
     ),
     seed: int = seed_option("Seed of the weights and training data."),
+    from_scratch: bool = typer.Option(
+        False, "--from-scratch", help="Train it here (minutes) rather than copy the shipped build."
+    ),
 ) -> None:
-    """Build the embedded default policy: a tiny Llama pre-trained on the demo tasks.
+    """Write the embedded default policy: a tiny Llama pre-trained on the demo tasks.
 
-    Takes minutes on a CPU; progress and the time left go to stderr.
+    Seed 0's is shipped and copied in a moment; another seed, or --from-scratch, trains
+    it here: minutes on a CPU, with progress and the time left on stderr.
     """
     from swarmrl.models.files import default_models_dir
 
     out = out or default_models_dir() / "default"
     check_output_dir(out)
-    from orchestrator.pretrain import Progress, Recipe, build_default_model, is_built  # torch
+    from orchestrator.pretrain import SHIPPED, Progress, Recipe, build_default_model, is_built
 
     quiet_transformers()
     recipe = Recipe(seed=seed)
-    if is_built(out, recipe):
-        typer.echo(out)
-        return
-    _err(f"pre-training the default model into {out}: preparing its training data")
+    trains = from_scratch or not (is_built(out, recipe) or is_built(SHIPPED, recipe))
+    if trains:
+        _err(f"pre-training the default model into {out}: preparing its training data")
     began = time.perf_counter()
-    path = build_default_model(out, recipe, progress=Progress(recipe.steps, _err))
-    _err(f"ready in {time.perf_counter() - began:.0f} s")
+    path = build_default_model(
+        out, recipe, progress=Progress(recipe.steps, _err), from_scratch=from_scratch
+    )
+    if trains:
+        _err(f"ready in {time.perf_counter() - began:.0f} s")
     typer.echo(path)
 
 

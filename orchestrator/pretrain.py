@@ -12,6 +12,14 @@ right, is the first thing RL teaches it, and it shows within minutes on a CPU.
 Everything is seeded and runs on the CPU, so the same seed gives the same
 weights on the same machine and thread count (matrix kernels add up in an order
 that depends on both).
+
+The default recipe's build ships with swarmrl (``orchestrator/default_model``, 3 MB,
+built on one thread): `swarmrl model init` copies it in a moment, where training it
+takes minutes of a core that every newcomer's demo and every test run spent. Change
+the recipe and ``tests/unit/test_pretrain.py`` fails until the shipped build is
+made again from it::
+
+    taskset -c 0 swarmrl model init --from-scratch --out orchestrator/default_model
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ if TYPE_CHECKING:
 
 # Written last into a finished model directory: its presence means "complete".
 RECIPE_FILE = "swarmrl-init.json"
+# The default recipe's build, as `swarmrl model init --from-scratch` wrote it.
+SHIPPED = Path(__file__).with_name("default_model")
 # Thinking budgets the demo states in its prompts.
 DEMO_TARGETS = (64, 128, 256)
 
@@ -90,14 +100,17 @@ def build_default_model(
     recipe: Recipe = Recipe(),
     *,
     progress: Callable[[int, float], None] | None = None,
+    from_scratch: bool = False,
 ) -> Path:
-    """Pre-train the default model into ``out`` unless it is there already.
+    """The default model of ``recipe`` into ``out`` unless it is there already: the
+    shipped build's copy where it is this recipe's, else trained. ``from_scratch``
+    trains it whatever is there or shipped.
 
     ``progress(step, loss)`` is called with step 0 when the training data is ready,
-    then after every step.
+    then after every step; a copy trains nothing and calls it never.
     """
     out = Path(out)
-    if is_built(out, recipe):
+    if is_built(out, recipe) and not from_scratch:
         return out
     # A default model of an older recipe is replaced; anything else is not ours to touch.
     if out.exists() and any(out.iterdir()) and not (out / RECIPE_FILE).is_file():
@@ -105,9 +118,12 @@ def build_default_model(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".init-", dir=out.parent))
     try:
-        model, tokenizer = _train(recipe, progress)
-        tiny.save(model, tokenizer, staging)
-        (staging / RECIPE_FILE).write_text(json.dumps(asdict(recipe), indent=2) + "\n")
+        if is_built(SHIPPED, recipe) and not from_scratch:
+            shutil.copytree(SHIPPED, staging, dirs_exist_ok=True)
+        else:
+            model, tokenizer = _train(recipe, progress)
+            tiny.save(model, tokenizer, staging)
+            (staging / RECIPE_FILE).write_text(json.dumps(asdict(recipe), indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)

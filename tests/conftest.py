@@ -1,7 +1,6 @@
 """Settings every test shares."""
 
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -54,23 +53,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
 
 @pytest.fixture(scope="session")
 def default_model(tmp_path_factory):
-    """The embedded default policy, built once per run as `swarmrl model init` does: by
-    whichever worker asks first, while the others wait for it. `make test` builds it
-    beside the checks and pytest's first minutes (``$SWARMRL_TEST_MODEL``, see the
-    Makefile): the run waits for that build and takes a copy when it is this recipe's,
-    finished."""
-    from orchestrator.pretrain import Recipe, build_default_model, is_built
-    from tests.prebuilt_model import building_lock
+    """The embedded default policy, as `swarmrl model init` writes it (the shipped
+    build's copy), once per run in the run's folder: no test touches the shipped one."""
+    from orchestrator.pretrain import build_default_model
 
     root = workers.run_folder(tmp_path_factory)
     with FileLock(root / "default-model.lock"):
-        out = workers.default_model_dir(root)
-        prebuilt = os.environ.get("SWARMRL_TEST_MODEL")
-        if prebuilt and not out.exists():
-            with building_lock(Path(prebuilt)):
-                if is_built(Path(prebuilt), Recipe()):
-                    shutil.copytree(prebuilt, out)
-        model = build_default_model(out)
+        model = build_default_model(workers.default_model_dir(root))
         workers.mark_ready(root)
         return model
 

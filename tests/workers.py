@@ -7,10 +7,9 @@ side. Left to float, a two-thread torch process next to a busy core runs 8 to 13
 times slower than alone (docs/architecture.md, "Concurrency and processes"), which is
 what sharing a machine costs when no one divides it.
 
-The default model takes minutes to build and most tests need none: the first module
-that needs it runs first and builds it while the other workers run the modules that
-need none. Its other users are long (they train, run swarms): each is handed to the
-first worker free once the model is ready, and the short modules that need none fill
+The default model's users are the long modules (they train, run swarms): the first
+copies the model into the run's folder, and each other one is handed to the first
+worker free that holds none unfinished, while the short modules that need no model fill
 in around them and even out the end. Left for last instead, they ended one worker's
 run minutes after the other's.
 """
@@ -55,7 +54,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Files in the run folder: the later users of the default model (written by each worker
-# at collection) and the mark that the model is built (written by whoever built it).
+# at collection) and the mark that the model is there (written by whoever copied it).
 LATER_USERS = "default-model-users.json"
 READY = "default-model.ready"
 
@@ -68,7 +67,7 @@ def order_for_the_default_model(items: list[pytest.Item], run: Path | None = Non
     """The first module that needs the default model first, its other users last.
 
     pytest-xdist hands out whole modules in this order (``--dist loadfile
-    --no-loadscope-reorder``), so one worker builds the model while the others run
+    --no-loadscope-reorder``), so one worker copies the model while the others run
     what needs none. Under xdist the other users' modules are also written to ``run``,
     for the controller's ``ModelAwareScheduling`` to hand them out as soon as the
     model is ready.
@@ -96,13 +95,13 @@ def mark_ready(run: Path) -> None:
 
 class ModelAwareScheduling(LoadFileScheduling):
     """``--dist loadfile`` that hands out a later user of the default model as soon as
-    the model is built, and a module that needs none before that.
+    the model is there, and a module that needs none before that.
 
     A worker asks for a module when it has two tests or fewer left, and gets the first
     in the queue it may run now: a later user if the model is ready and it has none
     unfinished (they are long: two in one worker's queue would leave the other with
     the short ones), else the first module that needs no model (the first user, which
-    builds it, comes first in the queue). When only later users are left it gets one
+    copies it, comes first in the queue). When only later users are left it gets one
     anyway: their fixture waits for the model, as it did before this scheduler.
 
     It picks by moving a module to the front of xdist's queue (``workqueue``,

@@ -156,16 +156,17 @@ def _signals_ignored() -> Iterator[None]:
 
 
 def _prepare(work: Path, config: LoopConfig) -> tuple[Path, Path, Path]:
-    from orchestrator.pretrain import Progress, Recipe, build_default_model, is_built
+    from orchestrator.pretrain import Progress, Recipe, build_default_model
     from orchestrator.tasks.generators import demo_tasks
     from swarmrl.models.files import default_models_dir
     from swarmrl.tasks import write_tasks
 
-    model = default_models_dir() / "default"
+    # The shipped build's copy; trained here (minutes, with progress) only where the
+    # recipe is not the shipped one's.
     recipe = Recipe()
-    if not is_built(model, recipe):
-        _say(f"[model] pre-training the default policy into {model} (once; minutes on a CPU)")
-        build_default_model(model, recipe, progress=Progress(recipe.steps, _say))
+    model = build_default_model(
+        default_models_dir() / "default", recipe, progress=Progress(recipe.steps, _say)
+    )
     _say(f"[model] the initial policy: {model}")
     train, held_out = work / "train.jsonl", work / "held-out.jsonl"
     write_tasks(demo_tasks(400, seed=TRAIN_SEED), train)
