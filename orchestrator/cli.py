@@ -58,18 +58,18 @@ def model_init(
 
     out = out or default_models_dir() / "default"
     check_output_dir(out)
-    from orchestrator.pretrain import SHIPPED, Progress, Recipe, build_default_model, is_built
+    from orchestrator.pretrain import Progress, Recipe, build_default_model, trains
 
     quiet_transformers()
     recipe = Recipe(seed=seed)
-    trains = from_scratch or not (is_built(out, recipe) or is_built(SHIPPED, recipe))
-    if trains:
+    training = trains(out, recipe, from_scratch=from_scratch)
+    if training:
         _err(f"pre-training the default model into {out}: preparing its training data")
     began = time.perf_counter()
     path = build_default_model(
         out, recipe, progress=Progress(recipe.steps, _err), from_scratch=from_scratch
     )
-    if trains:
+    if training:
         _err(f"ready in {time.perf_counter() - began:.0f} s")
     typer.echo(path)
 

@@ -16,8 +16,8 @@ that depends on both).
 The default recipe's build ships with swarmrl (``orchestrator/default_model``, 3 MB,
 built on one thread): `swarmrl model init` copies it in a moment, where training it
 takes minutes of a core that every newcomer's demo and every test run spent. Change
-the recipe and ``tests/unit/test_pretrain.py`` fails until the shipped build is
-made again from it::
+the recipe and ``tests/integration/test_rollouts_cli.py`` fails until the shipped
+build is made again from it::
 
     taskset -c 0 swarmrl model init --from-scratch --out orchestrator/default_model
 """
@@ -118,18 +118,24 @@ def build_default_model(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".init-", dir=out.parent))
     try:
-        if is_built(SHIPPED, recipe) and not from_scratch:
-            shutil.copytree(SHIPPED, staging, dirs_exist_ok=True)
-        else:
+        if trains(out, recipe, from_scratch=from_scratch):
             model, tokenizer = _train(recipe, progress)
             tiny.save(model, tokenizer, staging)
             (staging / RECIPE_FILE).write_text(json.dumps(asdict(recipe), indent=2) + "\n")
+        else:
+            shutil.copytree(SHIPPED, staging, dirs_exist_ok=True)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def trains(out: Path, recipe: Recipe, *, from_scratch: bool = False) -> bool:
+    """Whether `build_default_model` trains (minutes), rather than keep what ``out``
+    holds or copy the shipped build."""
+    return from_scratch or not (is_built(out, recipe) or is_built(SHIPPED, recipe))
 
 
 def is_built(out: Path, recipe: Recipe) -> bool:
