@@ -295,10 +295,11 @@ def make_swarm(
         password_file = root / "password"
         password_file.write_text(PASSWORD + "\n")
         accounts = dev_accounts()
-        keystore.save(keys, "recorder", bytes(accounts[DEV_RECORDER].key), PASSWORD)
-        keystore.save(keys, "validator", bytes(accounts[DEV_VALIDATOR].key), PASSWORD)
+        # anvil's dev keys are public: each command's unlock costs milliseconds this way.
+        keystore.save_public(keys, "recorder", bytes(accounts[DEV_RECORDER].key), PASSWORD)
+        keystore.save_public(keys, "validator", bytes(accounts[DEV_VALIDATOR].key), PASSWORD)
         for i in PROVIDERS:
-            keystore.save(keys, f"provider{i}", bytes(accounts[i].key), PASSWORD)
+            keystore.save_public(keys, f"provider{i}", bytes(accounts[i].key), PASSWORD)
         chain_state = None
         if keep_chain:
             chain_state = root / "anvil-state.json"

@@ -91,8 +91,16 @@ def _write_new(path: Path, document: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def save(directory: Path, name: str, private_key: bytes, password: str) -> KeyInfo:
-    """Encrypts `private_key` with `password` into a new keystore `name`."""
+# What eth-account and geth write: scrypt n = 2**18, about 0.6 s of a core per unlock.
+SCRYPT_N = 2**18
+PUBLIC_KEY_SCRYPT_N = 2**10  # save_public's
+
+
+def save(
+    directory: Path, name: str, private_key: bytes, password: str, *, scrypt_n: int = SCRYPT_N
+) -> KeyInfo:
+    """Encrypts `private_key` with `password` into a new keystore `name` (scrypt, cost
+    `scrypt_n`)."""
     path = _path(directory, name)
     check_folder(directory)
     if path.exists():
@@ -110,8 +118,15 @@ def save(directory: Path, name: str, private_key: bytes, password: str) -> KeyIn
             "that is not a valid private key: a key is 32 bytes, not zero, "
             "and below the secp256k1 group order"
         ) from None
-    _write_new(path, Account.encrypt(account.key, password))
+    _write_new(path, Account.encrypt(account.key, password, kdf="scrypt", iterations=scrypt_n))
     return KeyInfo(name, account.address, path)
+
+
+def save_public(directory: Path, name: str, private_key: bytes, password: str) -> KeyInfo:
+    """`save` for a key anyone can know: anvil's dev accounts, derived from its published
+    mnemonic. A dear kdf guards nothing there and costs its 0.6 s at every unlock, hundreds
+    of times in a test run and a dozen in a local swarm's start (simulation/local_swarm.py)."""
+    return save(directory, name, private_key, password, scrypt_n=PUBLIC_KEY_SCRYPT_N)
 
 
 def create(directory: Path, name: str, password: str) -> KeyInfo:

@@ -51,7 +51,7 @@ def test_node_init_writes_the_key_and_files_it_was_given(
     provider = contracts.as_account(accounts[PROVIDER_A])
     provider.registry.register_provider()
     provider.stakes.stake(200 * TOKEN, permit=True)
-    keystore.save(caller / "keys", "provider", accounts[PROVIDER_A].key, PASSWORD)
+    keystore.save_public(caller / "keys", "provider", accounts[PROVIDER_A].key, PASSWORD)
     (caller / "password").write_text(PASSWORD + "\n")
     write_deployment(caller / "deployment.json", deployment)
 

@@ -136,8 +136,8 @@ def _refused(done: subprocess.CompletedProcess[str], listen: str, port: int) -> 
 @pytest.fixture
 def keys_env(tmp_path, deployment, accounts):
     keys = tmp_path / "keys"
-    keystore.save(keys, "recorder", accounts[RECORDER].key, "pw")
-    keystore.save(keys, "validator", accounts[VALIDATOR].key, "pw")
+    keystore.save_public(keys, "recorder", accounts[RECORDER].key, "pw")
+    keystore.save_public(keys, "validator", accounts[VALIDATOR].key, "pw")
     write_deployment(tmp_path / "deployment.json", deployment)
     return {**os.environ, "SWARMRL_PASSWORD": "pw", "PYTHONUNBUFFERED": "1"}
 

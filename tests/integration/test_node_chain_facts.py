@@ -57,7 +57,7 @@ def test_the_app_reads_the_node_s_standing_and_claims_as_its_provider(
     facts = read()
     assert claimable_epochs(facts) == [1]
 
-    keystore.save(tmp_path / "keys", "provider", provider.key, PASSWORD)
+    keystore.save_public(tmp_path / "keys", "provider", provider.key, PASSWORD)
     claimer = ProviderClaimer(
         tmp_path / "deployment.json", tmp_path / "keys", "provider", None, node.address
     )

@@ -49,7 +49,7 @@ def machines(tmp_path, accounts, monkeypatch):
     """Two machines' keystores: the node's (empty), the provider's (its key only)."""
     monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
     node_keys, provider_keys = tmp_path / "node-machine" / "keys", tmp_path / "cold" / "keys"
-    keystore.save(provider_keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
+    keystore.save_public(provider_keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
     return node_keys, provider_keys
 
 

@@ -41,7 +41,7 @@ def node_config(contracts, accounts, deployment, tmp_path) -> Path:
     consent, signature = p.registry.node_consent(node, provider.address)
     p.registry.add_node(node.address, consent.deadline, signature)
     write_deployment(tmp_path / "deployment.json", deployment)
-    keystore.save(tmp_path / "keys", "node", node.key, PASSWORD)
+    keystore.save_public(tmp_path / "keys", "node", node.key, PASSWORD)
     return write_settings(
         tmp_path / "node.toml",
         {

@@ -52,7 +52,7 @@ def volunteer(tmp_path, contracts, deployment, accounts, monkeypatch):
     """A node key set up and joined with a provider that staked enough for it."""
     monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
     keys = tmp_path / "keys"
-    keystore.save(keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
+    keystore.save_public(keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
     provider = contracts.as_account(accounts[PROVIDER_A])
     provider.registry.register_provider()
     provider.stakes.stake(100 * TOKEN, permit=True)

@@ -93,7 +93,7 @@ def old(tmp_path, contracts, deployment, accounts, monkeypatch):
     monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.delenv("SWARMRL_PASSWORD", raising=False)
     keys = tmp_path / "old" / "keys"
-    keystore.save(keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
+    keystore.save_public(keys, "provider", accounts[PROVIDER_A].key, PASSWORD)
     provider = contracts.as_account(accounts[PROVIDER_A])
     provider.registry.register_provider()
     provider.stakes.stake(100 * TOKEN, permit=True)

@@ -18,7 +18,7 @@ def keys(tmp_path, accounts, monkeypatch):
     """A keystore holding the dev provider's key as 'provider'."""
     monkeypatch.setenv("SWARMRL_LOCK_DIR", str(tmp_path / "locks"))
     directory = tmp_path / "keys"
-    keystore.save(directory, "provider", accounts[PROVIDER_A].key, PASSWORD)
+    keystore.save_public(directory, "provider", accounts[PROVIDER_A].key, PASSWORD)
     return directory
 
 
@@ -115,7 +115,7 @@ def test_an_unregistered_provider_with_no_stake_is_told_to_stake(keys, deploymen
 def test_a_node_registered_and_not_joined_only_joins(keys, contracts, deployment, accounts, w3):
     stake(contracts, accounts[PROVIDER_A], 100)
     node = accounts[NODE_A]
-    keystore.save(keys, "node", node.key, PASSWORD)
+    keystore.save_public(keys, "node", node.key, PASSWORD)
     provider = contracts.as_account(accounts[PROVIDER_A])
     consent, signature = provider.registry.node_consent(node, provider.address)
     provider.registry.add_node(node.address, consent.deadline, signature)
@@ -150,7 +150,7 @@ def test_a_wrong_provider_password_sends_nothing_and_a_rerun_finishes(
 def test_a_node_taken_by_another_provider_is_refused(keys, contracts, deployment, accounts, w3):
     stake(contracts, accounts[PROVIDER_A], 100)
     node = accounts[NODE_A]
-    keystore.save(keys, "node", node.key, PASSWORD)
+    keystore.save_public(keys, "node", node.key, PASSWORD)
     other = contracts.as_account(accounts[PROVIDER_B])
     other.registry.register_provider()
     consent, signature = other.registry.node_consent(node, other.address)

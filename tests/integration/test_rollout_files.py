@@ -21,7 +21,7 @@ from .conftest import NODE_A
 def node_files(tmp_path, deployment, accounts):
     """A tiny random model, two tasks, the node's key and the session's deployment file."""
     write_tasks(demo_tasks(2, seed=3), tmp_path / "tasks.jsonl")
-    keystore.save(tmp_path / "keys", "node", accounts[NODE_A].key, "pw")
+    keystore.save_public(tmp_path / "keys", "node", accounts[NODE_A].key, "pw")
     (tmp_path / "password").write_text("pw\n")
     write_deployment(tmp_path / "deployment.json", deployment)
     return {

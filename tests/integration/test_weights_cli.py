@@ -22,7 +22,7 @@ SWARMRL = str(Path(sys.executable).with_name("swarmrl"))
 @pytest.fixture
 def env(tmp_path, deployment, accounts):
     keys = tmp_path / "keys"
-    keystore.save(keys, "orchestrator", accounts[RECORDER].key, "pw")
+    keystore.save_public(keys, "orchestrator", accounts[RECORDER].key, "pw")
     write_deployment(tmp_path / "deployment.json", deployment)
     return {
         **os.environ,
@@ -231,7 +231,9 @@ def test_pull_into_a_file_is_one_sentence(env, tmp_path):
 def test_serve_refuses_a_key_that_pullers_would_ignore(env, tmp_path, checkpoint, accounts):
     from .conftest import OUTSIDER
 
-    keystore.save(Path(env["SWARMRL_KEYSTORE_DIR"]), "stranger", accounts[OUTSIDER].key, "pw")
+    keystore.save_public(
+        Path(env["SWARMRL_KEYSTORE_DIR"]), "stranger", accounts[OUTSIDER].key, "pw"
+    )
     stranger = accounts[OUTSIDER].address
     served = subprocess.run(
         [SWARMRL, "weights", "serve", str(checkpoint), "--key", "stranger",
@@ -252,7 +254,9 @@ def test_serve_refuses_a_key_that_pullers_would_ignore(env, tmp_path, checkpoint
 def test_any_key_serves_to_pullers_that_trust_it(env, tmp_path, checkpoint, accounts):
     from .conftest import OUTSIDER
 
-    keystore.save(Path(env["SWARMRL_KEYSTORE_DIR"]), "stranger", accounts[OUTSIDER].key, "pw")
+    keystore.save_public(
+        Path(env["SWARMRL_KEYSTORE_DIR"]), "stranger", accounts[OUTSIDER].key, "pw"
+    )
     origin = subprocess.Popen(
         [SWARMRL, "weights", "serve", str(checkpoint), "--key", "stranger", "--any-key",
          "--shard-mib", "1", "--store", str(tmp_path / "store")],

@@ -20,8 +20,8 @@ from .conftest import OUTSIDER, RECORDER
 def files(tmp_path, deployment, accounts):
     """The recorder's and an outsider's keys, a password file and the deployment file."""
     keys = tmp_path / "keys"
-    keystore.save(keys, "orchestrator", accounts[RECORDER].key, "pw")
-    keystore.save(keys, "outsider", accounts[OUTSIDER].key, "pw")
+    keystore.save_public(keys, "orchestrator", accounts[RECORDER].key, "pw")
+    keystore.save_public(keys, "outsider", accounts[OUTSIDER].key, "pw")
     (tmp_path / "password").write_text("pw\n")
     write_deployment(tmp_path / "deployment.json", deployment)
     return {

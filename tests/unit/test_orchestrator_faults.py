@@ -253,8 +253,8 @@ def test_the_trainer_never_starts_over_below_what_the_swarm_has(run_dir):
 def orchestrator(tmp_path, model_dirs):
     """An orchestrator's config (its chain at DEAD_RPC) and its data dir, not run yet."""
     write_tasks(TASKS, tmp_path / "tasks.jsonl")
-    keystore.save(tmp_path / "keys", "recorder", RECORDER.key, "pw")
-    keystore.save(tmp_path / "keys", "validator", VALIDATOR.key, "pw")
+    keystore.save_public(tmp_path / "keys", "recorder", RECORDER.key, "pw")
+    keystore.save_public(tmp_path / "keys", "validator", VALIDATOR.key, "pw")
     write_deployment(
         tmp_path / "deployment.json",
         Deployment(
