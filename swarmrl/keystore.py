@@ -139,8 +139,8 @@ def create(directory: Path, name: str, password: str) -> KeyInfo:
 # What eth-account and geth write by default: scrypt n = 2**18, r = 8, p = 1, and
 # pbkdf2 with 10**6 iterations. Twice that is allowed; more is refused before the
 # kdf runs, since a file can otherwise ask for hours of work or gigabytes of memory.
-MAX_SCRYPT_WORK = 2 * 2**18 * 8  # n * r * p
-MAX_SCRYPT_BLOCKS = 2**18 * 8  # n * r; scrypt takes 128 bytes each, 256 MiB here
+MAX_SCRYPT_WORK = 2 * SCRYPT_N * 8  # n * r * p
+MAX_SCRYPT_BLOCKS = SCRYPT_N * 8  # n * r; scrypt takes 128 bytes each, 256 MiB here
 MAX_PBKDF2_ROUNDS = 2 * 10**6
 # eth-account's scrypt (pycryptodome) costs more than n * r * p says: about r squared
 # for each of p lanes. Within the caps above, r = 16384 took 39 s here, r = 1024 with
