@@ -136,7 +136,7 @@ def create(directory: Path, name: str, password: str) -> KeyInfo:
     return save(directory, name, Account.create().key, password)
 
 
-# What eth-account and geth write by default: scrypt n = 2**18, r = 8, p = 1, and
+# What eth-account and geth write by default: scrypt n = SCRYPT_N, r = 8, p = 1, and
 # pbkdf2 with 10**6 iterations. Twice that is allowed; more is refused before the
 # kdf runs, since a file can otherwise ask for hours of work or gigabytes of memory.
 MAX_SCRYPT_WORK = 2 * SCRYPT_N * 8  # n * r * p

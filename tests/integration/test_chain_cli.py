@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from eth_account import Account
 
+from swarmrl import keystore
 from swarmrl.chain.anvil import connect, is_anvil_pid, pid_running
 from swarmrl.chain.deploy import BURN_TREASURY, load_deployment, write_deployment
 from swarmrl.locks import exclusive_use
@@ -33,13 +33,6 @@ def one_error(done: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: ")
     return lines[0]
-
-
-def save_key(directory: Path, name: str, account) -> None:
-    """A real JSON V3 keystore, with a cheap scrypt so the test stays fast."""
-    directory.mkdir(parents=True, exist_ok=True)
-    document = Account.encrypt(account.key, "pw", iterations=2)
-    (directory / f"{name}.json").write_text(json.dumps(document))
 
 
 @pytest.mark.slow
@@ -182,7 +175,7 @@ def test_chain_up_refuses_at_once_while_another_holds_the_state_folder(tmp_path)
 @pytest.fixture
 def deployer(tmp_path, accounts):
     """The admin's key in a keystore folder, and the environment that unlocks it."""
-    save_key(tmp_path / "keys", "deployer", accounts[ADMIN])
+    keystore.save_public(tmp_path / "keys", "deployer", accounts[ADMIN].key, "pw")
     env = {**os.environ, "SWARMRL_KEYSTORE_DIR": str(tmp_path / "keys"), "SWARMRL_PASSWORD": "pw"}
     return env
 

@@ -28,9 +28,9 @@ SWARMRL = Path(sys.executable).with_name("swarmrl")
 # bit for bit alike); the default (1e-4) climbs further in 10 minutes (docs/training.md).
 # 0.04 is over two and a half standard deviations of the difference of two evaluations
 # of 96 tasks x 8 samples. The rise is looked for at step 15 first (one core of the VM:
-# +0.062 at step 15 in both runs; +0.055 with 128-token completions), and the run is continued to
-# step 30 only if it is not there yet: a policy that does not learn passes either look
-# rarely (2 x 0.6%), and one that learns slowly on another machine still gets 30 steps.
+# +0.062 at step 15 in both runs; +0.055 with 128-token completions), and the run is
+# continued to step 30 only if it is not there yet: a policy that does not learn passes
+# either look rarely (2 x 0.6%), and one that learns slowly elsewhere still gets 30 steps.
 LEARNING_LOOKS, LEARNING_RISE = (15, 30), 0.04
 LEARNING_RUN = ["--workers", "1", "--max-tokens", "64", "--lr", "3e-4"]
 # A small recipe that still makes groups the default model disagrees within.
