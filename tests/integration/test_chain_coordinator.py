@@ -11,20 +11,21 @@ from pathlib import Path
 
 import pytest
 
+from swarmrl import keystore
 from swarmrl.chain.anvil import Anvil
 from swarmrl.chain.deploy import write_deployment
 from swarmrl.chain.tokens import TOKEN
 
 from .conftest import ADMIN, OUTSIDER, PROVIDER_A
-from .test_chain_cli import one_error, run, save_key
+from .test_chain_cli import one_error, run
 
 
 @pytest.fixture
 def env(tmp_path, accounts, deployment, w3):
     """The deployment file and two keys: the deployer (minter) and an outsider (not).
     Depends on `w3` so that the chain is reverted after each test."""
-    save_key(tmp_path / "keys", "admin", accounts[ADMIN])
-    save_key(tmp_path / "keys", "outsider", accounts[OUTSIDER])
+    keystore.save_public(tmp_path / "keys", "admin", accounts[ADMIN].key, "pw")
+    keystore.save_public(tmp_path / "keys", "outsider", accounts[OUTSIDER].key, "pw")
     write_deployment(tmp_path / "deployment.json", deployment)
     return {
         **os.environ,

@@ -6,20 +6,20 @@ import errno
 
 import pytest
 
+from swarmrl import keystore
 from swarmrl.chain.anvil import connect
 from swarmrl.chain.deploy import BURN_TREASURY, load_deployment, run_id_from_name
 from swarmrl.chain.deploy_protocol import DeploymentNotWrittenError, deploy_protocol
 from swarmrl.chain.errors import ChainConfigError
 from swarmrl.chain.tokens import TOKEN
 from tests.integration.conftest import ADMIN, VALIDATOR
-from tests.integration.test_chain_cli import save_key
 
 
 @pytest.fixture
 def deployer(tmp_path, accounts, monkeypatch):
     """The admin's key in a keystore folder, its password in the environment."""
     monkeypatch.setenv("SWARMRL_PASSWORD", "pw")
-    save_key(tmp_path / "keys", "deployer", accounts[ADMIN])
+    keystore.save_public(tmp_path / "keys", "deployer", accounts[ADMIN].key, "pw")
     return tmp_path / "keys"
 
 
